@@ -1,0 +1,301 @@
+"""The ``process`` calls that do not spawn: messaging, events, monitors, links, names."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from typing import Any
+
+import trio
+
+from roost._errors import Error, invalid
+from roost._pid import Pid
+from roost.actors._events import Event
+from roost.actors._node import terminated_error
+from roost.actors._process import Upgrade, current_process, maybe_current_process
+from roost.actors._registry import check_name
+from roost.mailbox._channel import Channel
+from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
+
+__all__ = [
+    "Receipt",
+    "Registry",
+    "cancel",
+    "coroutine_spawn",
+    "ctx_all",
+    "ctx_get",
+    "events",
+    "get_options",
+    "id",
+    "inbox",
+    "link",
+    "listen",
+    "monitor",
+    "pid",
+    "registry",
+    "send",
+    "set_options",
+    "terminate",
+    "unlink",
+    "unlisten",
+    "unmonitor",
+    "upgrade",
+]
+
+
+class Receipt:
+    """The acknowledgement of a send; ``await`` it to wait until the send is accepted.
+
+    For plain processes a send is accepted when ``send`` returns; for a workflow
+    destination, awaiting waits until the message is durably in its history.
+    """
+
+    __slots__ = ()
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the send has been accepted (always, for an in-memory destination)."""
+        return True
+
+    def __await__(self) -> Generator[Any, None, None]:
+        # Delegating to the checkpoint coroutine makes awaiting a receipt a checkpoint.
+        return trio.lowlevel.checkpoint().__await__()  # noqa: ASYNC105 - awaited via __await__
+
+    def __repr__(self) -> str:
+        return "<roost.Receipt accepted>"
+
+
+_ACCEPTED = Receipt()
+
+
+def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
+    """Send ``payload`` on ``topic`` to ``dest`` without blocking.
+
+    Raises:
+        roost.Error: Invalid for a bad topic or destination; NotFound when ``dest`` is a
+            name nobody holds or a PID that is not alive; LimitExceeded when the
+            receiver's mailbox is full.
+    """
+    proc = current_process("process.send")
+    if topic.__class__ is not str or not topic or topic[0] == "@":
+        check_topic(topic)
+    node = proc.node
+    target = node.procs.get(dest) if dest.__class__ is Pid else None
+    if target is None:
+        target = node.live(dest)
+    box = target.mailbox
+    if box is None:
+        box = target.get_mailbox()
+    box.deliver(topic, payload, proc.pid)
+    return _ACCEPTED
+
+
+def pid() -> Pid:
+    """The caller's PID."""
+    return current_process("process.pid").pid
+
+
+def id() -> str | None:  # noqa: A001 - API name
+    """The id of the entry the caller is running (None for an ``open_node`` block)."""
+    entry = current_process("process.id").entry
+    return entry.id if entry is not None else None
+
+
+def inbox() -> Channel[Message]:
+    """Messages whose topic nobody listens to; the same channel on every call."""
+    return current_process("process.inbox").get_mailbox().subscribe(INBOX, message=True)
+
+
+def listen(topic: str, *, message: bool = False) -> Channel[Any]:
+    """Payloads (or ``Message``s) sent on ``topic``; the same channel on repeat calls."""
+    check_topic(topic)
+    return current_process("process.listen").get_mailbox().subscribe(topic, message=message)
+
+
+def unlisten(channel: Channel[Any]) -> None:
+    """Drop a subscription; unread messages go back to be routed again (never dropped)."""
+    if not isinstance(channel, Channel):
+        raise invalid(f"unlisten takes a channel from process.listen(), got {channel!r}")
+    current_process("process.unlisten").get_mailbox().unsubscribe(channel)
+
+
+def events() -> Channel[Event]:
+    """``Exit``, ``LinkDown`` and ``Cancel`` events; the same channel on every call."""
+    return current_process("process.events").get_mailbox().subscribe(EVENTS, message=False)
+
+
+def monitor(dest: Pid | str) -> None:
+    """Get one EXIT event when ``dest`` ends (at once, with a "noproc" error, if dead)."""
+    proc = current_process("process.monitor")
+    proc.node.monitor(proc, dest)
+
+
+def unmonitor(dest: Pid | str) -> None:
+    """Stop monitoring ``dest``; a no-op if not monitoring it."""
+    proc = current_process("process.unmonitor")
+    proc.node.unmonitor(proc, dest)
+
+
+def link(dest: Pid | str) -> None:
+    """Link to ``dest``: if either ends with an error, the other gets LINK_DOWN."""
+    proc = current_process("process.link")
+    proc.node.link(proc, dest)
+
+
+def unlink(dest: Pid | str) -> None:
+    """Remove a link; a no-op if there is none."""
+    proc = current_process("process.unlink")
+    proc.node.unlink(proc, dest)
+
+
+def terminate(dest: Pid | str) -> None:
+    """Hard-stop ``dest``: it exits with a Canceled "terminated" error.
+
+    Raises:
+        roost.Error: NotFound when ``dest`` is not alive.
+    """
+    proc = current_process("process.terminate")
+    target = proc.node.live(dest)
+    proc.node.kill(target, terminated_error(target.pid))
+
+
+def cancel(dest: Pid | str, reason: str | None = None) -> None:
+    """Ask ``dest`` to stop: it gets a ``Cancel`` event and decides what to do.
+
+    Raises:
+        roost.Error: NotFound when ``dest`` is not alive.
+    """
+    if reason is not None and not isinstance(reason, str):
+        raise invalid(f"cancel reason must be a string or None, got {reason!r}")
+    proc = current_process("process.cancel")
+    proc.node.cancel(proc.node.live(dest), reason)
+
+
+_OPTION_KEYS = frozenset({"trap_links"})
+
+
+def set_options(options: Mapping[str, Any] | None = None, **kw: Any) -> None:
+    """Set process flags; today one: ``trap_links``."""
+    proc = current_process("process.set_options")
+    merged = {**(options or {}), **kw}
+    for key, value in merged.items():
+        if key not in _OPTION_KEYS:
+            raise invalid(
+                f"process option {key!r} is not supported; supported: trap_links", option=key
+            )
+        if not isinstance(value, bool):
+            raise invalid(f"{key} must be a bool, got {value!r}")
+    if "trap_links" in merged:
+        proc.trap_links = merged["trap_links"]
+
+
+def get_options() -> dict[str, Any]:
+    """The caller's process flags."""
+    return {"trap_links": current_process("process.get_options").trap_links}
+
+
+async def upgrade(entry: Any = None, *args: Any) -> None:
+    """Swap the running code: run ``entry`` (default: the same one) with ``args``.
+
+    Keeps the PID, mailbox, names, links and monitors. Does not return.
+    """
+    await trio.lowlevel.checkpoint()
+    proc = current_process("process.upgrade")
+    if entry is None:
+        if proc.entry is None:
+            raise invalid("an open_node block has no entry to restart; name the entry")
+        target = proc.entry
+    else:
+        target = proc.node.app.resolve(entry)
+    if target.kind.value != "process":
+        raise invalid(f"process.upgrade needs a process entry; {target.id!r} is not one")
+    raise Upgrade(target, args)
+
+
+class Registry:
+    """``process.registry``: names for PIDs, released when the process exits."""
+
+    @staticmethod
+    def register(name: str, pid: Pid | str | None = None) -> bool:
+        """Give ``name`` to ``pid`` (default: the caller).
+
+        Raises:
+            roost.Error: AlreadyExists when another live process holds the name;
+                NotFound when ``pid`` is not alive; Invalid for a bad name.
+        """
+        proc = current_process("process.registry.register")
+        check_name(name)
+        node = proc.node
+        target = proc if pid is None else node.live(pid)
+        holder = node.registry.lookup(name)
+        if holder is not None and holder not in node.procs:
+            node.registry.unregister(name)
+        node.registry.register(name, target.pid)
+        return True
+
+    @staticmethod
+    def lookup(name: str) -> Pid:
+        """The PID registered as ``name``.
+
+        Raises:
+            roost.Error: NotFound when nobody holds it.
+        """
+        proc = current_process("process.registry.lookup")
+        return proc.node.registry.require(check_name(name))
+
+    @staticmethod
+    def unregister(name: str) -> bool:
+        """Drop ``name``; True if it was registered."""
+        proc = current_process("process.registry.unregister")
+        return proc.node.registry.unregister(check_name(name))
+
+
+registry = Registry()
+
+
+def coroutine_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    """Run ``fn(*args)`` concurrently inside the calling process.
+
+    It shares the process's PID and mailbox; an error in it fails the process, and it is
+    cancelled when the process ends.
+    """
+    proc = current_process("coroutine.spawn")
+    if not callable(fn):
+        raise invalid(f"coroutine.spawn takes an async function, got {fn!r}")
+    proc.node.start_coroutine(proc, fn, args)
+
+
+def ctx_get(key: str, default: Any = None) -> Any:
+    """A context value set with ``with_context`` by this process or an ancestor."""
+    proc = maybe_current_process()
+    if proc is None:
+        return default
+    return proc.context.get(key, default)
+
+
+def ctx_all() -> dict[str, Any]:
+    """Every context value visible to the caller."""
+    proc = maybe_current_process()
+    return dict(proc.context) if proc is not None else {}
+
+
+async def funcs_call(entry: Any, *args: Any) -> Any:
+    """Call an activity directly (outside workflows): sync ones run in a worker thread.
+
+    Raises:
+        roost.Error: the activity's error; a plain exception arrives as kind Internal.
+    """
+    proc = current_process("funcs.call")
+    resolved = proc.node.app.resolve(entry)
+    if resolved.kind.value != "activity":
+        raise invalid(
+            f"funcs.call runs activities; {resolved.id!r} is a {resolved.kind.value} "
+            "(start it with process.spawn or process.exec)",
+        )
+    try:
+        if resolved.is_async:
+            return await resolved.fn(*args)
+        return await trio.to_thread.run_sync(resolved.fn, *args)
+    except Error:
+        raise
+    except Exception as exc:
+        raise Error.from_exception(exc) from exc

@@ -1,0 +1,203 @@
+"""``roost.App``: the registry of entries (processes, activities, ...) and hosts."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from roost._errors import Error, ErrorKind, invalid, not_found
+
+__all__ = ["App", "Entry", "EntryKind", "HostSpec"]
+
+_NAME_FORBIDDEN = frozenset("{}|@: ")
+ENTRY_ATTR = "__roost_entry__"
+
+
+class EntryKind(enum.StrEnum):
+    """What an entry is, which decides how it can be started."""
+
+    PROCESS = "process"
+    ACTIVITY = "activity"
+
+
+@attrs.frozen(kw_only=True)
+class Entry:
+    """A registered function and how roost runs it."""
+
+    id: str
+    kind: EntryKind
+    fn: Callable[..., Any]
+    is_async: bool
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class HostSpec:
+    """A process host: where spawns land, with an optional process limit."""
+
+    id: str
+    max_processes: int | None = None
+
+
+def _check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise invalid(f"{what} must be a non-empty string, got {name!r}")
+    bad = sorted(ch for ch in set(name) if ch in _NAME_FORBIDDEN)
+    if bad:
+        raise invalid(f"{what} {name!r} must not contain {''.join(bad)!r}", name=name)
+    return name
+
+
+class App:
+    """The set of entries a node can run; entry ids are ``"<app name>:<function name>"``.
+
+    Args:
+        name: the namespace of this app's entries and hosts, e.g. "app".
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = _check_name("app name", name)
+        self._entries: dict[str, Entry] = {}
+        self._hosts: dict[str, HostSpec] = {}
+        self.host("processes")
+
+    def __repr__(self) -> str:
+        return f"<roost.App {self.name!r} entries={len(self._entries)}>"
+
+    @property
+    def default_host(self) -> str:
+        """The host id spawns land on unless told otherwise."""
+        return f"{self.name}:processes"
+
+    @property
+    def entries(self) -> Mapping[str, Entry]:
+        """Every registered entry, by id."""
+        return dict(self._entries)
+
+    @property
+    def hosts(self) -> Mapping[str, HostSpec]:
+        """Every declared host, by id."""
+        return dict(self._hosts)
+
+    def host(self, name: str, *, max_processes: int | None = None) -> HostSpec:
+        """Declare (or redeclare) a process host ``"<app>:<name>"``.
+
+        Raises:
+            roost.Error: kind Invalid for a bad name or a max_processes below 1.
+        """
+        _check_name("host name", name)
+        if max_processes is not None and (
+            isinstance(max_processes, bool) or not isinstance(max_processes, int)
+        ):
+            raise invalid(f"max_processes must be an int or None, got {max_processes!r}")
+        if max_processes is not None and max_processes < 1:
+            raise invalid(f"max_processes must be at least 1, got {max_processes}")
+        spec = HostSpec(id=f"{self.name}:{name}", max_processes=max_processes)
+        self._hosts[spec.id] = spec
+        return spec
+
+    def process(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
+        """Register an ``async def`` as a plain (in-memory) process entry.
+
+        Use bare (``@app.process``) or with a name (``@app.process(name="w")``); the
+        function is returned unchanged.
+        """
+        return self._decorate(fn, EntryKind.PROCESS, name, {}, need_async=True)
+
+    def activity(
+        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **options: Any
+    ) -> Any:
+        """Register a function (sync or async) as an activity, called with ``funcs.call``."""
+        return self._decorate(fn, EntryKind.ACTIVITY, name, options, need_async=False)
+
+    def _decorate(
+        self,
+        fn: Callable[..., Any] | None,
+        kind: EntryKind,
+        name: str | None,
+        options: dict[str, Any],
+        *,
+        need_async: bool,
+    ) -> Any:
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            self.register(func, kind, name=name, options=options, need_async=need_async)
+            return func
+
+        return register(fn) if fn is not None else register
+
+    def register(
+        self,
+        fn: Callable[..., Any],
+        kind: EntryKind,
+        *,
+        name: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        need_async: bool = False,
+    ) -> Entry:
+        """Register ``fn`` under ``"<app>:<name or fn.__name__>"``.
+
+        Raises:
+            roost.Error: kind Invalid for a non-callable, a sync function where an
+                ``async def`` is required, or a bad name; AlreadyExists for a taken id.
+        """
+        if not callable(fn):
+            raise invalid(f"an entry must be a function, got {type(fn).__name__}")
+        is_async = inspect.iscoroutinefunction(fn)
+        if need_async and not is_async:
+            raise invalid(
+                f"{getattr(fn, '__qualname__', fn)!r} must be an 'async def' to be a "
+                f"{kind.value} entry",
+            )
+        short = _check_name("entry name", name or getattr(fn, "__name__", ""))
+        entry_id = f"{self.name}:{short}"
+        if entry_id in self._entries:
+            raise Error(
+                f"entry {entry_id!r} is already registered; give one of them another name",
+                kind=ErrorKind.ALREADY_EXISTS,
+                details={"entry": entry_id},
+            )
+        entry = Entry(id=entry_id, kind=kind, fn=fn, is_async=is_async, options=options or {})
+        self._entries[entry_id] = entry
+        # Builtins and some callables take no attributes; the id still works for them.
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(fn, ENTRY_ATTR, entry_id)
+        return entry
+
+    def resolve(self, ref: object) -> Entry:
+        """Find an entry by id (``"app:name"``) or by its decorated function.
+
+        Raises:
+            roost.Error: kind Invalid for a malformed reference, NotFound for an unknown one.
+        """
+        if isinstance(ref, Entry):
+            return ref
+        entry_id = getattr(ref, ENTRY_ATTR, None) if callable(ref) else ref
+        if not isinstance(entry_id, str) or ":" not in entry_id:
+            raise invalid(
+                f"an entry is an id like '{self.name}:worker' or a function registered "
+                f"with @app.process / @app.activity; got {ref!r}",
+            )
+        entry = self._entries.get(entry_id)
+        if entry is None:
+            known = ", ".join(sorted(self._entries)) or "none"
+            raise not_found(
+                f"unknown entry {entry_id!r}; registered entries: {known}", entry=entry_id
+            )
+        return entry
+
+    def resolve_host(self, host: str | None) -> HostSpec:
+        """Find a host by id (``"app:workers"``) or short name; None means the default."""
+        if host is None:
+            return self._hosts[self.default_host]
+        if not isinstance(host, str):
+            raise invalid(f"host must be a host id string, got {host!r}")
+        spec = self._hosts.get(host) or self._hosts.get(f"{self.name}:{host}")
+        if spec is None:
+            known = ", ".join(sorted(self._hosts))
+            raise not_found(f"unknown host {host!r}; declared hosts: {known}", host=host)
+        return spec

@@ -1,0 +1,454 @@
+"""The node: process table, spawn, exit propagation (monitors, links), kill and cancel."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._pid import LOCAL_NODE, Pid
+from roost.actors._app import App, Entry, EntryKind
+from roost.actors._events import Cancel, Exit, LinkDown
+from roost.actors._process import Process, Upgrade, set_current
+from roost.actors._registry import Registry, check_name
+from roost.actors._timers import Timers
+from roost.actors._trio_backend import TRIO_BACKEND
+from roost.mailbox._channel import Channel
+from roost.mailbox._mailbox import EVENTS
+
+__all__ = ["ExitResult", "Node", "SpawnRequest", "noproc_error", "terminated_error"]
+
+log = logging.getLogger("roost.process")
+assert TRIO_BACKEND is not None  # importing it installs the default channel backend
+_UTC = dt.UTC
+
+
+@attrs.frozen
+class ExitResult:
+    """How a process ended: ``value`` when it returned, else ``error``."""
+
+    value: Any
+    error: Error | None
+
+
+@attrs.frozen(kw_only=True)
+class SpawnRequest:
+    """Everything a spawn needs besides the entry and its arguments."""
+
+    host: str | None = None
+    name: str | None = None
+    messages: tuple[tuple[str, Any], ...] = ()
+    context: Mapping[str, Any] = attrs.field(factory=dict)
+    link: bool = False
+    monitor: bool = False
+    mailbox_limit: int | None = None
+    trap_links: bool = False
+
+
+def noproc_error(pid: Pid) -> Error:
+    """The error an EXIT or LINK_DOWN carries when its target never existed or is dead."""
+    return Error(
+        f"noproc: process {pid} is not alive",
+        kind=ErrorKind.NOT_FOUND,
+        retryable=False,
+        details={"reason": "noproc", "pid": str(pid)},
+        pid=pid,
+    )
+
+
+def terminated_error(pid: Pid, why: str = "terminated") -> Error:
+    """The error a hard-stopped process exits with."""
+    return Error(why, kind=ErrorKind.CANCELED, retryable=False, details={"reason": why}, pid=pid)
+
+
+class Node:
+    """One running node: all its processes, names, hosts and timers."""
+
+    def __init__(self, app: App, name: str, incarnation: int, nursery: trio.Nursery) -> None:
+        self.app = app
+        self.name = name
+        self.incarnation = incarnation
+        self.procs: dict[Pid, Process] = {}
+        self.registry = Registry()
+        self.host_counts: dict[str, int] = dict.fromkeys(app.hosts, 0)
+        self.stopping = False
+        self._nursery = nursery
+        self._counter = 0
+        self._idle: trio.Event | None = None
+        self._prefix = f"{incarnation:x}."
+        self._node_part = name
+        clock = trio.lowlevel.current_clock()
+        self._mock_time = isinstance(clock, trio.testing.MockClock)
+        self._wall0 = dt.datetime.now(_UTC)
+        self._t0 = trio.current_time()
+        self.timers = Timers(self.now)
+
+    # -- identity and time ---------------------------------------------------------------
+
+    def now(self) -> dt.datetime:
+        """The node's UTC time; follows trio's clock when it is a MockClock."""
+        if self._mock_time:
+            return self._wall0 + dt.timedelta(seconds=trio.current_time() - self._t0)
+        return dt.datetime.now(_UTC)
+
+    def new_pid(self, host: str) -> Pid:
+        """A PID never used before by this data directory (incarnation + counter)."""
+        self._counter += 1
+        return Pid.trusted(self._node_part, host, f"{self._prefix}{self._counter:05x}")
+
+    def is_local(self, pid: Pid) -> bool:
+        """Whether ``pid`` belongs to this node."""
+        return pid.node == self.name or (pid.node == LOCAL_NODE and self.name == LOCAL_NODE)
+
+    # -- destinations ----------------------------------------------------------------------
+
+    def resolve(self, dest: object) -> Pid:
+        """Turn a Pid, a PID string or a registered name into a Pid.
+
+        Raises:
+            roost.Error: Invalid for a malformed destination, NotFound for an unknown name.
+        """
+        if isinstance(dest, Pid):
+            return dest
+        if isinstance(dest, str):
+            if dest[:1] == "{":
+                return Pid.parse(dest)
+            return self.registry.require(check_name(dest))
+        raise invalid(f"a destination is a Pid, a PID string or a registered name, got {dest!r}")
+
+    def live(self, dest: object) -> Process:
+        """The live process behind ``dest``.
+
+        Raises:
+            roost.Error: NotFound when it is not alive on this node.
+        """
+        pid = self.resolve(dest)
+        proc = self.procs.get(pid)
+        if proc is None:
+            raise not_found(f"process {pid} is not alive", pid=str(pid))
+        return proc
+
+    # -- spawn -----------------------------------------------------------------------------
+
+    def spawn(
+        self, parent: Process | None, entry: Entry, args: tuple[Any, ...], req: SpawnRequest
+    ) -> Pid:
+        """Start ``entry`` as a new process (or signal the one holding ``req.name``)."""
+        if entry.kind is not EntryKind.PROCESS:
+            raise invalid(
+                f"{entry.id!r} is an {entry.kind.value}, not a process: call it with funcs.call()",
+                entry=entry.id,
+            )
+        if self.stopping:
+            raise Error(
+                "the node is shutting down and starts no new processes",
+                kind=ErrorKind.UNAVAILABLE,
+            )
+        sender = parent.pid if parent is not None else None
+        if req.name is not None:
+            existing = self.registry.lookup(check_name(req.name))
+            if existing is not None and existing in self.procs:
+                # Spawn-or-signal: the named process gets the start messages instead.
+                self._deliver_start(self.procs[existing], req.messages, sender)
+                self._wire(parent, self.procs[existing], req)
+                return existing
+        host = self.app.resolve_host(req.host)
+        self._check_capacity(host.id, host.max_processes)
+        context = parent.context if parent is not None else {}
+        if req.context:
+            context = {**context, **req.context}
+        proc = Process(self, self.new_pid(host.id), entry, context, req.mailbox_limit)
+        proc.trap_links = req.trap_links
+        if req.name is not None:
+            self.registry.register(req.name, proc.pid)
+        self.procs[proc.pid] = proc
+        self.host_counts[host.id] += 1
+        self._deliver_start(proc, req.messages, sender)
+        self._wire(parent, proc, req)
+        self._nursery.start_soon(self._run, proc, entry.fn, args, name="roost.process")
+        return proc.pid
+
+    def _check_capacity(self, host_id: str, limit: int | None) -> None:
+        count = self.host_counts.get(host_id, 0)
+        if limit is not None and count >= limit:
+            raise Error(
+                f"host {host_id!r} is at its limit of {limit} processes; wait for some to "
+                "exit, spawn on another host, or raise max_processes",
+                kind=ErrorKind.LIMIT_EXCEEDED,
+                retryable=True,
+                details={"host": host_id, "max_processes": limit},
+            )
+        self.host_counts.setdefault(host_id, 0)
+
+    def _deliver_start(
+        self, proc: Process, messages: Iterable[tuple[str, Any]], sender: Pid | None
+    ) -> None:
+        for topic, payload in messages:
+            proc.get_mailbox().deliver(topic, payload, sender)
+
+    def _wire(self, parent: Process | None, child: Process, req: SpawnRequest) -> None:
+        if parent is None:
+            return
+        if req.link:
+            self.link(parent, child.pid)
+        if req.monitor:
+            self.monitor(parent, child.pid)
+
+    def attach(self, task_context: Mapping[str, Any] | None = None) -> Process:
+        """Register the calling task (the ``open_node`` block) as a process."""
+        proc = Process(self, self.new_pid("node"), None, task_context or {})
+        self.procs[proc.pid] = proc
+        self.host_counts["node"] = self.host_counts.get("node", 0) + 1
+        return proc
+
+    def start_coroutine(self, proc: Process, fn: Callable[..., Awaitable[Any]], args: Any) -> None:
+        """Run ``fn(*args)`` as a coroutine of ``proc``; it dies with its process."""
+        scope = trio.CancelScope()
+        if proc.coros is None:
+            proc.coros = set()
+        proc.coros.add(scope)
+        self._nursery.start_soon(self._run_coroutine, proc, scope, fn, args, name="roost.coro")
+
+    # -- the trampoline: the one place exceptions become exit results ----------------------
+
+    async def _run(self, proc: Process, fn: Callable[..., Awaitable[Any]], args: Any) -> None:
+        set_current(proc)
+        value: Any = None
+        error: Error | None = None
+        try:
+            with proc.scope:
+                while True:
+                    try:
+                        value = await fn(*args)
+                        break
+                    except Upgrade as up:
+                        self._cancel_coroutines(proc)
+                        proc.entry, fn, args = up.entry, up.entry.fn, up.args
+        except Exception as exc:  # noqa: BLE001 - an error exit is a result, not a crash
+            error = Error.from_exception(exc)
+        except BaseException as exc:
+            # trio.Cancelled from outside the process (the node is being torn down) or
+            # KeyboardInterrupt: record the exit, then let it propagate.
+            reason = "node stopped" if _is_cancelled(exc) else type(exc).__name__
+            self.exit(proc, None, proc.kill_error or terminated_error(proc.pid, reason))
+            raise
+        if proc.kill_error is not None:
+            error = proc.kill_error
+        self.exit(proc, value, error)
+
+    async def _run_coroutine(
+        self, proc: Process, scope: trio.CancelScope, fn: Callable[..., Awaitable[Any]], args: Any
+    ) -> None:
+        set_current(proc)
+        try:
+            with scope:
+                await fn(*args)
+        except Exception as exc:  # noqa: BLE001 - a failing coroutine fails its process
+            self.kill(proc, Error.from_exception(exc))
+        except Upgrade:
+            self.kill(
+                proc,
+                invalid("process.upgrade must be called from the process body, not a coroutine"),
+            )
+        finally:
+            if proc.coros is not None:
+                proc.coros.discard(scope)
+
+    def _cancel_coroutines(self, proc: Process) -> None:
+        coros = proc.coros
+        if coros:
+            for scope in coros:
+                scope.cancel()
+            coros.clear()
+
+    # -- exit propagation ------------------------------------------------------------------
+
+    def exit(self, proc: Process, value: Any, error: Error | None) -> None:
+        """Record that ``proc`` ended and tell its monitors and links."""
+        if not proc.alive:
+            return
+        proc.alive = False
+        pid = proc.pid
+        del self.procs[pid]
+        self.host_counts[proc.host] -= 1
+        self.registry.release(pid)
+        self._cancel_coroutines(proc)
+        if error is not None and error.pid is None:
+            error.pid = pid
+        if proc.watchers or proc.watching or proc.links:
+            at = self.now()
+            self._notify_watchers(proc, value, error, at)
+            self._notify_links(proc, error, at)
+        if proc.exit_chans:
+            result = ExitResult(value, error)
+            for chan in proc.exit_chans:
+                chan._try_send(result)
+        if proc.mailbox is not None:
+            proc.mailbox.close()
+        if error is not None and error.kind is not ErrorKind.CANCELED:
+            entry = proc.entry.id if proc.entry is not None else "attached"
+            log.warning(
+                "process %s (%s) failed: %s",
+                pid,
+                entry,
+                error,
+                extra={"pid": str(pid), "entry": entry, "kind": error.kind.value},
+            )
+        if self._idle is not None and self.user_count() == 0:
+            self._idle.set()
+
+    def _notify_watchers(self, proc: Process, value: Any, error: Error | None, at: Any) -> None:
+        pid = proc.pid
+        for target in proc.watching or ():
+            other = self.procs.get(target)
+            if other is not None and other.watchers:
+                other.watchers.discard(pid)
+        for watcher in proc.watchers or ():
+            other = self.procs.get(watcher)
+            if other is not None:
+                if other.watching:
+                    other.watching.discard(pid)
+                self.post_event(other, Exit(pid, value, error, at))
+
+    def _notify_links(self, proc: Process, error: Error | None, at: Any) -> None:
+        pid = proc.pid
+        for linked in proc.links or ():
+            other = self.procs.get(linked)
+            if other is None:
+                continue
+            if other.links:
+                other.links.discard(pid)
+            if error is not None:
+                self.link_down(other, pid, error, at)
+
+    def link_down(self, proc: Process, dead: Pid, error: Error, at: Any) -> None:
+        """Deliver LINK_DOWN, or kill ``proc`` when it does not trap links."""
+        if proc.trap_links:
+            self.post_event(proc, LinkDown(dead, error, at))
+            return
+        self.kill(
+            proc,
+            Error(
+                f"linked process failed: {dead} exited with {error}",
+                kind=error.kind,
+                retryable=error.retryable,
+                details={"reason": "link", "linked_pid": str(dead), "cause": error.message},
+            ),
+        )
+
+    def post_event(self, proc: Process, event: Any) -> None:
+        """Queue an event on ``proc``'s events channel (never refused by the limit)."""
+        proc.get_mailbox().deliver(EVENTS, event, None, force=True)
+
+    # -- control ---------------------------------------------------------------------------
+
+    def kill(self, proc: Process, error: Error) -> None:
+        """Hard-stop ``proc``: it exits with ``error`` at its next checkpoint."""
+        if not proc.alive or proc.kill_error is not None:
+            return
+        proc.kill_error = error
+        proc.scope.cancel()
+
+    def cancel(self, proc: Process, reason: str | None) -> None:
+        """Ask ``proc`` to stop (a CANCEL event it may act on)."""
+        self.post_event(proc, Cancel(reason, self.now()))
+
+    def monitor(self, watcher: Process, dest: object) -> None:
+        """Watch ``dest``: one EXIT when it ends (at once, "noproc", if it is not alive)."""
+        pid = self.resolve(dest)
+        if pid == watcher.pid:
+            return
+        target = self.procs.get(pid)
+        if target is None:
+            self.post_event(watcher, Exit(pid, None, noproc_error(pid), self.now()))
+            return
+        if target.watchers is None:
+            target.watchers = set()
+        target.watchers.add(watcher.pid)
+        if watcher.watching is None:
+            watcher.watching = set()
+        watcher.watching.add(pid)
+
+    def unmonitor(self, watcher: Process, dest: object) -> None:
+        """Stop watching ``dest``; a no-op when not watching it."""
+        pid = self.resolve(dest)
+        if watcher.watching:
+            watcher.watching.discard(pid)
+        target = self.procs.get(pid)
+        if target is not None and target.watchers:
+            target.watchers.discard(watcher.pid)
+
+    def link(self, proc: Process, dest: object) -> None:
+        """Link both ways; linking to a dead process is a LINK_DOWN with "noproc"."""
+        pid = self.resolve(dest)
+        if pid == proc.pid:
+            return
+        other = self.procs.get(pid)
+        if other is None:
+            self.link_down(proc, pid, noproc_error(pid), self.now())
+            return
+        if proc.links is None:
+            proc.links = set()
+        if other.links is None:
+            other.links = set()
+        proc.links.add(pid)
+        other.links.add(proc.pid)
+
+    def unlink(self, proc: Process, dest: object) -> None:
+        """Remove a link; a no-op when there is none."""
+        pid = self.resolve(dest)
+        if proc.links:
+            proc.links.discard(pid)
+        other = self.procs.get(pid)
+        if other is not None and other.links:
+            other.links.discard(proc.pid)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def user_count(self) -> int:
+        """Live processes other than attached ones."""
+        return len(self.procs) - self.host_counts.get("node", 0)
+
+    async def wait_idle(self) -> None:
+        """Wait until only attached processes remain."""
+        while self.user_count() > 0:
+            self._idle = trio.Event()
+            await self._idle.wait()
+        self._idle = None
+
+    async def shutdown(self, grace: float) -> None:
+        """Cancel every process, wait up to ``grace`` seconds, then terminate the rest."""
+        self.stopping = True
+        for proc in list(self.procs.values()):
+            if proc.entry is not None:
+                self.cancel(proc, "node shutdown")
+        with trio.move_on_after(grace):
+            await self.wait_idle()
+        for proc in list(self.procs.values()):
+            if proc.entry is not None:
+                self.kill(
+                    proc, terminated_error(proc.pid, "terminated: node shutdown grace elapsed")
+                )
+        await self.wait_idle()
+
+    def exit_channel(self, proc: Process) -> Channel[ExitResult]:
+        """A channel that receives ``proc``'s ExitResult once."""
+        chan: Channel[ExitResult] = Channel(1)
+        if proc.exit_chans is None:
+            proc.exit_chans = []
+        proc.exit_chans.append(chan)
+        return chan
+
+
+def _is_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cancelled(e) for e in exc.exceptions)
+    return False

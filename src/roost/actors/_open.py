@@ -1,0 +1,207 @@
+"""``roost.open_node`` and ``roost.run``: start a node, attach the caller, shut down."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from roost._duration import Duration, parse_duration
+from roost._errors import Error, ErrorKind, invalid
+from roost._pid import Pid
+from roost.actors._app import App
+from roost.actors._node import Node
+from roost.actors._process import reset_current, set_current
+from roost.actors._spawn import exec as _exec
+
+__all__ = ["NodeHandle", "open_node", "run"]
+
+_DURABILITY = ("sync", "fast")
+_FORBIDDEN = frozenset("{}|@: ")
+
+
+class NodeHandle:
+    """What ``open_node`` yields: the node's identity and inspection calls."""
+
+    def __init__(self, node: Node, data_dir: Path, pid: Pid) -> None:
+        self._node = node
+        self.data_dir = data_dir
+        self._pid = pid
+
+    @property
+    def pid(self) -> Pid:
+        """The PID of the attached (calling) task."""
+        return self._pid
+
+    @property
+    def name(self) -> str:
+        """The node name."""
+        return self._node.name
+
+    @property
+    def incarnation(self) -> int:
+        """How many times a node has started on this data directory (this one included)."""
+        return self._node.incarnation
+
+    @property
+    def app(self) -> App:
+        """The app this node runs."""
+        return self._node.app
+
+    def process_count(self) -> int:
+        """Live processes, the attached one included."""
+        return len(self._node.procs)
+
+    def __repr__(self) -> str:
+        return f"<roost node {self.name!r} incarnation={self.incarnation} dir={self.data_dir}>"
+
+
+def _check_node_name(name: object) -> str:
+    if not isinstance(name, str) or not name or any(ch in _FORBIDDEN for ch in name):
+        raise invalid(
+            f"node name must be a non-empty string without '{{}}|@: ' characters, got {name!r}"
+        )
+    return name
+
+
+def _next_incarnation(data_dir: Path) -> int:
+    """Bump and persist the incarnation counter, so PIDs are never reused after a restart.
+
+    Written to a temporary file, fsynced and renamed over the old one: a crash leaves
+    either the old or the new value, never a torn one.
+    """
+    path = data_dir / "INCARNATION"
+    try:
+        current = int(path.read_text(encoding="ascii").strip() or "0")
+    except FileNotFoundError:
+        current = 0
+    except ValueError as exc:
+        raise Error(
+            f"{path} is corrupt (not a number); restore it or remove the data directory",
+            kind=ErrorKind.INTERNAL,
+        ) from exc
+    nxt = current + 1
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="ascii") as fh:
+        fh.write(f"{nxt}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+    return nxt
+
+
+@asynccontextmanager
+async def open_node(
+    app: App,
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    name: str = "local",
+    durability: str = "sync",
+    shutdown_grace: Duration = "10s",
+) -> AsyncIterator[NodeHandle]:
+    """Start a node; inside the block the calling task is itself a process.
+
+    On exit every process gets a CANCEL ("node shutdown"); those still running after
+    ``shutdown_grace`` are terminated.
+
+    Args:
+        app: the entries this node runs.
+        data_dir: where durable state lives; None for a fresh temporary directory.
+        name: the node name ("local" keeps PIDs short: ``{host|id}``).
+        durability: "sync" (fsync every commit) or "fast" (no fsync).
+        shutdown_grace: how long processes get to stop after the CANCEL.
+
+    Raises:
+        roost.Error: kind Invalid for a bad argument, before anything starts.
+    """
+    if not isinstance(app, App):
+        raise invalid(f"open_node needs a roost.App, got {type(app).__name__}")
+    _check_node_name(name)
+    if durability not in _DURABILITY:
+        raise invalid(f"durability must be 'sync' or 'fast', got {durability!r}")
+    grace = parse_duration(shutdown_grace, what="shutdown_grace")
+    temp = data_dir is None
+    path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else Path(data_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        incarnation = _next_incarnation(path)
+        async with _running(app, name, incarnation, grace, path) as handle:
+            yield handle
+    finally:
+        if temp:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@asynccontextmanager
+async def _running(
+    app: App, name: str, incarnation: int, grace: float, path: Path
+) -> AsyncIterator[NodeHandle]:
+    body_error: BaseException | None = None
+    async with trio.open_nursery() as system:
+        async with trio.open_nursery() as nursery:
+            node = Node(app, name, incarnation, nursery)
+            system.start_soon(node.timers.run, name="roost.timers")
+            attached = node.attach()
+            handle = NodeHandle(node, path, attached.pid)
+            token = set_current(attached)
+            try:
+                with attached.scope:
+                    yield handle
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, outside nurseries
+                body_error = exc
+            finally:
+                reset_current(token)
+            killed = attached.kill_error
+            _exit_attached(node, attached, body_error)
+            with trio.CancelScope(shield=body_error is not None):
+                await node.shutdown(0 if _is_cancel(body_error) else grace)
+        system.cancel_scope.cancel()
+    if body_error is not None:
+        raise body_error
+    if killed is not None:
+        raise killed.clone()
+
+
+def _exit_attached(node: Node, attached: Any, body_error: BaseException | None) -> None:
+    if attached.kill_error is not None:
+        node.exit(attached, None, attached.kill_error)
+    elif body_error is not None and not _is_cancel(body_error):
+        node.exit(attached, None, Error.from_exception(body_error))
+    else:
+        node.exit(attached, None, None)
+
+
+def _is_cancel(exc: BaseException | None) -> bool:
+    return isinstance(exc, trio.Cancelled)
+
+
+def run(
+    app: App,
+    entry: Any,
+    *args: Any,
+    data_dir: str | os.PathLike[str] | None = None,
+    name: str = "local",
+    durability: str = "sync",
+    shutdown_grace: Duration = "10s",
+    clock: trio.abc.Clock | None = None,
+) -> Any:
+    """Start a node, run ``entry`` with ``args`` to completion, shut down, return its value.
+
+    Raises:
+        roost.Error: the entry's error.
+    """
+
+    async def main() -> Any:
+        async with open_node(
+            app, data_dir, name=name, durability=durability, shutdown_grace=shutdown_grace
+        ):
+            return await _exec(entry, *args)
+
+    runner: Callable[..., Any] = trio.run
+    return runner(main, clock=clock)

@@ -1,0 +1,240 @@
+"""``process.spawn*`` / ``exec`` and the immutable ``Spawner`` builder."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import trio
+
+from roost._errors import invalid
+from roost._pid import Pid
+from roost.actors._node import SpawnRequest, terminated_error
+from roost.actors._process import current_process
+from roost.mailbox._mailbox import check_topic
+
+__all__ = [
+    "PROCESS_OPTIONS",
+    "WORKFLOW_OPTIONS",
+    "Spawner",
+    "exec",
+    "spawn",
+    "spawn_linked",
+    "spawn_linked_monitored",
+    "spawn_monitored",
+    "with_context",
+    "with_options",
+]
+
+PROCESS_OPTIONS: Final = frozenset({"name", "host", "mailbox_limit", "trap_links"})
+WORKFLOW_OPTIONS: Final = frozenset(
+    {
+        "id",
+        "task_queue",
+        "execution_timeout",
+        "run_timeout",
+        "task_timeout",
+        "id_conflict_policy",
+        "id_reuse_policy",
+        "execution_error_when_already_started",
+        "retry_policy",
+        "cron_schedule",
+        "memo",
+        "search_attributes",
+        "start_delay",
+        "parent_close_policy",
+        "summary",
+        "details",
+    }
+)
+_PREFIXES: Final = ("temporal.workflow.", "workflow.", "process.")
+
+
+def _canonical_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise invalid(f"option keys must be non-empty strings, got {key!r}")
+    for prefix in _PREFIXES:
+        if key.startswith(prefix):
+            short = key[len(prefix) :]
+            allowed = PROCESS_OPTIONS if prefix == "process." else WORKFLOW_OPTIONS
+            if short in allowed:
+                return short
+            break
+    if key in PROCESS_OPTIONS or key in WORKFLOW_OPTIONS:
+        return key
+    known = ", ".join(sorted(PROCESS_OPTIONS | WORKFLOW_OPTIONS))
+    raise invalid(f"unknown spawn option {key!r}; known options: {known}", option=key)
+
+
+def _check_process_options(entry_id: str, options: Mapping[str, Any]) -> None:
+    for key, value in options.items():
+        if key not in PROCESS_OPTIONS:
+            raise invalid(
+                f"option {key!r} applies to workflows, but {entry_id!r} is a plain process",
+                option=key,
+                entry=entry_id,
+            )
+        if (
+            key == "mailbox_limit"
+            and value is not None
+            and (isinstance(value, bool) or not isinstance(value, int) or value < 1)
+        ):
+            raise invalid(f"mailbox_limit must be an int >= 1 or None, got {value!r}")
+        if key == "trap_links" and not isinstance(value, bool):
+            raise invalid(f"trap_links must be a bool, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Spawner:
+    """An immutable spawn configuration: every ``with_*`` returns a new Spawner."""
+
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    context: Mapping[str, Any] = attrs.field(factory=dict)
+    name: str | None = None
+    messages: tuple[tuple[str, Any], ...] = ()
+
+    def with_options(self, mapping: Mapping[str, Any] | None = None, **opts: Any) -> Spawner:
+        """Merge spawn options (later keys win); Wippy-style prefixed keys are accepted."""
+        merged = dict(self.options)
+        for key, value in {**(mapping or {}), **opts}.items():
+            merged[_canonical_key(key)] = value
+        return attrs.evolve(self, options=merged)
+
+    def with_context(self, mapping: Mapping[str, Any]) -> Spawner:
+        """Merge context values, readable with ``ctx.get`` in the child and its children."""
+        if not isinstance(mapping, Mapping):
+            raise invalid(f"with_context takes a mapping, got {type(mapping).__name__}")
+        for key in mapping:
+            if not isinstance(key, str):
+                raise invalid(f"context keys must be strings, got {key!r}")
+        return attrs.evolve(self, context={**self.context, **mapping})
+
+    def with_name(self, name: str) -> Spawner:
+        """Spawn-or-signal under ``name``: if it is taken, the holder gets the messages."""
+        if not isinstance(name, str) or not name:
+            raise invalid(f"with_name takes a non-empty string, got {name!r}")
+        return attrs.evolve(self, name=name)
+
+    def with_message(self, topic: str, payload: Any = None) -> Spawner:
+        """Queue a start message, delivered before the process runs."""
+        check_topic(topic)
+        return attrs.evolve(self, messages=(*self.messages, (topic, payload)))
+
+    async def spawn(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+        """Start ``entry`` with ``args``; returns its PID."""
+        return await self._start(entry, args, host, link=False, monitor=False)
+
+    async def spawn_monitored(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+        """Start ``entry`` and monitor it (its EXIT arrives on ``events()``)."""
+        return await self._start(entry, args, host, link=False, monitor=True)
+
+    async def spawn_linked(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+        """Start ``entry`` linked to the caller."""
+        return await self._start(entry, args, host, link=True, monitor=False)
+
+    async def spawn_linked_monitored(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+        """Start ``entry`` linked to and monitored by the caller."""
+        return await self._start(entry, args, host, link=True, monitor=True)
+
+    async def exec(self, entry: Any, *args: Any, host: str | None = None) -> Any:
+        """Start ``entry``, wait for it to end, and return its value or raise its error.
+
+        If the caller is cancelled while waiting, the child is terminated.
+        """
+        await trio.lowlevel.checkpoint()
+        parent = current_process("process.exec")
+        node = parent.node
+        pid = self._spawn_now(parent, entry, args, host, link=False, monitor=False)
+        child = node.procs.get(pid)
+        if child is None:  # it ended before we could watch it (cannot happen in one step)
+            raise invalid(f"process {pid} ended before exec could wait for it")
+        chan = node.exit_channel(child)
+        try:
+            result = await chan.receive()
+        except BaseException:
+            node.kill(child, terminated_error(pid, "terminated: exec caller was cancelled"))
+            raise
+        if result.error is not None:
+            raise result.error.clone()
+        return result.value
+
+    async def _start(
+        self, entry: Any, args: tuple[Any, ...], host: str | None, *, link: bool, monitor: bool
+    ) -> Pid:
+        await trio.lowlevel.checkpoint()
+        parent = current_process("process.spawn")
+        return self._spawn_now(parent, entry, args, host, link=link, monitor=monitor)
+
+    def _spawn_now(
+        self,
+        parent: Any,
+        entry: Any,
+        args: tuple[Any, ...],
+        host: str | None,
+        *,
+        link: bool,
+        monitor: bool,
+    ) -> Pid:
+        node = parent.node
+        resolved = node.app.resolve(entry)
+        if self is _DEFAULT and host is None:
+            return node.spawn(parent, resolved, args, _PLAIN[link, monitor])  # type: ignore[no-any-return]
+        _check_process_options(resolved.id, self.options)
+        opts = self.options
+        req = SpawnRequest(
+            host=host if host is not None else opts.get("host"),
+            name=self.name if self.name is not None else opts.get("name"),
+            messages=self.messages,
+            context=self.context,
+            link=link,
+            monitor=monitor,
+            mailbox_limit=opts.get("mailbox_limit"),
+            trap_links=bool(opts.get("trap_links", False)),
+        )
+        pid: Pid = node.spawn(parent, resolved, args, req)
+        return pid
+
+
+_DEFAULT = Spawner()
+# The common case (no options, default host) reuses one request per link/monitor pair.
+_PLAIN = {
+    (link, monitor): SpawnRequest(link=link, monitor=monitor)
+    for link in (False, True)
+    for monitor in (False, True)
+}
+
+
+async def spawn(entry: Any, *args: Any, host: str | None = None) -> Pid:
+    """Start a process; returns its PID."""
+    return await _DEFAULT.spawn(entry, *args, host=host)
+
+
+async def spawn_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:
+    """Start a process and monitor it."""
+    return await _DEFAULT.spawn_monitored(entry, *args, host=host)
+
+
+async def spawn_linked(entry: Any, *args: Any, host: str | None = None) -> Pid:
+    """Start a process linked to the caller."""
+    return await _DEFAULT.spawn_linked(entry, *args, host=host)
+
+
+async def spawn_linked_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:
+    """Start a process linked to and monitored by the caller."""
+    return await _DEFAULT.spawn_linked_monitored(entry, *args, host=host)
+
+
+async def exec(entry: Any, *args: Any, host: str | None = None) -> Any:  # noqa: A001 - API name
+    """Start a process, wait for it, return its value or raise its error."""
+    return await _DEFAULT.exec(entry, *args, host=host)
+
+
+def with_options(mapping: Mapping[str, Any] | None = None, **opts: Any) -> Spawner:
+    """A Spawner with these options."""
+    return _DEFAULT.with_options(mapping, **opts)
+
+
+def with_context(mapping: Mapping[str, Any]) -> Spawner:
+    """A Spawner with these context values."""
+    return _DEFAULT.with_context(mapping)

@@ -1,0 +1,334 @@
+"""Go-style channels and ``select``, as plain state plus a pluggable parking backend."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from roost._errors import ChannelClosed, invalid
+from roost.mailbox._backend import Waiter, current_backend
+
+__all__ = ["UNBOUNDED", "Case", "Channel", "Selected", "new", "select"]
+
+T = TypeVar("T")
+UNBOUNDED = sys.maxsize
+
+# Queue entries: receivers are (waiter, case index); senders (waiter, case index, value).
+_RecvEntry = tuple[Waiter, int]
+_SendEntry = tuple[Waiter, int, Any]
+
+
+class Channel(Generic[T]):
+    """A Go-style channel: unbuffered (rendezvous) by default, or buffered.
+
+    ``await ch.send(v)`` blocks until a receiver takes ``v`` (or buffer space frees up);
+    ``await ch.receive()`` blocks until a value arrives and raises ``roost.ChannelClosed``
+    once the channel is closed and drained. Values buffered before ``close()`` stay
+    readable. Select over channels with ``channel.select``.
+    """
+
+    __slots__ = ("_buf", "_closed", "_recvq", "_sendq", "_size")
+
+    def __init__(self, size: int = 0) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise invalid(f"channel size must be an int >= 0, got {size!r}")
+        self._size = size
+        # Created on first use: most channels never hold a waiting sender, and an idle
+        # process's inbox should cost as little memory as possible.
+        self._buf: deque[T] | None = None
+        self._recvq: list[_RecvEntry] | None = None
+        self._sendq: list[_SendEntry] | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        size = "unbounded" if self._size == UNBOUNDED else str(self._size)
+        state = "closed" if self._closed else "open"
+        return f"<roost.Channel size={size} buffered={len(self)} {state}>"
+
+    def __len__(self) -> int:
+        """Number of values buffered now."""
+        return len(self._buf) if self._buf else 0
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has been called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the channel: blocked senders fail, blocked receivers see it closed.
+
+        Closing twice is a no-op.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        recvq, self._recvq = self._recvq, None
+        sendq, self._sendq = self._sendq, None
+        for waiter, index in recvq or ():
+            if not waiter.done:
+                _complete(waiter, index, None, ok=False)
+        for waiter, index, _value in sendq or ():
+            if not waiter.done:
+                _complete(waiter, index, None, ok=False)
+
+    def case_send(self, value: T) -> Case:
+        """A select case that sends ``value``."""
+        return Case(channel=self, is_send=True, value=value)
+
+    def case_receive(self) -> Case:
+        """A select case that receives a value."""
+        return Case(channel=self, is_send=False)
+
+    async def send(self, value: T) -> None:
+        """Send ``value``; blocks until it is taken or buffered.
+
+        Raises:
+            roost.ChannelClosed: the channel is (or becomes) closed.
+        """
+        backend = current_backend()
+        await backend.checkpoint_if_cancelled()
+        if self._try_send(value):
+            await backend.cancel_shielded_checkpoint()
+            return
+        waiter = backend.new_waiter()
+        entry = (waiter, 0, value)
+        self._send_queue().append(entry)
+        try:
+            await backend.park(waiter)
+        except BaseException:
+            _discard(self._sendq, entry)
+            raise
+        if not waiter.ok:
+            raise ChannelClosed("send on a closed channel")
+
+    async def receive(self) -> T:
+        """Receive the next value.
+
+        Raises:
+            roost.ChannelClosed: the channel is closed and drained.
+        """
+        # Kept in one frame (no helper coroutine): an idle process sits here, and every
+        # coroutine frame on its stack costs memory.
+        backend = current_backend()
+        await backend.checkpoint_if_cancelled()
+        polled = self._try_receive()
+        if polled is not None:
+            await backend.cancel_shielded_checkpoint()
+            value, ok = polled
+        else:
+            waiter = backend.new_waiter()
+            entry = (waiter, 0)
+            self._recv_queue().append(entry)
+            try:
+                await backend.park(waiter)
+            except BaseException:
+                _discard(self._recvq, entry)
+                raise
+            value, ok = waiter.value, waiter.ok
+        if not ok:
+            raise ChannelClosed("receive on a closed and drained channel")
+        return value  # type: ignore[no-any-return]
+
+    def __aiter__(self) -> Channel[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return await self.receive()
+        except ChannelClosed:
+            raise StopAsyncIteration from None
+
+    # -- non-blocking core, shared by send/receive/select and the mailbox ----------------
+
+    def _try_send(self, value: Any) -> bool:
+        """Hand ``value`` to a waiting receiver or buffer it; False if it must wait."""
+        if self._closed:
+            raise ChannelClosed("send on a closed channel")
+        recvq = self._recvq
+        while recvq:
+            waiter, index = recvq.pop(0)  # waiter queues hold one or two entries
+            if not waiter.done:
+                _complete(waiter, index, value, ok=True)
+                return True
+        if self._size:
+            buf = self._buf
+            if buf is None:
+                buf = self._buf = deque()
+            if len(buf) < self._size:
+                buf.append(value)
+                return True
+        return False
+
+    def _try_receive(self) -> tuple[Any, bool] | None:
+        """Take a value (value, True), see the close (None, False), or None to wait."""
+        buf = self._buf
+        if buf:
+            value = buf.popleft()
+            sender = self._pop_sender()
+            if sender is not None:
+                buf.append(sender[2])
+                _complete(sender[0], sender[1], None, ok=True)
+            return value, True
+        sender = self._pop_sender()
+        if sender is not None:
+            _complete(sender[0], sender[1], None, ok=True)
+            return sender[2], True
+        if self._closed:
+            return None, False
+        return None
+
+    def _send_queue(self) -> list[_SendEntry]:
+        sendq = self._sendq
+        if sendq is None:
+            sendq = self._sendq = []
+        return sendq
+
+    def _recv_queue(self) -> list[_RecvEntry]:
+        recvq = self._recvq
+        if recvq is None:
+            recvq = self._recvq = []
+        return recvq
+
+    def _pop_sender(self) -> _SendEntry | None:
+        sendq = self._sendq
+        while sendq:
+            entry = sendq.pop(0)
+            if not entry[0].done:
+                return entry
+        return None
+
+    def _drain(self) -> list[Any]:
+        """Remove and return every buffered value (used when a subscription is dropped)."""
+        buf = self._buf
+        if not buf:
+            return []
+        values = list(buf)
+        buf.clear()
+        return values
+
+
+def _complete(waiter: Waiter, index: int, value: Any, *, ok: bool) -> None:
+    waiter.done = True
+    waiter.index = index
+    waiter.value = value
+    waiter.ok = ok
+    waiter.wake()
+
+
+def _discard(queue: list[Any] | None, entry: Any) -> None:
+    if not queue:
+        return
+    for i, item in enumerate(queue):
+        if item is entry:
+            del queue[i]
+            return
+
+
+@attrs.frozen(kw_only=True)
+class Case:
+    """One arm of a ``select``: a send of ``value`` or a receive on ``channel``."""
+
+    channel: Channel[Any]
+    is_send: bool
+    value: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class Selected:
+    """The outcome of ``select``.
+
+    Attributes:
+        channel: the channel whose case won (None for ``default``).
+        value: the received value (None for a send case or a closed channel).
+        ok: False when the winning receive saw a closed, drained channel.
+        default: True when no case was ready and ``default=True`` was given.
+        index: the position of the winning case among the arguments (-1 for default).
+    """
+
+    channel: Channel[Any] | None
+    value: Any = None
+    ok: bool = True
+    default: bool = False
+    index: int = -1
+
+
+def new(size: int = 0) -> Channel[Any]:
+    """Create a channel; unbuffered (rendezvous) by default."""
+    return Channel(size)
+
+
+def _normalise(cases: tuple[Case | Channel[Any], ...]) -> list[Case]:
+    out: list[Case] = []
+    for case in cases:
+        if isinstance(case, Case):
+            out.append(case)
+        elif isinstance(case, Channel):
+            out.append(Case(channel=case, is_send=False))
+        else:
+            raise invalid(
+                "select takes cases made with ch.case_receive() / ch.case_send(v) "
+                f"(or channels, meaning receive); got {type(case).__name__}"
+            )
+    return out
+
+
+def _poll(cases: list[Case]) -> Selected | None:
+    for index, case in enumerate(cases):
+        chan = case.channel
+        if case.is_send:
+            if chan._try_send(case.value):
+                return Selected(channel=chan, ok=True, index=index)
+        else:
+            polled = chan._try_receive()
+            if polled is not None:
+                return Selected(channel=chan, value=polled[0], ok=polled[1], index=index)
+    return None
+
+
+async def select(*cases: Case | Channel[Any], default: bool = False) -> Selected:
+    """Wait for the first ready case; ready cases win in argument order.
+
+    Args:
+        cases: ``ch.case_receive()``, ``ch.case_send(v)``, or a channel (a receive).
+        default: return at once with ``Selected(default=True)`` when nothing is ready.
+
+    Raises:
+        roost.ChannelClosed: a send case's channel is closed.
+        roost.Error: kind Invalid, for no cases and no default, or a non-case argument.
+    """
+    arms = _normalise(cases)
+    if not arms and not default:
+        raise invalid("select needs at least one case, or default=True")
+    backend = current_backend()
+    await backend.checkpoint_if_cancelled()
+    ready = _poll(arms)
+    if ready is not None or default:
+        await backend.cancel_shielded_checkpoint()
+        return ready or Selected(channel=None, default=True, ok=True)
+    waiter = backend.new_waiter()
+    entries: list[tuple[Channel[Any], Any]] = []
+    for index, case in enumerate(arms):
+        chan = case.channel
+        if case.is_send:
+            send_entry: _SendEntry = (waiter, index, case.value)
+            chan._send_queue().append(send_entry)
+            entries.append((chan, send_entry))
+        else:
+            recv_entry: _RecvEntry = (waiter, index)
+            chan._recv_queue().append(recv_entry)
+            entries.append((chan, recv_entry))
+    try:
+        await backend.park(waiter)
+    finally:
+        for chan, entry in entries:
+            # close() may have replaced the queues; the entry is then already gone.
+            _discard(chan._sendq if len(entry) == 3 else chan._recvq, entry)
+    winner = arms[waiter.index]
+    if winner.is_send:
+        if not waiter.ok:
+            raise ChannelClosed("select sent on a channel that was closed")
+        return Selected(channel=winner.channel, ok=True, index=waiter.index)
+    return Selected(channel=winner.channel, value=waiter.value, ok=waiter.ok, index=waiter.index)

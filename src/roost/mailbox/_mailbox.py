@@ -1,0 +1,230 @@
+"""A process's mailbox: exact-topic routing, inbox fallback, retention, optional limit.
+
+Pure state: no scheduler. Each subscription is an unbounded channel, so routing a message
+never blocks and per-sender order is the order of ``deliver`` calls. A message whose topic
+has a subscription goes there; otherwise to the inbox if it exists; otherwise it is kept,
+in arrival order, until a matching ``listen`` or the ``inbox`` takes it. Nothing is dropped:
+a dropped subscription hands its unread messages back for re-routing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Final
+
+import attrs
+
+from roost._errors import Error, ErrorKind, invalid
+from roost._pid import Pid
+from roost.mailbox._channel import UNBOUNDED, Channel
+
+__all__ = ["EVENTS", "INBOX", "Mailbox", "Message", "check_topic"]
+
+INBOX: Final = "@inbox"
+EVENTS: Final = "@events"
+
+
+@attrs.frozen(slots=True)
+class Message:
+    """A message as the inbox (or ``listen(topic, message=True)``) delivers it.
+
+    Attributes:
+        topic: the topic it was sent on.
+        payload: the value sent.
+        sender: the sending process's PID, or None.
+    """
+
+    topic: str
+    payload: Any = None
+    sender: Pid | None = None
+
+
+def check_topic(topic: object) -> str:
+    """Validate a user topic: a non-empty string not starting with '@'."""
+    if not isinstance(topic, str) or not topic:
+        raise invalid(f"a topic must be a non-empty string, got {topic!r}")
+    if topic[0] == "@":
+        raise invalid(
+            f"topic {topic!r} is reserved: topics starting with '@' belong to roost "
+            "(use process.inbox() / process.events() to read them)",
+            topic=topic,
+        )
+    return topic
+
+
+class _SubChannel(Channel[Any]):
+    """An unbounded channel that knows the topic it serves and what it delivers."""
+
+    __slots__ = ("message", "topic")
+
+    def __init__(self, topic: str, message: bool) -> None:
+        super().__init__(UNBOUNDED)
+        self.topic = topic
+        self.message = message
+
+
+class Mailbox:
+    """Routing state for one process.
+
+    Args:
+        limit: the most messages (and events) it may hold unread; None for no limit.
+        owner: the PID, used in error messages.
+    """
+
+    __slots__ = ("_events", "_inbox", "_pending", "_topics", "limit", "owner")
+
+    def __init__(self, limit: int | None = None, owner: Pid | None = None) -> None:
+        self._inbox: _SubChannel | None = None
+        self._events: _SubChannel | None = None
+        self._topics: dict[str, _SubChannel] | None = None
+        self._pending: deque[Message] | None = None
+        self.limit = limit
+        self.owner = owner
+
+    # -- delivery ------------------------------------------------------------------------
+
+    def deliver(self, topic: str, payload: Any, sender: Pid | None, *, force: bool = False) -> None:
+        """Route one message (or, on topic EVENTS, one event).
+
+        Args:
+            topic: the message topic, or EVENTS for an event.
+            payload: the value.
+            sender: who sent it.
+            force: bypass the limit (events, and messages handed back for re-routing).
+
+        Raises:
+            roost.Error: kind LimitExceeded when the mailbox is full; nothing is queued.
+        """
+        if self.limit is not None and not force and self.unread() >= self.limit:
+            raise Error(
+                f"mailbox of {self.owner} is full ({self.limit} unread messages); the "
+                "receiver is not keeping up: read faster or raise its mailbox_limit",
+                kind=ErrorKind.LIMIT_EXCEEDED,
+                retryable=True,
+                details={"limit": self.limit},
+                pid=self.owner,
+            )
+        sub = self._route(topic)
+        if sub is None:
+            pending = self._pending
+            if pending is None:
+                pending = self._pending = deque()
+            pending.append(Message(topic, payload, sender))
+        elif sub._closed:
+            self._drop(sub)
+            self.deliver(topic, payload, sender, force=True)
+        else:
+            sub._try_send(Message(topic, payload, sender) if sub.message else payload)
+
+    def _route(self, topic: str) -> _SubChannel | None:
+        if topic == EVENTS:
+            return self._events
+        topics = self._topics
+        if topics is not None:
+            sub = topics.get(topic)
+            if sub is not None:
+                return sub
+        return self._inbox
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(self, topic: str, *, message: bool) -> Channel[Any]:
+        """Return the channel for ``topic`` (INBOX and EVENTS included), making it once."""
+        sub = self._get(topic)
+        if sub is not None and not sub._closed:
+            if sub.message != message:
+                raise invalid(
+                    f"topic {topic!r} is already listened to with message={sub.message}; "
+                    "unlisten it first to change how it is delivered",
+                    topic=topic,
+                )
+            return sub
+        if sub is not None:
+            self._drop(sub)
+        sub = _SubChannel(topic, message)
+        self._set(topic, sub)
+        self._claim_pending(sub)
+        return sub
+
+    def unsubscribe(self, channel: Channel[Any]) -> bool:
+        """Drop the subscription that owns ``channel``; its unread messages are re-routed.
+
+        Returns True if a subscription was dropped.
+        """
+        if isinstance(channel, _SubChannel) and self._get(channel.topic) is channel:
+            self._drop(channel)
+            return True
+        return False
+
+    def subscription(self, topic: str) -> Channel[Any] | None:
+        """The channel subscribed to ``topic``, if any."""
+        return self._get(topic)
+
+    def unread(self) -> int:
+        """Messages and events held: queued unrouted, or buffered in a subscription."""
+        held = len(self._pending) if self._pending else 0
+        for sub in self._subs():
+            held += len(sub)
+        return held
+
+    def pending(self) -> list[Message]:
+        """Messages (and events) that no subscription has taken yet, oldest first."""
+        return list(self._pending) if self._pending else []
+
+    def close(self) -> None:
+        """Close every subscription channel (the owner has exited)."""
+        for sub in self._subs():
+            sub.close()
+        self._inbox = self._events = None
+        self._topics = None
+        self._pending = None
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _subs(self) -> list[_SubChannel]:
+        subs = list(self._topics.values()) if self._topics else []
+        if self._inbox is not None:
+            subs.append(self._inbox)
+        if self._events is not None:
+            subs.append(self._events)
+        return subs
+
+    def _get(self, topic: str) -> _SubChannel | None:
+        if topic == INBOX:
+            return self._inbox
+        if topic == EVENTS:
+            return self._events
+        return self._topics.get(topic) if self._topics else None
+
+    def _set(self, topic: str, sub: _SubChannel | None) -> None:
+        if topic == INBOX:
+            self._inbox = sub
+        elif topic == EVENTS:
+            self._events = sub
+        elif sub is not None:
+            if self._topics is None:
+                self._topics = {}
+            self._topics[topic] = sub
+        elif self._topics:
+            self._topics.pop(topic, None)
+
+    def _claim_pending(self, sub: _SubChannel) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        keep: deque[Message] = deque()
+        for msg in pending:
+            if self._route(msg.topic) is sub:
+                sub._try_send(msg if sub.message else msg.payload)
+            else:
+                keep.append(msg)
+        self._pending = keep or None
+
+    def _drop(self, sub: _SubChannel) -> None:
+        self._set(sub.topic, None)
+        leftovers = sub._drain()
+        sub.close()
+        for item in leftovers:
+            # A payload-only subscription kept no sender; the topic is its own.
+            msg = item if sub.message else Message(sub.topic, item, None)
+            self.deliver(msg.topic, msg.payload, msg.sender, force=True)

@@ -1,0 +1,61 @@
+"""``roost.process``: spawn, message, monitor, link and name processes."""
+
+from roost.actors._api import (
+    Receipt,
+    cancel,
+    events,
+    get_options,
+    id,  # noqa: A004 - the API mirrors Wippy's process.id()
+    inbox,
+    link,
+    listen,
+    monitor,
+    pid,
+    registry,
+    send,
+    set_options,
+    terminate,
+    unlink,
+    unlisten,
+    unmonitor,
+    upgrade,
+)
+from roost.actors._spawn import (
+    Spawner,
+    exec,  # noqa: A004 - the API mirrors Wippy's process.exec()
+    spawn,
+    spawn_linked,
+    spawn_linked_monitored,
+    spawn_monitored,
+    with_context,
+    with_options,
+)
+
+__all__ = [
+    "Receipt",
+    "Spawner",
+    "cancel",
+    "events",
+    "exec",
+    "get_options",
+    "id",
+    "inbox",
+    "link",
+    "listen",
+    "monitor",
+    "pid",
+    "registry",
+    "send",
+    "set_options",
+    "spawn",
+    "spawn_linked",
+    "spawn_linked_monitored",
+    "spawn_monitored",
+    "terminate",
+    "unlink",
+    "unlisten",
+    "unmonitor",
+    "upgrade",
+    "with_context",
+    "with_options",
+]

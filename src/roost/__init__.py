@@ -1,6 +1,6 @@
 """roost: an Erlang/Wippy-style process runtime for Python on trio."""
 
-from roost import channel, coroutine, ctx, funcs, process
+from roost import channel, coroutine, ctx, funcs, process, supervisor
 from roost._duration import Duration
 from roost._errors import ChannelClosed, Error, ErrorKind, NondeterminismError
 from roost._pid import Pid
@@ -51,6 +51,7 @@ __all__ = [
     "random_bytes",
     "run",
     "sleep",
+    "supervisor",
     "ticker",
     "uuid4",
     "uuid7",

@@ -298,7 +298,7 @@ async def test_register_for_dead_pid_is_not_found():
         assert info.value.kind is roost.ErrorKind.NOT_FOUND
 
 
-async def test_host_limit():
+async def test_host_limit(autojump_clock):
     async with roost.open_node(app):
         a = await process.spawn("lm:blocked_receiver", host="lm:small")
         await process.spawn("lm:blocked_receiver", host="small")

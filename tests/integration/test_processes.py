@@ -251,7 +251,7 @@ async def test_with_name_is_spawn_or_signal():
         assert [m.payload for m in ev.value] == ["hello", "hello"]
 
 
-async def test_spawn_or_signal_race_spawns_one():
+async def test_spawn_or_signal_race_spawns_one(autojump_clock):
     pids = []
 
     async def racer():
@@ -287,7 +287,7 @@ async def test_unknown_spawn_options_are_invalid():
             await process.with_options(mailbox_limit=0).spawn("t:waiter")
 
 
-async def test_mailbox_limit_refuses_instead_of_dropping():
+async def test_mailbox_limit_refuses_instead_of_dropping(autojump_clock):
     async with roost.open_node(app):
         pid = await process.with_options(mailbox_limit=2).spawn("t:collector", "never", 1)
         process.send(pid, "a", 1)

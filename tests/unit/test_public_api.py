@@ -45,6 +45,7 @@ TOP_LEVEL = {
     "random_bytes",
     "run",
     "sleep",
+    "supervisor",
     "ticker",
     "uuid4",
     "uuid7",

@@ -206,7 +206,7 @@ async def upgrade(entry: Any = None, *args: Any) -> None:
         target = proc.entry
     else:
         target = proc.node.app.resolve(entry)
-    if target.kind.value != "process":
+    if target.kind.value not in ("process", "supervisor"):
         raise invalid(f"process.upgrade needs a process entry; {target.id!r} is not one")
     raise Upgrade(target, args)
 
@@ -284,6 +284,7 @@ async def funcs_call(entry: Any, *args: Any) -> Any:
     Raises:
         roost.Error: the activity's error; a plain exception arrives as kind Internal.
     """
+    await trio.lowlevel.checkpoint()
     proc = current_process("funcs.call")
     resolved = proc.node.app.resolve(entry)
     if resolved.kind.value != "activity":

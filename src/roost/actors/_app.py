@@ -23,6 +23,7 @@ class EntryKind(enum.StrEnum):
 
     PROCESS = "process"
     ACTIVITY = "activity"
+    SUPERVISOR = "supervisor"
 
 
 @attrs.frozen(kw_only=True)
@@ -42,6 +43,26 @@ class HostSpec:
 
     id: str
     max_processes: int | None = None
+
+
+# Entry kinds implemented above this layer (supervisors, later workflows) plug in here, so
+# that ``app.supervisor(...)`` can live on App while imports still point down only.
+_EXTENSIONS: dict[str, Callable[..., Any]] = {}
+
+
+def register_extension(name: str, declare: Callable[..., Any]) -> None:
+    """Install the declaration function behind ``App.<name>(...)``."""
+    _EXTENSIONS[name] = declare
+
+
+def _extension(name: str) -> Callable[..., Any]:
+    declare = _EXTENSIONS.get(name)
+    if declare is None:
+        raise Error(
+            f"app.{name}() needs roost.{name.rsplit('_', maxsplit=1)[-1]} loaded: import roost",
+            kind=ErrorKind.INVALID_STATE,
+        )
+    return declare
 
 
 def _check_name(what: str, name: object) -> str:
@@ -114,6 +135,23 @@ class App:
     ) -> Any:
         """Register a function (sync or async) as an activity, called with ``funcs.call``."""
         return self._decorate(fn, EntryKind.ACTIVITY, name, options, need_async=False)
+
+    def supervisor(self, name_or_fn: Any = None, /, **options: Any) -> Any:
+        """Declare a supervisor entry ``"<app>:<name>"``.
+
+        ``app.supervisor("root", children=[...], strategy="one_for_one", intensity=1,
+        period="5s")``, or as a decorator on a function that returns the children (called
+        with the spawn arguments when the supervisor starts).
+        """
+        return _extension("supervisor")(self, name_or_fn, **options)
+
+    def dynamic_supervisor(self, name: str, /, **options: Any) -> Any:
+        """Declare a dynamic supervisor, whose children come from one template.
+
+        ``app.dynamic_supervisor("pool", template=supervisor.child("w", "app:worker"))``;
+        children are added at run time with ``supervisor.start_child``.
+        """
+        return _extension("dynamic_supervisor")(self, name, **options)
 
     def _decorate(
         self,
@@ -189,6 +227,17 @@ class App:
                 f"unknown entry {entry_id!r}; registered entries: {known}", entry=entry_id
             )
         return entry
+
+    def validate(self) -> None:
+        """Check every entry's declaration against the others (e.g. a supervisor's children).
+
+        Raises:
+            roost.Error: kind Invalid naming the first bad declaration.
+        """
+        for entry in list(self._entries.values()):
+            check = entry.options.get("validate")
+            if check is not None:
+                check(self)
 
     def resolve_host(self, host: str | None) -> HostSpec:
         """Find a host by id (``"app:workers"``) or short name; None means the default."""

@@ -19,7 +19,7 @@ from roost.actors._process import Process, Upgrade, set_current
 from roost.actors._registry import Registry, check_name
 from roost.actors._timers import Timers
 from roost.actors._trio_backend import TRIO_BACKEND
-from roost.mailbox._channel import Channel
+from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS
 
 __all__ = ["ExitResult", "Node", "SpawnRequest", "noproc_error", "terminated_error"]
@@ -67,6 +67,9 @@ def terminated_error(pid: Pid, why: str = "terminated") -> Error:
     return Error(why, kind=ErrorKind.CANCELED, retryable=False, details={"reason": why}, pid=pid)
 
 
+_SPAWNABLE = frozenset({EntryKind.PROCESS, EntryKind.SUPERVISOR})
+
+
 class Node:
     """One running node: all its processes, names, hosts and timers."""
 
@@ -78,6 +81,8 @@ class Node:
         self.registry = Registry()
         self.host_counts: dict[str, int] = dict.fromkeys(app.hosts, 0)
         self.stopping = False
+        # Per-node state of higher layers (supervisor registry, ...), keyed by owner.
+        self.ext: dict[str, Any] = {}
         self._nursery = nursery
         self._counter = 0
         self._idle: trio.Event | None = None
@@ -140,7 +145,7 @@ class Node:
         self, parent: Process | None, entry: Entry, args: tuple[Any, ...], req: SpawnRequest
     ) -> Pid:
         """Start ``entry`` as a new process (or signal the one holding ``req.name``)."""
-        if entry.kind is not EntryKind.PROCESS:
+        if entry.kind not in _SPAWNABLE:
             raise invalid(
                 f"{entry.id!r} is an {entry.kind.value}, not a process: call it with funcs.call()",
                 entry=entry.id,
@@ -165,6 +170,14 @@ class Node:
             context = {**context, **req.context}
         proc = Process(self, self.new_pid(host.id), entry, context, req.mailbox_limit)
         proc.trap_links = req.trap_links
+        # A supervisor's child is stopped by its supervisor, in order, at node shutdown.
+        proc.supervised = (
+            parent is not None
+            and parent.entry is not None
+            and (parent.entry.kind is EntryKind.SUPERVISOR)
+        )
+        if entry.options.get("sync_start"):
+            proc.ready = Channel(1)
         if req.name is not None:
             self.registry.register(req.name, proc.pid)
         self.procs[proc.pid] = proc
@@ -423,10 +436,14 @@ class Node:
         self._idle = None
 
     async def shutdown(self, grace: float) -> None:
-        """Cancel every process, wait up to ``grace`` seconds, then terminate the rest."""
+        """Cancel every process, wait up to ``grace`` seconds, then terminate the rest.
+
+        Children of supervisors get no CANCEL from the node: their supervisor stops them,
+        in reverse start order, when it is cancelled.
+        """
         self.stopping = True
         for proc in list(self.procs.values()):
-            if proc.entry is not None:
+            if proc.entry is not None and not proc.supervised:
                 self.cancel(proc, "node shutdown")
         with trio.move_on_after(grace):
             await self.wait_idle()
@@ -436,6 +453,18 @@ class Node:
                     proc, terminated_error(proc.pid, "terminated: node shutdown grace elapsed")
                 )
         await self.wait_idle()
+
+    def mark_ready(self, proc: Process) -> None:
+        """Signal that ``proc`` finished starting (entries declared with sync_start)."""
+        if proc.ready is not None and not len(proc.ready):
+            proc.ready._try_send(proc.pid)
+
+    async def wait_ready(self, pid: Pid) -> None:
+        """Wait until a sync_start process has started, or has already ended."""
+        proc = self.procs.get(pid)
+        if proc is None or proc.ready is None:
+            return
+        await select(proc.ready.case_receive(), self.exit_channel(proc).case_receive())
 
     def exit_channel(self, proc: Process) -> Channel[ExitResult]:
         """A channel that receives ``proc``'s ExitResult once."""

@@ -15,14 +15,15 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.actors._app import App
-from roost.actors._node import Node
+from roost.actors._app import App, Entry
+from roost.actors._node import Node, SpawnRequest
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import exec as _exec
 
 __all__ = ["NodeHandle", "open_node", "run"]
 
 _DURABILITY = ("sync", "fast")
+_LINKED = SpawnRequest(link=True)
 _FORBIDDEN = frozenset("{}|@: ")
 
 
@@ -104,6 +105,7 @@ async def open_node(
     name: str = "local",
     durability: str = "sync",
     shutdown_grace: Duration = "10s",
+    root: Any = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -116,6 +118,8 @@ async def open_node(
         name: the node name ("local" keeps PIDs short: ``{host|id}``).
         durability: "sync" (fsync every commit) or "fast" (no fsync).
         shutdown_grace: how long processes get to stop after the CANCEL.
+        root: an entry (usually a supervisor) started linked to the block: if it fails,
+            the block is stopped and ``open_node`` raises its error.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts.
@@ -126,12 +130,16 @@ async def open_node(
     if durability not in _DURABILITY:
         raise invalid(f"durability must be 'sync' or 'fast', got {durability!r}")
     grace = parse_duration(shutdown_grace, what="shutdown_grace")
+    app.validate()
+    root_entry = app.resolve(root) if root is not None else None
     temp = data_dir is None
     path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else Path(data_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
         incarnation = _next_incarnation(path)
-        async with _running(app, name, incarnation, grace, path) as handle:
+        async with _running(
+            app, name=name, incarnation=incarnation, grace=grace, path=path, root=root_entry
+        ) as handle:
             yield handle
     finally:
         if temp:
@@ -140,7 +148,7 @@ async def open_node(
 
 @asynccontextmanager
 async def _running(
-    app: App, name: str, incarnation: int, grace: float, path: Path
+    app: App, *, name: str, incarnation: int, grace: float, path: Path, root: Entry | None
 ) -> AsyncIterator[NodeHandle]:
     body_error: BaseException | None = None
     async with trio.open_nursery() as system:
@@ -152,6 +160,8 @@ async def _running(
             token = set_current(attached)
             try:
                 with attached.scope:
+                    if root is not None:
+                        await node.wait_ready(node.spawn(attached, root, (), _LINKED))
                     yield handle
             except BaseException as exc:  # noqa: BLE001 - re-raised below, outside nurseries
                 body_error = exc

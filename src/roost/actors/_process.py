@@ -54,7 +54,9 @@ class Process:
         "mailbox_limit",
         "node",
         "pid",
+        "ready",
         "scope",
+        "supervised",
         "trap_links",
         "watchers",
         "watching",
@@ -84,6 +86,8 @@ class Process:
         self.kill_error: Error | None = None
         self.coros: set[trio.CancelScope] | None = None
         self.exit_chans: list[Channel[Any]] | None = None
+        self.ready: Channel[Any] | None = None
+        self.supervised = False
 
     def __repr__(self) -> str:
         state = "alive" if self.alive else "dead"

@@ -164,7 +164,11 @@ class Spawner:
     ) -> Pid:
         await trio.lowlevel.checkpoint()
         parent = current_process("process.spawn")
-        return self._spawn_now(parent, entry, args, host, link=link, monitor=monitor)
+        pid = self._spawn_now(parent, entry, args, host, link=link, monitor=monitor)
+        # Supervisors start synchronously, like OTP's start_link: when spawn returns, the
+        # supervisor and its children are up (or it has already failed).
+        await parent.node.wait_ready(pid)
+        return pid
 
     def _spawn_now(
         self,

@@ -298,6 +298,24 @@ async def test_mailbox_limit_refuses_instead_of_dropping(autojump_clock):
         assert info.value.pid == pid
 
 
+async def test_start_messages_are_all_or_nothing(autojump_clock):
+    async with roost.open_node(app) as node:
+        spawner = process.with_options(mailbox_limit=1, name="tiny")
+        spawner = spawner.with_message("m", 1).with_message("m", 2)
+        # A new process takes all its start messages, even past its limit.
+        pid = await spawner.spawn("t:collector", "m", 2)
+        before = node.process_count()
+        # The name is taken: spawn-or-signal would overflow the mailbox, so nothing is
+        # delivered and nothing else changes.
+        with pytest.raises(roost.Error) as info:
+            await spawner.spawn("t:collector", "m", 2)
+        assert info.value.kind is roost.ErrorKind.LIMIT_EXCEEDED
+        assert node.process_count() == before
+        process.monitor(pid)
+        ev = await process.events().receive()
+        assert [m.payload for m in ev.value] == [1, 2]
+
+
 async def test_process_id_is_the_entry():
     async with roost.open_node(app):
         assert await process.exec("t:entry_id_reader") == "t:entry_id_reader"

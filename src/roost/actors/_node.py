@@ -159,8 +159,11 @@ class Node:
         if req.name is not None:
             existing = self.registry.lookup(check_name(req.name))
             if existing is not None and existing in self.procs:
-                # Spawn-or-signal: the named process gets the start messages instead.
-                self._deliver_start(self.procs[existing], req.messages, sender)
+                # Spawn-or-signal: the named process gets the start messages instead, all
+                # of them or (over its mailbox limit) none.
+                holder = self.procs[existing]
+                self._check_room(holder, len(req.messages))
+                self._deliver_start(holder, req.messages, sender)
                 self._wire(parent, self.procs[existing], req)
                 return existing
         host = self.app.resolve_host(req.host)
@@ -199,11 +202,25 @@ class Node:
             )
         self.host_counts.setdefault(host_id, 0)
 
+    def _check_room(self, proc: Process, count: int) -> None:
+        box = proc.get_mailbox()
+        if count and box.limit is not None and box.unread() + count > box.limit:
+            raise Error(
+                f"mailbox of {proc.pid} has no room for {count} start messages (limit "
+                f"{box.limit}, {box.unread()} unread); nothing was delivered",
+                kind=ErrorKind.LIMIT_EXCEEDED,
+                retryable=True,
+                details={"limit": box.limit},
+                pid=proc.pid,
+            )
+
     def _deliver_start(
         self, proc: Process, messages: Iterable[tuple[str, Any]], sender: Pid | None
     ) -> None:
+        # Start messages are part of the spawn: the limit was checked up front (or, for a
+        # new process, does not apply to them), so none is refused half-way.
         for topic, payload in messages:
-            proc.get_mailbox().deliver(topic, payload, sender)
+            proc.get_mailbox().deliver(topic, payload, sender, force=True)
 
     def _wire(self, parent: Process | None, child: Process, req: SpawnRequest) -> None:
         if parent is None:

@@ -1,0 +1,65 @@
+"""Smoke-run every script in examples/: it must exit 0 and tell its story.
+
+Each example runs in a fresh interpreter (``sys.executable``), with warnings as errors, in
+an empty working directory that must still be empty afterwards (no stray data dirs).
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.py"))
+
+# Lines (or fragments) the narrative of each example must contain, in this order.
+EXPECTED: dict[str, list[str]] = {
+    "ping_pong.py": [
+        "main runs as process {demo:processes|",
+        "spawned pong as {demo:processes|",
+        "main -> pong: ping 1   pong -> main: pong 1",
+        "main -> pong: ping 3   pong -> main: pong 3",
+        "parse('42') {demo:processes|",
+        "exited with value 42",
+        "exited with error [Internal] ValueError: invalid literal for int()",
+        "crashed: [Internal] ConnectionError: lost the connection on attempt 1; restarting it",
+        "crashed: [Internal] ConnectionError: lost the connection on attempt 2; restarting it",
+        "supervisor returned: 'connected on attempt 3'",
+        "heartbeat: beat 1",
+        "the roost.after case won",
+        "heartbeat: got Cancel('demo over'), cleaning up",
+        "heartbeat exited with value",
+        "demo finished",
+    ],
+}
+
+
+def test_examples_are_found() -> None:
+    assert "ping_pong.py" in [path.name for path in EXAMPLES]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_example_runs(script: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    report = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, report
+    assert "Traceback" not in proc.stderr, report
+    assert list(tmp_path.iterdir()) == [], "the example left files behind"
+
+    assert script.name in EXPECTED, (
+        f"add the key lines of {script.name}'s output to EXPECTED in {Path(__file__).name}"
+    )
+    position = 0
+    for fragment in EXPECTED[script.name]:
+        found = proc.stdout.find(fragment, position)
+        assert found >= 0, f"missing (or out of order): {fragment!r}\n{report}"
+        position = found + len(fragment)

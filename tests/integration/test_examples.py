@@ -32,6 +32,22 @@ EXPECTED: dict[str, list[str]] = {
         "heartbeat exited with value",
         "demo finished",
     ],
+    "supervision.py": [
+        "1. Start the tree",
+        "database: up",
+        "cache: up (after the database, which it requires)",
+        "payments api: attempt 1",
+        "orders  supervisor permanent {shop:processes|",
+        "payments api: attempt 4",
+        "counts: {'specs': 4, 'active': 4, 'supervisors': 1, 'workers': 3}",
+        "order worker for o-2: up",
+        "orders: {'specs': 2, 'active': 2, 'supervisors': 0, 'workers': 2}",
+        "4. rest_for_one",
+        "cache: stopping",
+        "database: up",
+        "root exited: [LimitExceeded] supervisor 'shop:root' shut down: reached max restart",
+        "supervision demo finished",
+    ],
 }
 
 

@@ -133,9 +133,7 @@ TestRestartPolicy = RestartPolicyMachine.TestCase
     cap=st.floats(5, 100),
 )
 def test_backoff_delay_formula(attempt, rand, initial, factor, jitter, cap):
-    backoff = supervisor.Backoff(
-        initial_delay=initial, max_delay=cap, factor=factor, jitter=jitter
-    )
+    backoff = supervisor.Backoff(initial_delay=initial, max_delay=cap, factor=factor, jitter=jitter)
     base = min(initial * factor ** (attempt - 1), cap)
     delay = backoff_delay(backoff, attempt, rand)
     assert base * (1 - jitter) - 1e-9 <= delay <= base * (1 + jitter) + 1e-9

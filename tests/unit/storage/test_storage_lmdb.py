@@ -1,0 +1,226 @@
+"""LMDB-specific behaviour: group commit, durability, reopen, map growth and failures."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+import trio
+import trio.testing
+
+from roost import Error, ErrorKind
+from roost.storage import LmdbStore, WriteTxn, _writer, key, open_lmdb_store
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Any:
+    store = open_lmdb_store(tmp_path / "db")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+class WriterBlock:
+    """Holds the writer thread inside a transact function until released."""
+
+    def __init__(self) -> None:
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, txn: WriteTxn) -> str:
+        self.running.set()
+        self.release.wait(10)
+        txn.put("state", b"blocker", b"1")
+        return "blocker"
+
+    async def start(self, store: LmdbStore, nursery: trio.Nursery, results: dict[str, Any]) -> None:
+        async def run() -> None:
+            results["blocker"] = await store.transact(self)
+
+        nursery.start_soon(run)
+        await trio.to_thread.run_sync(self.running.wait)
+
+
+async def test_requests_in_one_group_commit_are_isolated(db: LmdbStore) -> None:
+    block = WriterBlock()
+    results: dict[str, Any] = {}
+
+    def fails(txn: WriteTxn) -> None:
+        txn.put("state", b"fails", b"x")
+        raise ValueError("only me")
+
+    def commits(txn: WriteTxn) -> int:
+        txn.put("state", b"commits", b"x")
+        return 7
+
+    async def run(name: str, fn: Any) -> None:
+        try:
+            results[name] = await db.transact(fn)
+        except ValueError as exc:
+            results[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        await block.start(db, nursery, results)
+        nursery.start_soon(run, "fails", fails)
+        nursery.start_soon(run, "commits", commits)
+        await trio.testing.wait_all_tasks_blocked()
+        block.release.set()
+    assert isinstance(results["fails"], ValueError)
+    assert results["commits"] == 7
+    assert results["blocker"] == "blocker"
+    # The blocker's batch, then one batch carrying both queued requests.
+    assert (db.stats.commits, db.stats.requests, db.stats.largest_batch) == (2, 3, 2)
+    with db.read() as txn:
+        assert [k for k, _ in txn.range("state")] == [b"blocker", b"commits"]
+
+
+async def test_concurrent_transacts_are_group_committed(db: LmdbStore) -> None:
+    async def one(i: int) -> None:
+        await db.transact(lambda txn: txn.put("histories", key(b"wf", i), b"e" * 200))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(200):
+            nursery.start_soon(one, i)
+    with db.read() as txn:
+        assert txn.count("histories") == 200
+    assert db.stats.requests == 200
+    assert db.stats.commits < db.stats.requests
+
+
+def test_reopen_keeps_data_and_incarnation_increments(tmp_path: Path) -> None:
+    for durability, expected in (("sync", 1), ("fast", 2), ("sync", 3)):
+        store = open_lmdb_store(tmp_path, durability=durability)
+        try:
+            assert store.next_incarnation() == expected
+            store.transact_sync(lambda txn, n=expected: txn.put("runs", key(n), b"run"))
+            with store.read() as txn:
+                assert [k for k, _ in txn.range("runs")] == [key(n) for n in range(1, expected + 1)]
+        finally:
+            store.close()
+
+
+def test_opening_a_directory_twice_is_invalid_state(db: LmdbStore) -> None:
+    with pytest.raises(Error, match="already open in this process") as info:
+        open_lmdb_store(db.path)
+    assert info.value.kind is ErrorKind.INVALID_STATE
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"durability": "always"}, "durability must be 'sync' or 'fast'"),
+        ({"map_size": 0}, "map_size must be a positive int"),
+    ],
+)
+def test_bad_options_are_invalid(tmp_path: Path, options: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(Error, match=fragment) as info:
+        open_lmdb_store(tmp_path, **options)
+    assert info.value.kind is ErrorKind.INVALID
+    open_lmdb_store(tmp_path).close()  # a refused open leaves the directory usable
+
+
+def test_an_unopenable_directory_is_unavailable(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_bytes(b"x")
+    with pytest.raises(Error) as info:
+        open_lmdb_store(not_a_dir)
+    assert info.value.kind is ErrorKind.UNAVAILABLE
+
+
+def test_the_map_grows_when_full(tmp_path: Path) -> None:
+    store = open_lmdb_store(tmp_path, durability="fast", map_size=64 * 1024)
+    try:
+        store.transact_sync(lambda txn: [txn.put("dlq", key(i), b"p" * 500) for i in range(1000)])
+        for i in range(1000, 1200):
+            store.transact_sync(lambda txn, i=i: txn.put("dlq", key(i), b"p" * 500))
+        assert store.stats.map_resizes >= 3
+        with store.read() as txn:
+            assert txn.count("dlq") == 1200
+    finally:
+        store.close()
+
+
+def test_map_growth_waits_for_snapshots_then_gives_up_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_writer, "QUIESCE_TIMEOUT", 0.05)
+    store = open_lmdb_store(tmp_path, durability="fast", map_size=64 * 1024)
+    try:
+        with store.read(), pytest.raises(Error, match="read snapshots stayed open") as info:
+            store.transact_sync(
+                lambda txn: [txn.put("dlq", key(i), b"p" * 500) for i in range(500)]
+            )
+        assert info.value.kind is ErrorKind.UNAVAILABLE
+        with store.read() as txn:
+            assert txn.count("dlq") == 0
+    finally:
+        store.close()
+
+
+def test_a_full_disk_fails_the_batch_clearly_and_writes_nothing(
+    db: LmdbStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(parent: Any) -> None:
+        raise lmdb.DiskError("mdb_txn_commit", errno.ENOSPC)
+
+    monkeypatch.setattr(db._writer, "_commit", disk_full)
+    with pytest.raises(Error, match="is full: nothing of this transaction was written") as info:
+        db.transact_sync(lambda txn: txn.put("state", b"k", b"v"))
+    assert info.value.kind is ErrorKind.UNAVAILABLE
+    monkeypatch.undo()
+    with db.read() as txn:
+        assert txn.get("state", b"k") is None
+    db.transact_sync(lambda txn: txn.put("state", b"k", b"v"))  # the store still works
+
+
+def test_any_commit_failure_is_unavailable(db: LmdbStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    def io_error(parent: Any) -> None:
+        raise lmdb.Error("mdb_txn_commit", errno.EIO)
+
+    monkeypatch.setattr(db._writer, "_commit", io_error)
+    with pytest.raises(Error, match=r"committing to the store .* failed") as info:
+        db.transact_sync(lambda txn: txn.put("state", b"k", b"v"))
+    assert info.value.kind is ErrorKind.UNAVAILABLE
+
+
+async def test_closing_fails_queued_requests_and_finishes_the_running_batch(db: LmdbStore) -> None:
+    block = WriterBlock()
+    results: dict[str, Any] = {}
+    queued_failed = trio.Event()
+
+    async def queued() -> None:
+        try:
+            await db.transact(lambda txn: txn.put("state", b"queued", b"x"))
+        except Error as exc:
+            results["queued"] = exc
+            queued_failed.set()
+
+    async with trio.open_nursery() as nursery:
+        await block.start(db, nursery, results)
+        nursery.start_soon(queued)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(trio.to_thread.run_sync, db.close)
+        # close() fails the queued request at once, while the running batch is still blocked.
+        await queued_failed.wait()
+        block.release.set()
+    assert results["queued"].kind is ErrorKind.UNAVAILABLE
+    assert "store closed" in results["queued"].message
+    assert results["blocker"] == "blocker"
+    reopened = open_lmdb_store(db.path)
+    try:
+        with reopened.read() as txn:
+            assert [k for k, _ in txn.range("state")] == [b"blocker"]
+    finally:
+        reopened.close()
+
+
+async def test_transact_after_close_is_unavailable(db: LmdbStore) -> None:
+    await db.aclose()
+    with pytest.raises(Error, match="store closed") as info:
+        await db.transact(lambda txn: None)
+    assert info.value.kind is ErrorKind.UNAVAILABLE

@@ -11,7 +11,8 @@ from roost._errors import Error, invalid
 from roost._pid import Pid
 from roost.actors._events import Event
 from roost.actors._node import terminated_error
-from roost.actors._process import Upgrade, current_process, maybe_current_process
+from roost.actors._app import ENTRY_ATTR
+from roost.actors._process import Upgrade, current_any, current_process, maybe_current_process
 from roost.actors._registry import check_name
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
@@ -75,9 +76,12 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
             name nobody holds or a PID that is not alive; LimitExceeded when the
             receiver's mailbox is full.
     """
-    proc = current_process("process.send")
+    proc = current_any("process.send")
     if topic.__class__ is not str or not topic or topic[0] == "@":
         check_topic(topic)
+    if proc.workflow is not None:
+        proc.workflow.send(_workflow_dest(dest), topic, payload)
+        return _ACCEPTED
     node = proc.node
     target = node.procs.get(dest) if dest.__class__ is Pid else None
     if target is None:
@@ -89,38 +93,49 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     return _ACCEPTED
 
 
+def _workflow_dest(dest: object) -> Pid | str:
+    # A name is resolved when the message is delivered, never during replay.
+    if isinstance(dest, Pid):
+        return dest
+    if isinstance(dest, str) and dest[:1] == "{":
+        return Pid.parse(dest)
+    if isinstance(dest, str):
+        return check_name(dest)
+    raise invalid(f"a destination is a Pid, a PID string or a registered name, got {dest!r}")
+
+
 def pid() -> Pid:
     """The caller's PID."""
-    return current_process("process.pid").pid
+    return current_any("process.pid").pid
 
 
 def id() -> str | None:  # noqa: A001 - API name
     """The id of the entry the caller is running (None for an ``open_node`` block)."""
-    entry = current_process("process.id").entry
+    entry = current_any("process.id").entry
     return entry.id if entry is not None else None
 
 
 def inbox() -> Channel[Message]:
     """Messages whose topic nobody listens to; the same channel on every call."""
-    return current_process("process.inbox").get_mailbox().subscribe(INBOX, message=True)
+    return current_any("process.inbox").get_mailbox().subscribe(INBOX, message=True)
 
 
 def listen(topic: str, *, message: bool = False) -> Channel[Any]:
     """Payloads (or ``Message``s) sent on ``topic``; the same channel on repeat calls."""
     check_topic(topic)
-    return current_process("process.listen").get_mailbox().subscribe(topic, message=message)
+    return current_any("process.listen").get_mailbox().subscribe(topic, message=message)
 
 
 def unlisten(channel: Channel[Any]) -> None:
     """Drop a subscription; unread messages go back to be routed again (never dropped)."""
     if not isinstance(channel, Channel):
         raise invalid(f"unlisten takes a channel from process.listen(), got {channel!r}")
-    current_process("process.unlisten").get_mailbox().unsubscribe(channel)
+    current_any("process.unlisten").get_mailbox().unsubscribe(channel)
 
 
 def events() -> Channel[Event]:
     """``Exit``, ``LinkDown`` and ``Cancel`` events; the same channel on every call."""
-    return current_process("process.events").get_mailbox().subscribe(EVENTS, message=False)
+    return current_any("process.events").get_mailbox().subscribe(EVENTS, message=False)
 
 
 def monitor(dest: Pid | str) -> None:
@@ -258,10 +273,26 @@ def coroutine_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
     It shares the process's PID and mailbox; an error in it fails the process, and it is
     cancelled when the process ends.
     """
-    proc = current_process("coroutine.spawn")
+    proc = current_any("coroutine.spawn")
     if not callable(fn):
         raise invalid(f"coroutine.spawn takes an async function, got {fn!r}")
-    proc.node.start_coroutine(proc, fn, args)
+    if proc.workflow is not None:
+        proc.workflow.spawn_coroutine(fn, args)
+    else:
+        proc.node.start_coroutine(proc, fn, args)
+
+
+def _activity_id(proc: Any, entry: Any) -> str:
+    node = proc.node
+    if node is not None:
+        resolved = node.app.resolve(entry)
+        if resolved.kind.value != "activity":
+            raise invalid(f"funcs.call runs activities; {resolved.id!r} is a {resolved.kind.value}")
+        return str(resolved.id)
+    entry_id = getattr(entry, ENTRY_ATTR, entry) if callable(entry) else entry
+    if not isinstance(entry_id, str) or ":" not in entry_id:
+        raise invalid(f"an activity is an id like 'app:charge' or its function, got {entry!r}")
+    return entry_id
 
 
 def ctx_get(key: str, default: Any = None) -> Any:
@@ -284,8 +315,11 @@ async def funcs_call(entry: Any, *args: Any) -> Any:
     Raises:
         roost.Error: the activity's error; a plain exception arrives as kind Internal.
     """
+    proc = current_any("funcs.call")
+    if proc.workflow is not None:
+        entry_id = _activity_id(proc, entry)
+        return await proc.workflow.call_activity(entry_id, args, {})
     await trio.lowlevel.checkpoint()
-    proc = current_process("funcs.call")
     resolved = proc.node.app.resolve(entry)
     if resolved.kind.value != "activity":
         raise invalid(

@@ -16,20 +16,33 @@ import trio
 
 from roost._duration import Duration, parse_duration
 from roost._errors import invalid
-from roost.actors._process import current_process, maybe_current_process
+from roost.actors._process import Process, WorkflowOps, current_process, maybe_current_process
 from roost.mailbox._channel import Channel
 
 __all__ = ["after", "now", "random", "random_bytes", "sleep", "ticker", "uuid4", "uuid7"]
 
 
+def _workflow() -> WorkflowOps | None:
+    proc = maybe_current_process()
+    return proc.workflow if proc is not None else None
+
+
 async def sleep(duration: Duration) -> None:
-    """Sleep for ``duration`` ("250ms", "5s", a timedelta or seconds)."""
-    await trio.sleep(parse_duration(duration, what="sleep duration"))
+    """Sleep for ``duration`` ("250ms", "5s", a timedelta or seconds); durable in workflows."""
+    seconds = parse_duration(duration, what="sleep duration")
+    workflow = _workflow()
+    if workflow is not None:
+        await workflow.sleep(seconds)
+    else:
+        await trio.sleep(seconds)
 
 
 def after(duration: Duration) -> Channel[dt.datetime]:
     """A channel that receives the time once ``duration`` has passed (a select timeout)."""
     seconds = parse_duration(duration, what="after duration")
+    workflow = _workflow()
+    if workflow is not None:
+        return workflow.after(seconds)
     proc = current_process("roost.after")
     return proc.node.timers.add(seconds, alive=lambda: proc.alive)
 
@@ -44,18 +57,25 @@ def ticker(duration: Duration) -> Channel[dt.datetime]:
 def now() -> dt.datetime:
     """The current time as an aware UTC datetime (the node's clock inside a node)."""
     proc = maybe_current_process()
-    if proc is not None:
-        return proc.node.now()
-    return dt.datetime.now(dt.UTC)
+    if proc is None:
+        return dt.datetime.now(dt.UTC)
+    if proc.workflow is not None:
+        return proc.workflow.now  # type: ignore[no-any-return]
+    assert isinstance(proc, Process)
+    return proc.node.now()
 
 
 def uuid4() -> uuid.UUID:
-    """A random UUID."""
-    return uuid.uuid4()
+    """A random UUID (drawn from the run's recorded seed inside workflows)."""
+    workflow = _workflow()
+    return workflow.uuid4() if workflow is not None else uuid.uuid4()
 
 
 def uuid7() -> uuid.UUID:
     """A time-ordered UUID (RFC 9562 version 7: 48-bit Unix ms, then random bits)."""
+    workflow = _workflow()
+    if workflow is not None:
+        return workflow.uuid7()  # type: ignore[no-any-return]
     ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
     rand_a = rand >> 68 & 0xFFF
@@ -68,9 +88,13 @@ def random_bytes(n: int) -> bytes:
     """``n`` random bytes."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise invalid(f"random_bytes takes an int >= 0, got {n!r}")
-    return os.urandom(n)
+    workflow = _workflow()
+    return workflow.random_bytes(n) if workflow is not None else os.urandom(n)
 
 
 def random() -> _random.Random:
-    """A ``random.Random`` seeded from the OS (recorded inside workflows)."""
+    """A ``random.Random`` seeded from the OS (from the run's recorded seed in workflows)."""
+    workflow = _workflow()
+    if workflow is not None:
+        return workflow.random()  # type: ignore[no-any-return]
     return _random.Random(int.from_bytes(os.urandom(16), "big"))  # noqa: S311 - not crypto

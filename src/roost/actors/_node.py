@@ -21,6 +21,7 @@ from roost.actors._timers import Timers
 from roost.actors._trio_backend import TRIO_BACKEND
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS
+from roost.storage import Store
 
 __all__ = ["ExitResult", "Node", "SpawnRequest", "noproc_error", "terminated_error"]
 
@@ -73,7 +74,15 @@ _SPAWNABLE = frozenset({EntryKind.PROCESS, EntryKind.SUPERVISOR})
 class Node:
     """One running node: all its processes, names, hosts and timers."""
 
-    def __init__(self, app: App, name: str, incarnation: int, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        name: str,
+        incarnation: int,
+        nursery: trio.Nursery,
+        store: Store | None = None,
+    ) -> None:
         self.app = app
         self.name = name
         self.incarnation = incarnation
@@ -83,6 +92,7 @@ class Node:
         self.stopping = False
         # Per-node state of higher layers (supervisor registry, ...), keyed by owner.
         self.ext: dict[str, Any] = {}
+        self.store = store
         self._nursery = nursery
         self._counter = 0
         self._idle: trio.Event | None = None

@@ -19,6 +19,7 @@ from roost.actors._app import App, Entry
 from roost.actors._node import Node, SpawnRequest
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import exec as _exec
+from roost.storage import open_lmdb_store
 
 __all__ = ["NodeHandle", "open_node", "run"]
 
@@ -71,32 +72,6 @@ def _check_node_name(name: object) -> str:
     return name
 
 
-def _next_incarnation(data_dir: Path) -> int:
-    """Bump and persist the incarnation counter, so PIDs are never reused after a restart.
-
-    Written to a temporary file, fsynced and renamed over the old one: a crash leaves
-    either the old or the new value, never a torn one.
-    """
-    path = data_dir / "INCARNATION"
-    try:
-        current = int(path.read_text(encoding="ascii").strip() or "0")
-    except FileNotFoundError:
-        current = 0
-    except ValueError as exc:
-        raise Error(
-            f"{path} is corrupt (not a number); restore it or remove the data directory",
-            kind=ErrorKind.INTERNAL,
-        ) from exc
-    nxt = current + 1
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="ascii") as fh:
-        fh.write(f"{nxt}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-    return nxt
-
-
 @asynccontextmanager
 async def open_node(
     app: App,
@@ -136,11 +111,17 @@ async def open_node(
     path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else Path(data_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        incarnation = _next_incarnation(path)
-        async with _running(
-            app, name=name, incarnation=incarnation, grace=grace, path=path, root=root_entry
-        ) as handle:
-            yield handle
+        store = open_lmdb_store(path, durability=durability)  # type: ignore[arg-type]
+        try:
+            # Bumped and persisted before any PID exists: PIDs are never reused.
+            incarnation = store.next_incarnation()
+            node_args = {"name": name, "incarnation": incarnation, "store": store}
+            async with _running(
+                app, node_args=node_args, grace=grace, path=path, root=root_entry
+            ) as handle:
+                yield handle
+        finally:
+            await store.aclose()
     finally:
         if temp:
             shutil.rmtree(path, ignore_errors=True)
@@ -148,12 +129,12 @@ async def open_node(
 
 @asynccontextmanager
 async def _running(
-    app: App, *, name: str, incarnation: int, grace: float, path: Path, root: Entry | None
+    app: App, *, node_args: dict[str, Any], grace: float, path: Path, root: Entry | None
 ) -> AsyncIterator[NodeHandle]:
     body_error: BaseException | None = None
     async with trio.open_nursery() as system:
         async with trio.open_nursery() as nursery:
-            node = Node(app, name, incarnation, nursery)
+            node = Node(app, nursery=nursery, **node_args)
             system.start_soon(node.timers.run, name="roost.timers")
             attached = node.attach()
             handle = NodeHandle(node, path, attached.pid)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -17,7 +17,15 @@ if TYPE_CHECKING:
     from roost.actors._app import Entry
     from roost.actors._node import Node
 
-__all__ = ["Process", "Upgrade", "current_process", "maybe_current_process"]
+__all__ = [
+    "Process",
+    "Upgrade",
+    "WorkflowOps",
+    "WorkflowProcess",
+    "current_any",
+    "current_process",
+    "maybe_current_process",
+]
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -32,6 +40,51 @@ class Upgrade(BaseException):
         super().__init__(entry.id)
         self.entry = entry
         self.args = args
+
+
+class WorkflowOps(Protocol):
+    """What process calls need from a workflow's driver (implemented in roost.workflow)."""
+
+    mailbox: Mailbox
+
+    def send(self, dest: Any, topic: str, payload: Any) -> None: ...
+    async def call_activity(
+        self, entry: str, args: tuple[Any, ...], options: dict[str, Any]
+    ) -> Any: ...
+    async def sleep(self, seconds: float) -> None: ...
+    def after(self, seconds: float) -> Channel[Any]: ...
+    def spawn_coroutine(self, fn: Any, args: tuple[Any, ...]) -> None: ...
+    def uuid4(self) -> Any: ...
+    def uuid7(self) -> Any: ...
+    def random_bytes(self, n: int) -> bytes: ...
+    def random(self) -> Any: ...
+
+    @property
+    def now(self) -> Any: ...
+
+
+class WorkflowProcess:
+    """The current process as workflow code sees it: every call goes to its driver."""
+
+    __slots__ = ("context", "entry", "node", "pid", "workflow")
+
+    def __init__(
+        self,
+        pid: Pid,
+        entry: Entry | None,
+        workflow: WorkflowOps,
+        context: Mapping[str, Any] = _EMPTY,
+        node: Node | None = None,
+    ) -> None:
+        self.pid = pid
+        self.entry = entry
+        self.workflow = workflow
+        self.context = context
+        self.node = node
+
+    def get_mailbox(self) -> Mailbox:
+        """The workflow's mailbox (fed from its history)."""
+        return self.workflow.mailbox
 
 
 class Process:
@@ -89,6 +142,9 @@ class Process:
         self.ready: Channel[Any] | None = None
         self.supervised = False
 
+    # Plain processes are not workflows; a class attribute costs no memory per process.
+    workflow: WorkflowOps | None = None
+
     def __repr__(self) -> str:
         state = "alive" if self.alive else "dead"
         entry = self.entry.id if self.entry is not None else "attached"
@@ -102,16 +158,16 @@ class Process:
         return box
 
 
-_current: ContextVar[Process | None] = ContextVar("roost_process", default=None)
+_current: ContextVar[Any] = ContextVar("roost_process", default=None)
 
 
-def maybe_current_process() -> Process | None:
-    """The process running the calling code, or None outside any process."""
-    return _current.get()
+def maybe_current_process() -> Process | WorkflowProcess | None:
+    """The process (or workflow) running the calling code, or None outside any process."""
+    return _current.get()  # type: ignore[no-any-return]
 
 
-def current_process(what: str = "this call") -> Process:
-    """The process running the calling code.
+def current_any(what: str = "this call") -> Process | WorkflowProcess:
+    """The process (or workflow) running the calling code.
 
     Raises:
         roost.Error: kind InvalidState outside a process.
@@ -123,10 +179,29 @@ def current_process(what: str = "this call") -> Process:
             "'async with roost.open_node(app):'",
             kind=ErrorKind.INVALID_STATE,
         )
+    return proc  # type: ignore[no-any-return]
+
+
+def current_process(what: str = "this call") -> Process:
+    """The plain process running the calling code.
+
+    Raises:
+        roost.Error: InvalidState outside a process; Invalid inside a workflow, where
+            this call is not replay-safe.
+    """
+    proc = current_any(what)
+    if proc.workflow is not None:
+        raise Error(
+            f"{what} is not available inside a workflow: it is not replay-safe there "
+            "(see docs/workflows.md for what workflows may call)",
+            kind=ErrorKind.INVALID,
+            retryable=False,
+        )
+    assert isinstance(proc, Process)
     return proc
 
 
-def set_current(proc: Process | None) -> object:
+def set_current(proc: Process | WorkflowProcess | None) -> object:
     """Make ``proc`` the current process of this task; returns a reset token."""
     return _current.set(proc)
 

@@ -1,0 +1,436 @@
+"""The deterministic workflow driver: roost steps workflow coroutines itself, without trio.
+
+trio randomises the order in which ready tasks run, so replay on trio could diverge. The
+driver instead keeps a FIFO ready queue: ``activate(at, events)`` applies the events (which
+resolve pending commands or deliver messages), runs every ready coroutine until all are
+blocked, and returns the commands they issued. Given the same code and the same batches of
+events, it issues the same commands in the same order — the basis of replay.
+
+Workflow code awaits only roost awaitables. Parking goes through the channel backend
+protocol (``roost.mailbox``), so channels, ``select`` and the mailbox work unchanged inside
+workflows; anything else a coroutine yields (a trio trap, an asyncio future) is thrown back
+into it as a clear error.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import random
+import sys
+import types
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+from roost._errors import Error, ErrorKind, NondeterminismError, invalid
+from roost.actors._events import Cancel
+from roost.mailbox._backend import Waiter
+from roost.mailbox._channel import Channel
+from roost.mailbox._mailbox import EVENTS, Mailbox
+from roost.workflow._history import (
+    ActivityResolved,
+    CancelRequested,
+    Complete,
+    Fail,
+    MessageArrived,
+    ScheduleActivity,
+    SendMessage,
+    Started,
+    StartTimer,
+    TimerFired,
+    describe,
+    same_command,
+)
+
+__all__ = ["Driver", "DriverBackend", "Status"]
+
+_ROOST_DIR = str(Path(__file__).resolve().parents[1])
+
+
+class Status:
+    """Run states."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class _Park:
+    """The one thing workflow coroutines yield to the driver."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, waiter: _DriverWaiter) -> None:
+        self.waiter = waiter
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield self
+
+
+class _Task:
+    __slots__ = ("coro", "ctx", "main", "name")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], ctx: contextvars.Context, name: str) -> None:
+        self.coro = coro
+        self.ctx = ctx
+        self.name = name
+        self.main = False
+
+
+class _DriverWaiter(Waiter):
+    __slots__ = ("driver", "task")
+
+    def __init__(self, driver: Driver) -> None:
+        super().__init__()
+        self.driver = driver
+        self.task: _Task | None = None
+
+    def wake(self) -> None:
+        assert self.task is not None
+        self.driver._ready.append((self.task, None))
+
+
+async def _no_yield() -> None:
+    return None
+
+
+class DriverBackend:
+    """Channel backend for workflow code: parking yields to the driver, checkpoints are free."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def checkpoint_if_cancelled(self) -> Coroutine[Any, Any, None]:
+        """Workflows are never trio-cancelled: a no-op."""
+        return _no_yield()
+
+    def cancel_shielded_checkpoint(self) -> Coroutine[Any, Any, None]:
+        """Scheduling is the driver's FIFO queue: a no-op."""
+        return _no_yield()
+
+    def new_waiter(self) -> Waiter:
+        """A waiter that requeues the parked coroutine on the driver."""
+        return _DriverWaiter(self.driver)
+
+    def park(self, waiter: Waiter) -> Awaitable[Any]:
+        """Yield to the driver until the waiter is woken."""
+        assert isinstance(waiter, _DriverWaiter)
+        return _Park(waiter)
+
+
+class _Future:
+    """A command's result: parked on until the matching event arrives."""
+
+    __slots__ = ("driver", "error", "resolved", "value", "waiter")
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.waiter: _DriverWaiter | None = None
+        self.resolved = False
+        self.value: Any = None
+        self.error: Error | None = None
+
+    def resolve(self, value: Any, error: Error | None) -> None:
+        self.resolved = True
+        self.value, self.error = value, error
+        if self.waiter is not None:
+            self.waiter.wake()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if not self.resolved:
+            self.waiter = _DriverWaiter(self.driver)
+            yield _Park(self.waiter)
+        if self.error is not None:
+            raise self.error.clone()
+        return self.value
+
+
+def _call_site() -> str:
+    """file:line of the innermost frame outside roost (where the workflow issued a command)."""
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_ROOST_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+_ADVICE = (
+    "inside workflows await only roost calls: roost.sleep instead of trio.sleep, "
+    "roost.channel instead of trio memory channels, coroutine.spawn instead of nurseries, "
+    "funcs.call (an activity) for any I/O"
+)
+
+
+def _trio_misuse(error: BaseException) -> Error | None:
+    """Turn trio's "must be called from async context" into advice on the roost call."""
+    if isinstance(error, Error):
+        return None
+    tb = error.__traceback__
+    culprit = None
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.split(".")[0] == "trio" and culprit is None:
+            culprit = tb.tb_frame.f_code.co_qualname
+        tb = tb.tb_next
+    if culprit is None:
+        return None
+    return invalid(f"a workflow called trio ({culprit}), which cannot run there; {_ADVICE}")
+
+
+def _foreign_error(task: _Task, yielded: object) -> Error:
+    culprit = type(yielded).__module__.split(".")[0]
+    chain: list[str] = []
+    coro: Any = task.coro
+    while coro is not None:
+        chain.append(getattr(coro, "__qualname__", type(coro).__name__))
+        coro = getattr(coro, "cr_await", None)
+    return invalid(
+        f"a workflow awaited a foreign awaitable ({culprit}: {type(yielded).__name__}, via "
+        f"{' -> '.join(chain[-3:])}); {_ADVICE}",
+        awaited=type(yielded).__qualname__,
+    )
+
+
+class Driver:
+    """Runs one workflow run deterministically, one activation at a time.
+
+    Args:
+        fn: the workflow's ``async def``.
+        make_context: returns a fresh ``contextvars.Context`` in which workflow code sees
+            itself as the current process and this driver's backend; called per coroutine.
+        check: validates a value that will be recorded (raises ``Invalid`` if it cannot be
+            encoded); called on arguments and payloads as commands are issued.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, Any]],
+        *,
+        make_context: Callable[[Driver], contextvars.Context],
+        check: Callable[[Any, str], None] = lambda value, what: None,
+    ) -> None:
+        self._fn = fn
+        self._make_context = make_context
+        self._check = check
+        self._ready: deque[tuple[_Task, BaseException | None]] = deque()
+        self._tasks: list[_Task] = []
+        self._pending: dict[int, _Future] = {}
+        self._timers: dict[int, Channel[Any]] = {}
+        self._commands: list[Any] = []
+        self._expected: deque[Any] | None = None
+        self._seq = 0
+        self._rng: random.Random | None = None
+        self.mailbox = Mailbox()
+        self.started: Started | None = None
+        self.now = dt.datetime.fromtimestamp(0, dt.UTC)
+        self.status = Status.RUNNING
+        self.result: Any = None
+        self.error: Error | None = None
+        self.activations = 0
+        self.history_length = 0
+        self.backend = DriverBackend(self)
+
+    # -- the activation ------------------------------------------------------------------
+
+    def activate(
+        self, at: dt.datetime, events: Sequence[Any], expected: Sequence[Any] | None = None
+    ) -> list[Any]:
+        """Feed one batch of events, run until every coroutine is blocked, return commands.
+
+        Args:
+            at: the activation time (what ``roost.now()`` returns in workflow code).
+            events: the incoming events of this activation.
+            expected: on replay, the commands the history recorded for this activation.
+
+        Raises:
+            roost.NondeterminismError: replayed code issued other commands than recorded.
+        """
+        self.now = at
+        self.activations += 1
+        self._expected = deque(expected) if expected is not None else None
+        for event in events:
+            self._apply(event)
+        while self._ready and self.status == Status.RUNNING:
+            task, exc = self._ready.popleft()
+            self._step(task, exc)
+        if self._expected:
+            self._diverged(None, self._expected[0], "<the workflow blocked instead>")
+        commands, self._commands = self._commands, []
+        self.history_length += len(events) + len(commands)
+        return commands
+
+    def _apply(self, event: Any) -> None:
+        match event:
+            case Started():
+                self._start(event)
+            case ActivityResolved(seq=seq, value=value, error=error):
+                self._pending.pop(seq).resolve(value, error)
+            case TimerFired(seq=seq):
+                future = self._pending.pop(seq, None)
+                if future is not None:
+                    future.resolve(None, None)
+                chan = self._timers.pop(seq, None)
+                if chan is not None and not chan.closed:
+                    chan._try_send(self.now)
+            case MessageArrived(topic=topic, payload=payload, sender=sender):
+                self.mailbox.deliver(topic, payload, sender, force=True)
+            case CancelRequested(reason=reason):
+                self.mailbox.deliver(EVENTS, Cancel(reason, self.now), None, force=True)
+            case _:
+                raise Error(f"unknown workflow event {event!r}", kind=ErrorKind.INTERNAL)
+
+    def _start(self, started: Started) -> None:
+        self.started = started
+        self._rng = random.Random(started.seed)  # noqa: S311 - replayable, not crypto
+        task = self._spawn(self._fn, tuple(started.args), "main")
+        task.main = True
+
+    def _spawn(self, fn: Callable[..., Any], args: tuple[Any, ...], name: str) -> _Task:
+        ctx = self._make_context(self)
+        coro = ctx.run(fn, *args)
+        if not isinstance(coro, Coroutine):
+            raise invalid(f"{name} must be an async function, got {fn!r}")
+        task = _Task(coro, ctx, name)
+        self._tasks.append(task)
+        self._ready.append((task, None))
+        return task
+
+    def _step(self, task: _Task, exc: BaseException | None) -> None:
+        try:
+            if exc is None:
+                yielded = task.ctx.run(task.coro.send, None)
+            else:
+                yielded = task.ctx.run(task.coro.throw, exc)
+        except StopIteration as stop:
+            self._tasks.remove(task)
+            if task.main:
+                self._finish(Complete(seq=self._next_seq(), value=stop.value))
+        except NondeterminismError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a workflow error is its result
+            self._tasks.remove(task)
+            failure = _trio_misuse(error) or Error.from_exception(error)
+            self._finish(Fail(seq=self._next_seq(), error=failure))
+        else:
+            if isinstance(yielded, _Park):
+                yielded.waiter.task = task
+            else:
+                self._ready.append((task, _foreign_error(task, yielded)))
+
+    def _finish(self, command: Complete | Fail) -> None:
+        if isinstance(command, Complete):
+            try:
+                self._check(command.value, "workflow result")
+            except Error as exc:
+                command = Fail(seq=command.seq, error=exc)
+        self._issue(command)
+        if isinstance(command, Complete):
+            self.status, self.result = Status.COMPLETED, command.value
+        else:
+            self.status, self.error = Status.FAILED, command.error
+        self.close()
+
+    def close(self) -> None:
+        """Discard the coroutines still blocked (a finished run, or an evicted one)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.ctx.run(task.coro.close)
+        self._ready.clear()
+
+    # -- commands ------------------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _issue(self, command: Any) -> None:
+        expected = self._expected
+        if expected is not None:
+            recorded = expected.popleft() if expected else None
+            if recorded is None or not same_command(command, recorded):
+                self._diverged(command, recorded, _call_site())
+        self._commands.append(command)
+
+    def _diverged(self, issued: Any, recorded: Any, where: str) -> None:
+        started = self.started
+        workflow = started.workflow_id if started else "?"
+        raise NondeterminismError(
+            f"workflow {workflow!r} diverged from its history in activation "
+            f"{self.activations}: the code issued {describe(issued)} at {where}, but the "
+            f"history recorded {describe(recorded)}. A code change altered the order or "
+            "kind of steps of a running workflow; guard it with workflow.version()",
+            details={
+                "workflow_id": workflow,
+                "activation": self.activations,
+                "issued": describe(issued),
+                "recorded": describe(recorded),
+                "location": where,
+            },
+        )
+
+    async def call_activity(
+        self, entry: str, args: tuple[Any, ...], options: dict[str, Any]
+    ) -> Any:
+        """Schedule an activity and wait for its result (or raise its error)."""
+        self._check(list(args), f"arguments of activity {entry!r}")
+        seq = self._next_seq()
+        future = _Future(self)
+        self._pending[seq] = future
+        self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=options))
+        return await future
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable timer; returns when it fires."""
+        seq = self._next_seq()
+        future = _Future(self)
+        self._pending[seq] = future
+        self._issue(StartTimer(seq=seq, seconds=seconds))
+        await future
+
+    def after(self, seconds: float) -> Channel[dt.datetime]:
+        """A durable timer as a channel (receives the workflow time when it fires)."""
+        seq = self._next_seq()
+        chan: Channel[dt.datetime] = Channel(1)
+        self._timers[seq] = chan
+        self._issue(StartTimer(seq=seq, seconds=seconds))
+        return chan
+
+    def send(self, dest: Any, topic: str, payload: Any) -> None:
+        """Record an outgoing message (delivered by the runtime after the commit)."""
+        self._check(payload, f"payload of message {topic!r}")
+        self._issue(SendMessage(seq=self._next_seq(), dest=dest, topic=topic, payload=payload))
+
+    def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        """Run ``fn(*args)`` as another coroutine of this workflow (FIFO after the caller)."""
+        self._spawn(fn, args, getattr(fn, "__qualname__", "coroutine"))
+
+    # -- deterministic chance ------------------------------------------------------------
+
+    def rng(self) -> random.Random:
+        """The run's random generator, seeded from its history."""
+        if self._rng is None:
+            raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
+        return self._rng
+
+    def uuid4(self) -> uuid.UUID:
+        """A UUID drawn from the run's seeded generator."""
+        return uuid.UUID(int=self.rng().getrandbits(128), version=4)
+
+    def uuid7(self) -> uuid.UUID:
+        """A version-7 UUID from the workflow time and the seeded generator."""
+        ms = int(self.now.timestamp() * 1000) & ((1 << 48) - 1)
+        rand = self.rng().getrandbits(74)
+        value = ms << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | (rand & ((1 << 62) - 1))
+        return uuid.UUID(int=value)
+
+    def random_bytes(self, n: int) -> bytes:
+        """``n`` bytes from the run's seeded generator."""
+        return self.rng().randbytes(n)
+
+    def random(self) -> random.Random:
+        """A ``random.Random`` seeded from the run's generator (so itself replayable)."""
+        return random.Random(self.rng().getrandbits(64))  # noqa: S311 - not crypto

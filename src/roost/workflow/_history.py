@@ -1,0 +1,209 @@
+"""Workflow history records: incoming events, the commands code issues, and activations.
+
+A run's history is a list of ``Activation`` records. Each holds the incoming events fed to
+the workflow in one step and the commands the code issued in reply. Keeping activation
+boundaries matters: which events arrive *together* decides, for example, which case of a
+``select`` wins, so replay must feed exactly the recorded batches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import attrs
+
+from roost._errors import Error
+from roost._pid import Pid
+from roost.storage._codec import record
+
+__all__ = [
+    "Activation",
+    "ActivityResolved",
+    "CancelRequested",
+    "Command",
+    "Complete",
+    "Event",
+    "Fail",
+    "MessageArrived",
+    "ScheduleActivity",
+    "SendMessage",
+    "SpawnProcess",
+    "StartTimer",
+    "Started",
+    "TimerFired",
+    "describe",
+]
+
+
+# -- incoming events -----------------------------------------------------------------------
+
+
+@record("wf.started")
+@attrs.frozen(kw_only=True)
+class Started:
+    """The run began: its identity, input, context and the seed of its randomness."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    args: list[Any]
+    seed: int
+    context: dict[str, Any] = attrs.field(factory=dict)
+    task_queue: str = "default"
+    parent: Pid | None = None
+    attempt: int = 1
+
+
+@record("wf.activity_resolved")
+@attrs.frozen(kw_only=True)
+class ActivityResolved:
+    """An activity finished: ``value``, or ``error`` after its retries ran out."""
+
+    seq: int
+    value: Any = None
+    error: Error | None = None
+
+
+@record("wf.timer_fired")
+@attrs.frozen(kw_only=True)
+class TimerFired:
+    """A durable timer fell due."""
+
+    seq: int
+
+
+@record("wf.message_arrived")
+@attrs.frozen(kw_only=True)
+class MessageArrived:
+    """A message (a signal) was sent to the workflow."""
+
+    topic: str
+    payload: Any = None
+    sender: Pid | None = None
+
+
+@record("wf.cancel_requested")
+@attrs.frozen(kw_only=True)
+class CancelRequested:
+    """Someone asked the workflow to stop; it sees a ``Cancel`` event."""
+
+    reason: str | None = None
+
+
+Event = Started | ActivityResolved | TimerFired | MessageArrived | CancelRequested
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+@record("wf.schedule_activity")
+@attrs.frozen(kw_only=True)
+class ScheduleActivity:
+    """Run activity ``entry`` with ``args`` (retried per ``options``)."""
+
+    seq: int
+    entry: str
+    args: list[Any]
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@record("wf.start_timer")
+@attrs.frozen(kw_only=True)
+class StartTimer:
+    """Fire ``TimerFired(seq)`` after ``seconds``."""
+
+    seq: int
+    seconds: float
+
+
+@record("wf.send_message")
+@attrs.frozen(kw_only=True)
+class SendMessage:
+    """Deliver a message to ``dest`` (a process or a workflow)."""
+
+    seq: int
+    dest: Pid
+    topic: str
+    payload: Any = None
+
+
+@record("wf.spawn_process")
+@attrs.frozen(kw_only=True)
+class SpawnProcess:
+    """Start a plain process under a PID chosen deterministically by the workflow."""
+
+    seq: int
+    entry: str
+    args: list[Any]
+    pid: Pid
+
+
+@record("wf.complete")
+@attrs.frozen(kw_only=True)
+class Complete:
+    """The workflow returned ``value``."""
+
+    seq: int
+    value: Any = None
+
+
+@record("wf.fail")
+@attrs.frozen(kw_only=True)
+class Fail:
+    """The workflow ended with ``error``."""
+
+    seq: int
+    error: Error
+
+
+Command = ScheduleActivity | StartTimer | SendMessage | SpawnProcess | Complete | Fail
+
+
+@record("wf.activation")
+@attrs.frozen(kw_only=True)
+class Activation:
+    """One step of a run: events fed in at ``at``, and the commands issued in reply."""
+
+    index: int
+    at: dt.datetime
+    events: list[Any]
+    commands: list[Any]
+
+
+def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind
+    """A short human form of a command, for nondeterminism reports."""
+    match command:
+        case ScheduleActivity(seq=seq, entry=entry):
+            return f"#{seq} schedule activity {entry!r}"
+        case StartTimer(seq=seq, seconds=seconds):
+            return f"#{seq} start timer {seconds:g}s"
+        case SendMessage(seq=seq, dest=dest, topic=topic):
+            return f"#{seq} send {topic!r} to {dest}"
+        case SpawnProcess(seq=seq, entry=entry):
+            return f"#{seq} spawn process {entry!r}"
+        case Complete(seq=seq):
+            return f"#{seq} complete the workflow"
+        case Fail(seq=seq, error=error):
+            return f"#{seq} fail the workflow with {error}"
+        case None:
+            return "nothing"
+    return repr(command)
+
+
+def same_command(issued: Any, recorded: Any) -> bool:
+    """Whether replayed code issued what the history recorded (identity, not arguments)."""
+    if type(issued) is not type(recorded):
+        return False
+    match issued:
+        case ScheduleActivity():
+            return bool(issued.seq == recorded.seq and issued.entry == recorded.entry)
+        case SendMessage():
+            return bool(
+                issued.seq == recorded.seq
+                and issued.dest == recorded.dest
+                and issued.topic == recorded.topic
+            )
+        case SpawnProcess():
+            return bool(issued.seq == recorded.seq and issued.entry == recorded.entry)
+    return bool(issued.seq == recorded.seq)

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,10 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest
 
-test: lint typecheck unit
+bench-quick: $(STAMP)
+	$(PY) -m benchmarks --quick --json $(VENV)/bench-quick.json
+
+test: lint typecheck unit bench-quick
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -21,6 +21,7 @@ from typing import Any
 import lmdb
 import trio
 
+from benchmarks._harness import Result
 from roost.storage import Codec, key, open_lmdb_store
 
 RECORD = b"r" * 200
@@ -113,6 +114,39 @@ def codec_round_trips(n: int) -> float:
             codec.decode(codec.encode(EVENT))
 
     return n / timed(run)
+
+
+def run(quick: bool) -> list[Result]:
+    """The storage rows for ``python -m benchmarks``: ratios against raw LMDB."""
+    per_commit_n = 100 if quick else 1000
+    batch_n = 5_000 if quick else 200_000
+    tasks = 200 if quick else 2000
+    codec_n = 2_000 if quick else 200_000
+    with tempfile.TemporaryDirectory(prefix="roost-bench-") as tmp:
+        floor = raw_commit_per_write(os.path.join(tmp, "a"), per_commit_n)
+        ceiling = raw_one_txn(os.path.join(tmp, "b"), batch_n)
+        grouped, commits = group_commit(os.path.join(tmp, "c"), tasks, "sync")
+    codec_rate = codec_round_trips(codec_n)
+    return [
+        Result(
+            suite="storage",
+            name=f"group commit, {tasks} tasks, fsync",
+            unit="writes/s",
+            roost=grouped,
+            raw=floor,
+            raw_label="raw lmdb, 1 fsync/write",
+            note=f"{commits} commits",
+        ),
+        Result(
+            suite="storage",
+            name=f"group commit, {tasks} tasks, fsync",
+            unit="writes/s",
+            roost=grouped,
+            raw=ceiling,
+            raw_label="raw lmdb, 1 txn (ceiling)",
+        ),
+        Result(suite="storage", name="codec encode+decode", unit="events/s", roost=codec_rate),
+    ]
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from roost._errors import ChannelClosed, invalid
+from roost._errors import ChannelClosed, Error, invalid
 from roost.mailbox._backend import Waiter, current_backend
 
 __all__ = ["UNBOUNDED", "Case", "Channel", "Selected", "new", "select"]
@@ -236,9 +236,11 @@ class Case:
     value: Any = None
 
 
-@attrs.frozen(kw_only=True)
 class Selected:
     """The outcome of ``select``.
+
+    A plain slotted class rather than an attrs record: one is built per ``select``, on the
+    hottest path of message loops, and attrs' frozen ``__init__`` costs twice as much.
 
     Attributes:
         channel: the channel whose case won (None for ``default``).
@@ -248,11 +250,39 @@ class Selected:
         index: the position of the winning case among the arguments (-1 for default).
     """
 
-    channel: Channel[Any] | None
-    value: Any = None
-    ok: bool = True
-    default: bool = False
-    index: int = -1
+    __slots__ = ("channel", "default", "index", "ok", "value")
+    __match_args__ = ("channel", "value", "ok", "default", "index")
+
+    def __init__(
+        self,
+        *,
+        channel: Channel[Any] | None,
+        value: Any = None,
+        ok: bool = True,
+        default: bool = False,
+        index: int = -1,
+    ) -> None:
+        self.channel = channel
+        self.value = value
+        self.ok = ok
+        self.default = default
+        self.index = index
+
+    def _key(self) -> tuple[Any, ...]:
+        return (id(self.channel), self.value, self.ok, self.default, self.index)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Selected):
+            return NotImplemented
+        return self.channel is other.channel and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking value objects do not hash
+
+    def __repr__(self) -> str:
+        return (
+            f"Selected(channel={self.channel!r}, value={self.value!r}, ok={self.ok}, "
+            f"default={self.default}, index={self.index})"
+        )
 
 
 def new(size: int = 0) -> Channel[Any]:
@@ -260,32 +290,49 @@ def new(size: int = 0) -> Channel[Any]:
     return Channel(size)
 
 
-def _normalise(cases: tuple[Case | Channel[Any], ...]) -> list[Case]:
-    out: list[Case] = []
-    for case in cases:
-        if isinstance(case, Case):
-            out.append(case)
-        elif isinstance(case, Channel):
-            out.append(Case(channel=case, is_send=False))
-        else:
-            raise invalid(
-                "select takes cases made with ch.case_receive() / ch.case_send(v) "
-                f"(or channels, meaning receive); got {type(case).__name__}"
-            )
-    return out
+def _bad_case(case: object) -> Error:
+    return invalid(
+        "select takes cases made with ch.case_receive() / ch.case_send(v) "
+        f"(or channels, meaning receive); got {type(case).__name__}"
+    )
 
 
-def _poll(cases: list[Case]) -> Selected | None:
+def _poll(cases: tuple[Case | Channel[Any], ...]) -> Selected | None:
+    """Try every case in argument order without blocking; the first ready one wins."""
     for index, case in enumerate(cases):
-        chan = case.channel
-        if case.is_send:
-            if chan._try_send(case.value):
-                return Selected(channel=chan, ok=True, index=index)
-        else:
-            polled = chan._try_receive()
+        if isinstance(case, Channel):
+            polled = case._try_receive()
             if polled is not None:
-                return Selected(channel=chan, value=polled[0], ok=polled[1], index=index)
+                return Selected(channel=case, value=polled[0], ok=polled[1], index=index)
+        elif isinstance(case, Case):
+            chan = case.channel
+            if case.is_send:
+                if chan._try_send(case.value):
+                    return Selected(channel=chan, ok=True, index=index)
+            else:
+                polled = chan._try_receive()
+                if polled is not None:
+                    return Selected(channel=chan, value=polled[0], ok=polled[1], index=index)
+        else:
+            raise _bad_case(case)
     return None
+
+
+def _enqueue(
+    cases: tuple[Case | Channel[Any], ...], waiter: Waiter
+) -> list[tuple[Channel[Any], Any]]:
+    entries: list[tuple[Channel[Any], Any]] = []
+    for index, case in enumerate(cases):
+        if isinstance(case, Case) and case.is_send:
+            send_entry: _SendEntry = (waiter, index, case.value)
+            case.channel._send_queue().append(send_entry)
+            entries.append((case.channel, send_entry))
+        else:
+            chan = case if isinstance(case, Channel) else case.channel
+            recv_entry: _RecvEntry = (waiter, index)
+            chan._recv_queue().append(recv_entry)
+            entries.append((chan, recv_entry))
+    return entries
 
 
 async def select(*cases: Case | Channel[Any], default: bool = False) -> Selected:
@@ -299,36 +346,26 @@ async def select(*cases: Case | Channel[Any], default: bool = False) -> Selected
         roost.ChannelClosed: a send case's channel is closed.
         roost.Error: kind Invalid, for no cases and no default, or a non-case argument.
     """
-    arms = _normalise(cases)
-    if not arms and not default:
+    if not cases and not default:
         raise invalid("select needs at least one case, or default=True")
     backend = current_backend()
     await backend.checkpoint_if_cancelled()
-    ready = _poll(arms)
+    ready = _poll(cases)
     if ready is not None or default:
         await backend.cancel_shielded_checkpoint()
         return ready or Selected(channel=None, default=True, ok=True)
     waiter = backend.new_waiter()
-    entries: list[tuple[Channel[Any], Any]] = []
-    for index, case in enumerate(arms):
-        chan = case.channel
-        if case.is_send:
-            send_entry: _SendEntry = (waiter, index, case.value)
-            chan._send_queue().append(send_entry)
-            entries.append((chan, send_entry))
-        else:
-            recv_entry: _RecvEntry = (waiter, index)
-            chan._recv_queue().append(recv_entry)
-            entries.append((chan, recv_entry))
+    entries = _enqueue(cases, waiter)
     try:
         await backend.park(waiter)
     finally:
         for chan, entry in entries:
             # close() may have replaced the queues; the entry is then already gone.
             _discard(chan._sendq if len(entry) == 3 else chan._recvq, entry)
-    winner = arms[waiter.index]
-    if winner.is_send:
+    winner = cases[waiter.index]
+    if isinstance(winner, Case) and winner.is_send:
         if not waiter.ok:
             raise ChannelClosed("select sent on a channel that was closed")
         return Selected(channel=winner.channel, ok=True, index=waiter.index)
-    return Selected(channel=winner.channel, value=waiter.value, ok=waiter.ok, index=waiter.index)
+    chan = winner if isinstance(winner, Channel) else winner.channel
+    return Selected(channel=chan, value=waiter.value, ok=waiter.ok, index=waiter.index)

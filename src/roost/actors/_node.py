@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 import trio
-import trio.testing
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import LOCAL_NODE, Pid
@@ -98,8 +98,7 @@ class Node:
         self._idle: trio.Event | None = None
         self._prefix = f"{incarnation:x}."
         self._node_part = name
-        clock = trio.lowlevel.current_clock()
-        self._mock_time = isinstance(clock, trio.testing.MockClock)
+        self._mock_time = _is_mock_clock(trio.lowlevel.current_clock())
         self._wall0 = dt.datetime.now(_UTC)
         self._t0 = trio.current_time()
         self.timers = Timers(self.now)
@@ -500,6 +499,13 @@ class Node:
             proc.exit_chans = []
         proc.exit_chans.append(chan)
         return chan
+
+
+def _is_mock_clock(clock: object) -> bool:
+    # A MockClock can only exist if trio.testing was imported; importing it ourselves
+    # would pull pytest into every `import roost`.
+    testing = sys.modules.get("trio.testing")
+    return testing is not None and isinstance(clock, testing.MockClock)
 
 
 def _is_cancelled(exc: BaseException) -> bool:

@@ -9,9 +9,9 @@ import trio
 
 from roost._errors import Error, invalid
 from roost._pid import Pid
+from roost.actors._app import ENTRY_ATTR
 from roost.actors._events import Event
 from roost.actors._node import terminated_error
-from roost.actors._app import ENTRY_ATTR
 from roost.actors._process import Upgrade, current_any, current_process, maybe_current_process
 from roost.actors._registry import check_name
 from roost.mailbox._channel import Channel

@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from roost._duration import Duration, parse_duration
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, invalid
 from roost._pid import Pid
 from roost.actors._app import App, Entry
 from roost.actors._node import Node, SpawnRequest

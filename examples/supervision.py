@@ -33,6 +33,7 @@ async def payments_api():
     print(f"  payments api: attempt {n}")
     if n < 4:
         raise ConnectionError("payment provider unreachable")
+    process.send("main", "api-up", n)  # tell the demo it is finally up
     await process.events().receive()
 
 
@@ -65,17 +66,19 @@ app.dynamic_supervisor("orders", template=supervisor.child("order", "shop:order_
 
 def show(sup):
     for info in supervisor.which_children(sup):
-        print(f"    {info.id:<7} {info.type.value:<10} {info.restart.value:<9} {info.pid}")
+        print(f"    {info.id:<7} {info.type.value:<10} {info.restart.value}")
 
 
 @app.process
 async def main():
+    process.registry.register("main")
+    api_up = process.listen("api-up")
     print("1. Start the tree: children start in order, 'requires' first")
     root = await process.spawn_monitored("shop:root")
     show(root)
 
     print("\n2. A service with backoff: the payments api fails 3 times, then stays up")
-    await roost.sleep("1s")
+    print(f"  the api is up on attempt {await api_up.receive()}")
     print(f"  counts: {supervisor.count_children(root)}")
 
     print("\n3. A dynamic supervisor: start order workers at run time")
@@ -87,7 +90,7 @@ async def main():
 
     print("\n4. rest_for_one: the database crashes, so it and every later child restart")
     process.send(supervisor.which_children(root)[0].pid, "poke")
-    await roost.sleep("50ms")
+    print(f"  the api is up again on attempt {await api_up.receive()}")
     show(root)
 
     print("\n5. Crash it twice more within 5s: intensity 2 exceeded, the tree shuts down")

@@ -1,6 +1,6 @@
 """roost: an Erlang/Wippy-style process runtime for Python on trio."""
 
-from roost import channel, coroutine, ctx, funcs, process, supervisor
+from roost import channel, coroutine, ctx, funcs, process, supervisor, workflow
 from roost._duration import Duration
 from roost._errors import ChannelClosed, Error, ErrorKind, NondeterminismError
 from roost._pid import Pid
@@ -19,8 +19,10 @@ from roost.actors import (
 )
 from roost.actors._chance import after, now, random, random_bytes, sleep, ticker, uuid4, uuid7
 from roost.mailbox import Channel, Message, Selected
+from roost.workflow import ActivityInfo, RetryPolicy, WorkflowInfo, activity_info
 
 __all__ = [
+    "ActivityInfo",
     "App",
     "Cancel",
     "Channel",
@@ -37,8 +39,11 @@ __all__ = [
     "NondeterminismError",
     "Pid",
     "Receipt",
+    "RetryPolicy",
     "Selected",
     "Spawner",
+    "WorkflowInfo",
+    "activity_info",
     "after",
     "channel",
     "coroutine",
@@ -55,4 +60,5 @@ __all__ = [
     "ticker",
     "uuid4",
     "uuid7",
+    "workflow",
 ]

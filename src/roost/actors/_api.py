@@ -12,7 +12,13 @@ from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR
 from roost.actors._events import Event
 from roost.actors._node import terminated_error
-from roost.actors._process import Upgrade, current_any, current_process, maybe_current_process
+from roost.actors._process import (
+    Upgrade,
+    activity_context,
+    current_any,
+    current_process,
+    maybe_current_process,
+)
 from roost.actors._registry import check_name
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
@@ -68,6 +74,27 @@ class Receipt:
 _ACCEPTED = Receipt()
 
 
+class DurableReceipt(Receipt):
+    """A send to a workflow: awaiting it waits until the message is in its history."""
+
+    __slots__ = ("_done",)
+
+    def __init__(self, done: trio.Event) -> None:
+        self._done = done
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the message is durably in the workflow's history yet."""
+        return self._done.is_set()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._done.wait().__await__()
+
+    def __repr__(self) -> str:
+        state = "accepted" if self._done.is_set() else "pending"
+        return f"<roost.Receipt {state}>"
+
+
 def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     """Send ``payload`` on ``topic`` to ``dest`` without blocking.
 
@@ -85,7 +112,11 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     node = proc.node
     target = node.procs.get(dest) if dest.__class__ is Pid else None
     if target is None:
-        target = node.live(dest)
+        pid_ = node.resolve(dest)
+        virtual = node.virtual.get(pid_.host)
+        if virtual is not None:
+            return DurableReceipt(virtual.signal(proc.pid, pid_, topic, payload))
+        target = node.live(pid_)
     box = target.mailbox
     if box is None:
         box = target.get_mailbox()
@@ -169,7 +200,12 @@ def terminate(dest: Pid | str) -> None:
         roost.Error: NotFound when ``dest`` is not alive.
     """
     proc = current_process("process.terminate")
-    target = proc.node.live(dest)
+    pid_ = proc.node.resolve(dest)
+    virtual = proc.node.virtual.get(pid_.host)
+    if virtual is not None:
+        virtual.terminate(pid_)
+        return
+    target = proc.node.live(pid_)
     proc.node.kill(target, terminated_error(target.pid))
 
 
@@ -182,7 +218,12 @@ def cancel(dest: Pid | str, reason: str | None = None) -> None:
     if reason is not None and not isinstance(reason, str):
         raise invalid(f"cancel reason must be a string or None, got {reason!r}")
     proc = current_process("process.cancel")
-    proc.node.cancel(proc.node.live(dest), reason)
+    pid_ = proc.node.resolve(dest)
+    virtual = proc.node.virtual.get(pid_.host)
+    if virtual is not None:
+        virtual.cancel(pid_, reason)
+        return
+    proc.node.cancel(proc.node.live(pid_), reason)
 
 
 _OPTION_KEYS = frozenset({"trap_links"})
@@ -282,43 +323,84 @@ def coroutine_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         proc.node.start_coroutine(proc, fn, args)
 
 
-def _activity_id(proc: Any, entry: Any) -> str:
+def _activity_id(proc: Any, entry: Any) -> tuple[str, Mapping[str, Any]]:
     node = proc.node
     if node is not None:
         resolved = node.app.resolve(entry)
         if resolved.kind.value != "activity":
             raise invalid(f"funcs.call runs activities; {resolved.id!r} is a {resolved.kind.value}")
-        return str(resolved.id)
+        return str(resolved.id), resolved.options
     entry_id = getattr(entry, ENTRY_ATTR, entry) if callable(entry) else entry
     if not isinstance(entry_id, str) or ":" not in entry_id:
         raise invalid(f"an activity is an id like 'app:charge' or its function, got {entry!r}")
-    return entry_id
+    return entry_id, {}
 
 
 def ctx_get(key: str, default: Any = None) -> Any:
     """A context value set with ``with_context`` by this process or an ancestor."""
-    proc = maybe_current_process()
-    if proc is None:
-        return default
-    return proc.context.get(key, default)
+    values = _context_values()
+    return values.get(key, default) if values is not None else default
 
 
 def ctx_all() -> dict[str, Any]:
     """Every context value visible to the caller."""
+    values = _context_values()
+    return dict(values) if values is not None else {}
+
+
+def _context_values() -> Mapping[str, Any] | None:
     proc = maybe_current_process()
-    return dict(proc.context) if proc is not None else {}
+    if proc is not None:
+        return proc.context
+    return activity_context.get()
 
 
 async def funcs_call(entry: Any, *args: Any) -> Any:
-    """Call an activity directly (outside workflows): sync ones run in a worker thread.
+    """Call an activity: durable and retried inside a workflow, a direct call elsewhere.
 
     Raises:
         roost.Error: the activity's error; a plain exception arrives as kind Internal.
     """
+    return await _call_activity(entry, args, {})
+
+
+class Executor:
+    """``funcs.new()``: an immutable activity caller with per-call options."""
+
+    __slots__ = ("_options",)
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self._options: dict[str, Any] = dict(options or {})
+
+    def with_options(self, mapping: Mapping[str, Any] | None = None, **opts: Any) -> Executor:
+        """A new Executor with these options merged in (``retry_policy``, timeouts)."""
+        merged = {**self._options, **(mapping or {}), **opts}
+        check = _activity_option_check()
+        if check is not None:
+            check(merged)
+        return Executor(merged)
+
+    async def call(self, entry: Any, *args: Any) -> Any:
+        """Call ``entry`` with these options (see ``funcs.call``)."""
+        return await _call_activity(entry, args, self._options)
+
+
+def funcs_new() -> Executor:
+    """An activity caller to configure with ``.with_options(...)``."""
+    return Executor()
+
+
+def _activity_option_check() -> Callable[..., Any] | None:
+    from roost.actors._app import _EXTENSIONS  # noqa: PLC0415 - read at call time
+
+    return _EXTENSIONS.get("activity_options")
+
+
+async def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
     proc = current_any("funcs.call")
     if proc.workflow is not None:
-        entry_id = _activity_id(proc, entry)
-        return await proc.workflow.call_activity(entry_id, args, {})
+        entry_id, defaults = _activity_id(proc, entry)
+        return await proc.workflow.call_activity(entry_id, args, (defaults, options))
     await trio.lowlevel.checkpoint()
     resolved = proc.node.app.resolve(entry)
     if resolved.kind.value != "activity":
@@ -329,6 +411,9 @@ async def funcs_call(entry: Any, *args: Any) -> Any:
     try:
         if resolved.is_async:
             return await resolved.fn(*args)
+        if proc.node.mock_time:
+            # Under a MockClock a thread would let virtual time race ahead of the call.
+            return resolved.fn(*args)
         return await trio.to_thread.run_sync(resolved.fn, *args)
     except Error:
         raise

@@ -24,6 +24,7 @@ class EntryKind(enum.StrEnum):
     PROCESS = "process"
     ACTIVITY = "activity"
     SUPERVISOR = "supervisor"
+    WORKFLOW = "workflow"
 
 
 @attrs.frozen(kw_only=True)
@@ -53,6 +54,22 @@ _EXTENSIONS: dict[str, Callable[..., Any]] = {}
 def register_extension(name: str, declare: Callable[..., Any]) -> None:
     """Install the declaration function behind ``App.<name>(...)``."""
     _EXTENSIONS[name] = declare
+
+
+# Services higher layers run on every node (the workflow runtime): called with the node
+# and a system nursery when the node starts.
+_NODE_SERVICES: list[Callable[..., Any]] = []
+
+
+def register_node_service(start: Callable[..., Any]) -> None:
+    """Run ``await start(node, nursery)`` whenever a node starts."""
+    if start not in _NODE_SERVICES:
+        _NODE_SERVICES.append(start)
+
+
+def node_services() -> list[Callable[..., Any]]:
+    """The registered node services, in registration order."""
+    return list(_NODE_SERVICES)
 
 
 def _extension(name: str) -> Callable[..., Any]:
@@ -133,8 +150,18 @@ class App:
     def activity(
         self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **options: Any
     ) -> Any:
-        """Register a function (sync or async) as an activity, called with ``funcs.call``."""
+        """Register a function (sync or async) as an activity, called with ``funcs.call``.
+
+        Options (``retry_policy``, ``start_to_close_timeout``, ...) are the defaults for
+        every call; ``funcs.new().with_options(...)`` overrides them per call.
+        """
+        if options and "activity_options" in _EXTENSIONS:
+            _EXTENSIONS["activity_options"](options)  # raises Invalid for a bad option
         return self._decorate(fn, EntryKind.ACTIVITY, name, options, need_async=False)
+
+    def workflow(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
+        """Register an ``async def`` as a durable workflow entry."""
+        return self._decorate(fn, EntryKind.WORKFLOW, name, {}, need_async=True)
 
     def supervisor(self, name_or_fn: Any = None, /, **options: Any) -> Any:
         """Declare a supervisor entry ``"<app>:<name>"``.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import sys
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -23,7 +24,14 @@ from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS
 from roost.storage import Store
 
-__all__ = ["ExitResult", "Node", "SpawnRequest", "noproc_error", "terminated_error"]
+__all__ = [
+    "ExitResult",
+    "Node",
+    "SpawnRequest",
+    "VirtualHost",
+    "noproc_error",
+    "terminated_error",
+]
 
 log = logging.getLogger("roost.process")
 assert TRIO_BACKEND is not None  # importing it installs the default channel backend
@@ -71,6 +79,30 @@ def terminated_error(pid: Pid, why: str = "terminated") -> Error:
 _SPAWNABLE = frozenset({EntryKind.PROCESS, EntryKind.SUPERVISOR})
 
 
+class VirtualHost(Protocol):
+    """Processes that are not trio tasks of this node (workflows), reached by PID host."""
+
+    host: str
+
+    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event: ...
+    def cancel(self, pid: Pid, reason: str | None) -> trio.Event: ...
+    def terminate(self, pid: Pid) -> None: ...
+    def monitor(self, watcher: Process, pid: Pid) -> None: ...
+    def link(self, proc: Process, pid: Pid) -> None: ...
+    def unwatch(self, proc: Process, pid: Pid) -> None: ...
+    def exit_channel(self, pid: Pid) -> Channel[ExitResult]: ...
+    async def spawn(
+        self,
+        parent: Process,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid: ...
+
+
 class Node:
     """One running node: all its processes, names, hosts and timers."""
 
@@ -93,21 +125,28 @@ class Node:
         # Per-node state of higher layers (supervisor registry, ...), keyed by owner.
         self.ext: dict[str, Any] = {}
         self.store = store
+        # Hosts served by higher layers: PID host -> handler, and entry kind -> handler.
+        self.virtual: dict[str, VirtualHost] = {}
+        self.kind_hosts: dict[EntryKind, VirtualHost] = {}
         self._nursery = nursery
         self._counter = 0
         self._idle: trio.Event | None = None
         self._prefix = f"{incarnation:x}."
         self._node_part = name
-        self._mock_time = _is_mock_clock(trio.lowlevel.current_clock())
-        self._wall0 = dt.datetime.now(_UTC)
-        self._t0 = trio.current_time()
+        clock = trio.lowlevel.current_clock()
+        self.mock_time = _is_mock_clock(clock)
+        # Under a MockClock, wall time is anchored once per clock, so that nodes opened
+        # one after another on it (a restart in a test) share one consistent timeline.
+        self._wall0, self._t0 = _ANCHORS.setdefault(
+            clock, (dt.datetime.now(_UTC), trio.current_time())
+        )
         self.timers = Timers(self.now)
 
     # -- identity and time ---------------------------------------------------------------
 
     def now(self) -> dt.datetime:
         """The node's UTC time; follows trio's clock when it is a MockClock."""
-        if self._mock_time:
+        if self.mock_time:
             return self._wall0 + dt.timedelta(seconds=trio.current_time() - self._t0)
         return dt.datetime.now(_UTC)
 
@@ -403,6 +442,10 @@ class Node:
         pid = self.resolve(dest)
         if pid == watcher.pid:
             return
+        virtual = self.virtual.get(pid.host)
+        if virtual is not None:
+            virtual.monitor(watcher, pid)
+            return
         target = self.procs.get(pid)
         if target is None:
             self.post_event(watcher, Exit(pid, None, noproc_error(pid), self.now()))
@@ -417,6 +460,9 @@ class Node:
     def unmonitor(self, watcher: Process, dest: object) -> None:
         """Stop watching ``dest``; a no-op when not watching it."""
         pid = self.resolve(dest)
+        virtual = self.virtual.get(pid.host)
+        if virtual is not None:
+            virtual.unwatch(watcher, pid)
         if watcher.watching:
             watcher.watching.discard(pid)
         target = self.procs.get(pid)
@@ -427,6 +473,10 @@ class Node:
         """Link both ways; linking to a dead process is a LINK_DOWN with "noproc"."""
         pid = self.resolve(dest)
         if pid == proc.pid:
+            return
+        virtual = self.virtual.get(pid.host)
+        if virtual is not None:
+            virtual.link(proc, pid)
             return
         other = self.procs.get(pid)
         if other is None:
@@ -442,6 +492,9 @@ class Node:
     def unlink(self, proc: Process, dest: object) -> None:
         """Remove a link; a no-op when there is none."""
         pid = self.resolve(dest)
+        virtual = self.virtual.get(pid.host)
+        if virtual is not None:
+            virtual.unwatch(proc, pid)
         if proc.links:
             proc.links.discard(pid)
         other = self.procs.get(pid)
@@ -499,6 +552,9 @@ class Node:
             proc.exit_chans = []
         proc.exit_chans.append(chan)
         return chan
+
+
+_ANCHORS: weakref.WeakKeyDictionary[Any, tuple[dt.datetime, float]] = weakref.WeakKeyDictionary()
 
 
 def _is_mock_clock(clock: object) -> bool:

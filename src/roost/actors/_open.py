@@ -13,9 +13,9 @@ from typing import Any
 import trio
 
 from roost._duration import Duration, parse_duration
-from roost._errors import Error, invalid
+from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.actors._app import App, Entry
+from roost.actors._app import App, Entry, node_services
 from roost.actors._node import Node, SpawnRequest
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import exec as _exec
@@ -55,6 +55,28 @@ class NodeHandle:
     def app(self) -> App:
         """The app this node runs."""
         return self._node.app
+
+    def describe(self, workflow_id: str) -> dict[str, Any]:
+        """Status, result or error, type and timestamps of a workflow's latest run.
+
+        Raises:
+            roost.Error: NotFound for an unknown workflow id.
+        """
+        return self._inspect("describe", workflow_id)  # type: ignore[no-any-return]
+
+    def history(self, workflow_id: str) -> list[Any]:
+        """Every event and command of a workflow's latest run, in order."""
+        return self._inspect("history", workflow_id)  # type: ignore[no-any-return]
+
+    def list_workflows(self, query: str | None = None) -> list[dict[str, Any]]:
+        """Workflows matching ``query``, e.g. ``"status = 'running'"`` (see docs)."""
+        return self._inspect("list_workflows", query)  # type: ignore[no-any-return]
+
+    def _inspect(self, what: str, arg: Any) -> Any:
+        manager = self._node.ext.get("workflows")
+        if manager is None:
+            raise Error("this node has no workflow runtime", kind=ErrorKind.INVALID_STATE)
+        return getattr(manager, what)(arg)
 
     def process_count(self) -> int:
         """Live processes, the attached one included."""
@@ -136,6 +158,8 @@ async def _running(
         async with trio.open_nursery() as nursery:
             node = Node(app, nursery=nursery, **node_args)
             system.start_soon(node.timers.run, name="roost.timers")
+            for start_service in node_services():
+                await start_service(node, system)
             attached = node.attach()
             handle = NodeHandle(node, path, attached.pid)
             token = set_current(attached)

@@ -22,6 +22,7 @@ __all__ = [
     "Upgrade",
     "WorkflowOps",
     "WorkflowProcess",
+    "activity_context",
     "current_any",
     "current_process",
     "maybe_current_process",
@@ -49,7 +50,7 @@ class WorkflowOps(Protocol):
 
     def send(self, dest: Any, topic: str, payload: Any) -> None: ...
     async def call_activity(
-        self, entry: str, args: tuple[Any, ...], options: dict[str, Any]
+        self, entry: str, args: tuple[Any, ...], options: tuple[Mapping[str, Any], ...]
     ) -> Any: ...
     async def sleep(self, seconds: float) -> None: ...
     def after(self, seconds: float) -> Channel[Any]: ...
@@ -159,6 +160,11 @@ class Process:
 
 
 _current: ContextVar[Any] = ContextVar("roost_process", default=None)
+
+# Inside an activity run by a workflow: that workflow's context values (for ctx.get).
+activity_context: ContextVar[Mapping[str, Any] | None] = ContextVar(
+    "roost_activity_context", default=None
+)
 
 
 def maybe_current_process() -> Process | WorkflowProcess | None:

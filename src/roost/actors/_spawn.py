@@ -10,6 +10,7 @@ import trio
 
 from roost._errors import invalid
 from roost._pid import Pid
+from roost.actors._app import Entry, EntryKind
 from roost.actors._node import SpawnRequest, terminated_error
 from roost.actors._process import current_process
 from roost.mailbox._mailbox import check_topic
@@ -145,6 +146,13 @@ class Spawner:
         await trio.lowlevel.checkpoint()
         parent = current_process("process.exec")
         node = parent.node
+        resolved = node.app.resolve(entry)
+        if resolved.kind is EntryKind.WORKFLOW:
+            pid = await self._start_workflow(parent, resolved, args, link=False, monitor=False)
+            outcome = await node.virtual[pid.host].exit_channel(pid).receive()
+            if outcome.error is not None:
+                raise outcome.error.clone()
+            return outcome.value
         pid = self._spawn_now(parent, entry, args, host, link=False, monitor=False)
         child = node.procs.get(pid)
         if child is None:  # it ended before we could watch it (cannot happen in one step)
@@ -164,10 +172,40 @@ class Spawner:
     ) -> Pid:
         await trio.lowlevel.checkpoint()
         parent = current_process("process.spawn")
-        pid = self._spawn_now(parent, entry, args, host, link=link, monitor=monitor)
+        resolved = parent.node.app.resolve(entry)
+        if resolved.kind is EntryKind.WORKFLOW:
+            return await self._start_workflow(parent, resolved, args, link=link, monitor=monitor)
+        pid = self._spawn_now(parent, resolved, args, host, link=link, monitor=monitor)
         # Supervisors start synchronously, like OTP's start_link: when spawn returns, the
         # supervisor and its children are up (or it has already failed).
         await parent.node.wait_ready(pid)
+        return pid
+
+    async def _start_workflow(
+        self, parent: Any, entry: Entry, args: tuple[Any, ...], *, link: bool, monitor: bool
+    ) -> Pid:
+        node = parent.node
+        handler = node.kind_hosts.get(EntryKind.WORKFLOW)
+        if handler is None:
+            raise invalid("this node runs no workflow runtime; import roost.workflow")
+        options = dict(self.options)
+        for key in PROCESS_OPTIONS - {"name"}:
+            if key in options:
+                raise invalid(f"option {key!r} applies to plain processes, not workflows")
+        if self.name is not None:
+            options["name"] = self.name
+        pid: Pid = await handler.spawn(
+            parent,
+            entry=entry,
+            args=args,
+            options=options,
+            messages=self.messages,
+            context=dict(self.context),
+        )
+        if link:
+            node.link(parent, pid)
+        if monitor:
+            node.monitor(parent, pid)
         return pid
 
     def _spawn_now(

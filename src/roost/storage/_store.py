@@ -66,6 +66,7 @@ TABLES: Final[tuple[str, ...]] = (
     "visibility",
     "meta",
     "outbox",
+    "inbox",
 )
 _TABLE_SET: Final = frozenset(TABLES)
 

@@ -21,7 +21,7 @@ import sys
 import types
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from roost.workflow._history import (
     describe,
     same_command,
 )
+from roost.workflow._retry import activity_options
 
 __all__ = ["Driver", "DriverBackend", "Status"]
 
@@ -232,6 +233,7 @@ class Driver:
         self.error: Error | None = None
         self.activations = 0
         self.history_length = 0
+        self.history_size = 0
         self.backend = DriverBackend(self)
 
     # -- the activation ------------------------------------------------------------------
@@ -373,14 +375,18 @@ class Driver:
         )
 
     async def call_activity(
-        self, entry: str, args: tuple[Any, ...], options: dict[str, Any]
+        self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
     ) -> Any:
-        """Schedule an activity and wait for its result (or raise its error)."""
+        """Schedule an activity and wait for its result (or raise its error).
+
+        ``options`` are option sources (entry defaults, then per-call), merged in order.
+        """
         self._check(list(args), f"arguments of activity {entry!r}")
+        merged = activity_options(*options)
         seq = self._next_seq()
         future = _Future(self)
         self._pending[seq] = future
-        self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=options))
+        self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
         return await future
 
     async def sleep(self, seconds: float) -> None:

@@ -1,0 +1,186 @@
+"""Running activity tasks: at least once, retried per policy, each attempt timed out."""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from roost._errors import Error, ErrorKind
+from roost.actors._app import EntryKind
+from roost.actors._process import activity_context, set_current
+from roost.storage import WriteTxn
+from roost.workflow._history import ActivityResolved
+from roost.workflow._records import ActivityTask, task_key
+from roost.workflow._retry import next_retry
+
+if TYPE_CHECKING:
+    from roost.workflow._manager import WorkflowManager
+
+__all__ = ["ActivityInfo", "ActivityWorker", "activity_info"]
+
+log = logging.getLogger("roost.activity")
+
+
+@attrs.frozen(kw_only=True)
+class ActivityInfo:
+    """What a running activity knows about itself (``roost.activity_info()``).
+
+    ``idempotency_key`` is stable across retries and restarts: the same for every attempt
+    of the same scheduled activity, so the activity can make its side effects idempotent.
+    """
+
+    workflow_id: str
+    run_id: str
+    seq: int
+    entry: str
+    attempt: int
+    idempotency_key: str
+    scheduled_at: dt.datetime
+
+
+_info: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
+    "roost_activity", default=None
+)
+
+
+def activity_info() -> ActivityInfo | None:
+    """The running activity's info, or None outside an activity run by a workflow."""
+    return _info.get()
+
+
+class ActivityWorker:
+    """Runs each submitted task in its own trio task until it resolves."""
+
+    def __init__(self, manager: WorkflowManager, nursery: trio.Nursery) -> None:
+        self.m = manager
+        self._nursery = nursery
+        self.running: set[tuple[str, int]] = set()
+
+    def submit(self, task: ActivityTask) -> None:
+        """Start working on ``task`` (a task already being worked on is ignored)."""
+        ident = (task.run_id, task.seq)
+        if ident in self.running:
+            return
+        self.running.add(ident)
+        self._nursery.start_soon(self._work, task, name=f"roost.activity {task.entry}")
+
+    async def _work(self, task: ActivityTask) -> None:
+        try:
+            while True:
+                await self._wait_until(task.not_before)
+                value, error = await self._attempt(task)
+                if error is None:
+                    await self._resolve(task, value, None)
+                    return
+                delay = next_retry(task.options, task.attempt, error)
+                if delay is None:
+                    await self._resolve(task, None, error)
+                    return
+                task = await self._reschedule(task, error, delay)
+        finally:
+            self.running.discard((task.run_id, task.seq))
+
+    async def _wait_until(self, when: dt.datetime | None) -> None:
+        if when is not None:
+            delay = (when - self.m.node.now()).total_seconds()
+            if delay > 0:
+                await trio.sleep(delay)
+
+    async def _attempt(self, task: ActivityTask) -> tuple[Any, Error | None]:
+        try:
+            entry = self.m.node.app.resolve(task.entry)
+        except Error as exc:
+            return None, Error(exc.message, kind=exc.kind, retryable=False, details=exc.details)
+        if entry.kind is not EntryKind.ACTIVITY:
+            return None, Error(
+                f"{task.entry!r} is not an activity", kind=ErrorKind.INVALID, retryable=False
+            )
+        info = ActivityInfo(
+            workflow_id=task.workflow_id,
+            run_id=task.run_id,
+            seq=task.seq,
+            entry=task.entry,
+            attempt=task.attempt,
+            idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
+            scheduled_at=task.scheduled_at,
+        )
+        timeout = float(task.options.get("start_to_close_timeout", 600.0))
+        try:
+            with trio.fail_after(timeout):
+                return await self._call(entry.fn, entry.is_async, task, info), None
+        except trio.TooSlowError:
+            return None, Error(
+                f"activity {task.entry!r} attempt {task.attempt} exceeded its "
+                f"start_to_close_timeout of {timeout:g}s",
+                kind=ErrorKind.TIMEOUT,
+                details={"timeout_type": "start_to_close", "attempt": task.attempt},
+            )
+        except Error as exc:
+            return None, exc
+        except Exception as exc:  # noqa: BLE001 - an activity's error is its result
+            return None, Error.from_exception(exc)
+
+    async def _call(self, fn: Any, is_async: bool, task: ActivityTask, info: ActivityInfo) -> Any:
+        # An activity is a function, not a process: it sees its workflow's context values
+        # (ctx.get) and its own info (roost.activity_info()), and no current process.
+        run = self.m.runs.get(task.workflow_id)
+        set_current(None)
+        activity_context.set(dict(run.context) if run is not None else {})
+        _info.set(info)
+        if is_async:
+            return await fn(*task.args)
+        ctx = contextvars.copy_context()
+        if self.m.node.mock_time:
+            # Under a MockClock a thread would let virtual time (and timeouts) race ahead.
+            return ctx.run(fn, *task.args)
+        return await trio.to_thread.run_sync(ctx.run, fn, *task.args, abandon_on_cancel=True)
+
+    async def _resolve(self, task: ActivityTask, value: Any, error: Error | None) -> None:
+        m = self.m
+        run = m.runs.get(task.workflow_id)
+        if run is not None and run.record.run_id != task.run_id:
+            run = None  # a newer run of the same id: this result belongs to nobody
+        event = ActivityResolved(seq=task.seq, value=value, error=error)
+        staged = None
+        if run is not None:
+            try:
+                staged = m.stage(run, event)
+            except Error as exc:  # the result cannot be encoded: resolve with that error
+                event = ActivityResolved(seq=task.seq, error=exc)
+                staged = m.stage(run, event)
+        key = task_key(task.run_id, task.seq)
+
+        def write(txn: WriteTxn) -> None:
+            txn.delete("tasks", key)
+            if staged is not None:
+                txn.put("inbox", *staged)
+
+        await m.transact(write)
+        if staged is not None and run is not None:
+            m.accept(run, [(staged[0], event)])
+
+    async def _reschedule(self, task: ActivityTask, error: Error, delay: float) -> ActivityTask:
+        errors = [*task.errors, error]
+        task = attrs.evolve(
+            task,
+            attempt=task.attempt + 1,
+            not_before=self.m.node.now() + dt.timedelta(seconds=delay),
+            errors=errors,
+        )
+        log.info(
+            "activity %s attempt %d failed (%s); retrying in %.3gs",
+            task.entry,
+            task.attempt - 1,
+            error,
+            delay,
+            extra={"workflow_id": task.workflow_id, "attempt": task.attempt - 1},
+        )
+        data = self.m.codec.encode(task)
+        key = task_key(task.run_id, task.seq)
+        await self.m.transact(lambda txn: txn.put("tasks", key, data))
+        return task

@@ -1,0 +1,95 @@
+"""``node.describe`` / ``node.history`` / ``node.list_workflows``: read-only inspection."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from roost._errors import invalid, not_found
+from roost.storage import Codec, Store, key
+from roost.workflow._records import RunRecord
+
+__all__ = ["describe", "history", "list_workflows", "parse_query"]
+
+_CLAUSE = re.compile(r"^\s*(\w+)\s*(=|!=)\s*'([^']*)'\s*$")
+
+
+def _as_dict(record: RunRecord) -> dict[str, Any]:
+    return {
+        "workflow_id": record.workflow_id,
+        "run_id": record.run_id,
+        "workflow_type": record.workflow_type,
+        "status": record.status.value,
+        "result": record.result,
+        "error": record.error,
+        "started_at": record.started_at,
+        "closed_at": record.closed_at,
+        "history_length": record.history_length,
+        "history_size": record.history_size,
+        "task_queue": record.task_queue,
+        "parent": record.parent,
+    }
+
+
+def _record(store: Store, codec: Codec, workflow_id: str) -> RunRecord:
+    with store.read() as txn:
+        data = txn.get("runs", workflow_id.encode())
+    if data is None:
+        raise not_found(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
+    record: RunRecord = codec.decode(data)
+    return record
+
+
+def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
+    """Status, result or error, type and timestamps of a workflow's latest run."""
+    return _as_dict(_record(store, codec, workflow_id))
+
+
+def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
+    """Every event and command of the latest run, in order (activations flattened)."""
+    record = _record(store, codec, workflow_id)
+    with store.read() as txn:
+        acts = [codec.decode(v) for _, v in txn.prefix("histories", key(record.run_id))]
+    out: list[Any] = []
+    for act in acts:
+        out.extend(act.events)
+        out.extend(act.commands)
+    return out
+
+
+def parse_query(query: str | None) -> list[tuple[str, str, str]]:
+    """Parse ``"status = 'running' and workflow_type = 'app:order'"`` into clauses.
+
+    The grammar today: clauses ``field = 'value'`` or ``field != 'value'`` joined by
+    ``and``; fields are those of ``describe`` (status, workflow_type, workflow_id, ...).
+    """
+    if query is None or not query.strip():
+        return []
+    clauses = []
+    for part in re.split(r"\s+and\s+", query.strip(), flags=re.IGNORECASE):
+        match = _CLAUSE.match(part)
+        if match is None:
+            raise invalid(
+                f"cannot read {part!r} in query {query!r}; write clauses like "
+                "\"status = 'running'\" joined by 'and'",
+            )
+        clauses.append((match.group(1), match.group(2), match.group(3)))
+    return clauses
+
+
+def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list[dict[str, Any]]:
+    """Latest runs of every workflow id that match ``query`` (see ``parse_query``)."""
+    clauses = parse_query(query)
+    with store.read() as txn:
+        rows = [_as_dict(codec.decode(v)) for _, v in txn.range("runs")]
+    out = []
+    for row in rows:
+        ok = True
+        for name, op, value in clauses:
+            if name not in row:
+                raise invalid(f"unknown field {name!r} in query; fields: {', '.join(row)}")
+            equal = str(row[name]) == value
+            ok = ok and (equal if op == "=" else not equal)
+        if ok:
+            out.append(row)
+    return out

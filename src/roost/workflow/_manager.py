@@ -1,0 +1,607 @@
+"""The workflow runtime of a node: start, activate, commit, dispatch, recover.
+
+One activation = one transaction: the activation record, the removal of the inbox events
+it consumed, its activity tasks, timers, messages to other workflows and the run's new
+status commit together; effects (running activities, arming timers, messages to plain
+processes, EXIT events) are dispatched only after that commit. A crash therefore loses
+nothing recorded and duplicates nothing; an activity that was running may run again.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import logging
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from roost._errors import Error, ErrorKind, NondeterminismError, invalid, not_found
+from roost._pid import Pid
+from roost.actors._app import Entry, EntryKind
+from roost.actors._events import Exit
+from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
+from roost.actors._process import Process, WorkflowProcess, set_current
+from roost.mailbox._backend import use_backend
+from roost.mailbox._channel import Channel
+from roost.storage import Codec, Store, WriteTxn, key
+from roost.workflow import _inspect
+from roost.workflow._driver import Driver
+from roost.workflow._history import (
+    Activation,
+    CancelRequested,
+    Complete,
+    Fail,
+    MessageArrived,
+    ScheduleActivity,
+    SendMessage,
+    Started,
+    StartTimer,
+)
+from roost.workflow._records import (
+    ActivityTask,
+    RunRecord,
+    RunStatus,
+    TimerTask,
+    history_key,
+    inbox_key,
+    task_key,
+    timer_key,
+)
+
+__all__ = ["Run", "WorkflowManager"]
+
+log = logging.getLogger("roost.workflow")
+EXECUTORS = 32
+
+
+@attrs.define(eq=False)
+class Run:
+    """An open run, loaded in memory (its driver is rebuilt by replay when missing)."""
+
+    record: RunRecord
+    entry: Entry
+    pid: Pid
+    context: dict[str, Any]
+    driver: Driver | None = None
+    pending: list[tuple[bytes, Any]] = attrs.field(factory=list)
+    inbox_seq: int = 0
+    next_index: int = 1
+    queued: bool = False
+    active: bool = False
+    broken: Error | None = None
+    watchers: set[Pid] = attrs.field(factory=set)
+    links: set[Pid] = attrs.field(factory=set)
+    exit_chans: list[Channel[ExitResult]] = attrs.field(factory=list)
+
+
+class WorkflowManager:
+    """All workflows of one node."""
+
+    def __init__(self, node: Node, store: Store, nursery: trio.Nursery) -> None:
+        from roost.workflow._activities import ActivityWorker  # noqa: PLC0415 - cycle
+        from roost.workflow._timers import DurableTimers  # noqa: PLC0415 - cycle
+
+        self.node = node
+        self.store = store
+        self.codec = Codec()
+        self.host = f"{node.app.name}:workflows"
+        self.runs: dict[str, Run] = {}
+        self._nursery = nursery
+        self._send_ready, self._recv_ready = trio.open_memory_channel[Run](math.inf)
+        self.activities = ActivityWorker(self, nursery)
+        self.timers = DurableTimers(self)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
+        """The node service: create the runtime for ``node`` and recover its runs."""
+        if node.store is None:
+            return
+        manager = cls(node, node.store, nursery)
+        node.virtual[manager.host] = manager
+        node.kind_hosts[EntryKind.WORKFLOW] = manager
+        node.ext["workflows"] = manager
+        await manager.start()
+
+    async def start(self) -> None:
+        """Recover open runs, pending tasks and timers, then start the executors."""
+        for _ in range(EXECUTORS):
+            self._nursery.start_soon(self._executor, name="roost.workflow.executor")
+        self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
+        self._recover()
+
+    def _recover(self) -> None:
+        with self.store.read() as txn:
+            records = [self.codec.decode(v) for _, v in txn.range("runs")]
+            for record in records:
+                if record.status is not RunStatus.RUNNING:
+                    continue
+                run = self._load(record)
+                for k, v in txn.prefix("inbox", inbox_key(record.run_id, 0)[:-8]):
+                    run.pending.append((k, self.codec.decode(v)))
+                    run.inbox_seq = max(run.inbox_seq, int.from_bytes(k[-8:], "big"))
+            tasks = [self.codec.decode(v) for _, v in txn.range("tasks")]
+            timers = [self.codec.decode(v) for _, v in txn.range("timers")]
+        for run in self.runs.values():
+            self._ready(run)
+        for task in tasks:
+            self.activities.submit(task)
+        for timer in timers:
+            self.timers.add(timer)
+
+    def _load(self, record: RunRecord) -> Run:
+        entry = self.node.app.resolve(record.workflow_type)
+        pid = Pid.trusted(self.node.name, self.host, record.workflow_id)
+        run = Run(record=record, entry=entry, pid=pid, context={})
+        run.next_index = record.activations + 1
+        self.runs[record.workflow_id] = run
+        return run
+
+    # -- starting ------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        parent: Process,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid:
+        """Start a run (or, with an explicit id that is running, signal it)."""
+        workflow_id = options.get("id") or options.get("name")
+        explicit = workflow_id is not None
+        if workflow_id is None:
+            workflow_id = f"{self.node.app.name}-{os.urandom(8).hex()}"
+        if not isinstance(workflow_id, str) or not workflow_id or "|" in workflow_id:
+            raise invalid(
+                f"a workflow id must be a non-empty string without '|', got {workflow_id!r}"
+            )
+        policy = options.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
+        if policy not in ("fail", "use_existing"):
+            raise invalid(f"id_conflict_policy must be 'fail' or 'use_existing', got {policy!r}")
+        existing = self.runs.get(workflow_id)
+        if existing is not None:
+            if policy == "fail":
+                raise Error(
+                    f"workflow {workflow_id!r} is already running; pick another id or use "
+                    "id_conflict_policy='use_existing'",
+                    kind=ErrorKind.ALREADY_EXISTS,
+                    details={"workflow_id": workflow_id, "existing_pid": str(existing.pid)},
+                )
+            await self._signal_many(existing, messages, parent.pid)
+            return existing.pid
+        self.codec.encode(list(args), what=f"input of workflow {entry.id!r}")
+        for topic, payload in messages:
+            self.codec.encode(payload, what=f"start message {topic!r}")
+        now = self.node.now()
+        started = Started(
+            workflow_id=workflow_id,
+            run_id=os.urandom(8).hex(),
+            workflow_type=entry.id,
+            args=list(args),
+            seed=int.from_bytes(os.urandom(8), "big"),
+            context={**parent.context, **context},
+            parent=parent.pid,
+        )
+        record = RunRecord(
+            workflow_id=workflow_id,
+            run_id=started.run_id,
+            workflow_type=entry.id,
+            status=RunStatus.RUNNING,
+            started_at=now,
+            parent=parent.pid,
+        )
+        run = self._load(record)
+        run.context = started.context
+        events: list[Any] = [started]
+        events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
+        try:
+            await self._commit_incoming(run, events, put_record=record)
+        except BaseException:
+            self.runs.pop(workflow_id, None)
+            raise
+        return run.pid
+
+    # -- commits -------------------------------------------------------------------------
+
+    async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
+        """Commit through the store's group-committing writer thread.
+
+        Under a trio MockClock the commit runs inline instead: an autojumping clock counts a
+        task waiting on a thread as idle and would skip virtual time while the commit is in
+        flight, so tests would see timers fire before the writes that armed them.
+        """
+        if self.node.mock_time:
+            result = self.store.transact_sync(fn)
+            await trio.lowlevel.checkpoint()
+            return result
+        return await self.store.transact(fn)
+
+    # -- incoming events -----------------------------------------------------------------
+
+    def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
+        """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
+        run.inbox_seq += 1
+        return inbox_key(run.record.run_id, run.inbox_seq), self.codec.encode(event)
+
+    async def _commit_incoming(
+        self, run: Run, events: list[Any], *, put_record: RunRecord | None = None
+    ) -> None:
+        staged = [self.stage(run, event) for event in events]
+        record_bytes = self.codec.encode(put_record) if put_record is not None else None
+
+        def write(txn: WriteTxn) -> None:
+            if record_bytes is not None:
+                txn.put("runs", run.record.workflow_id.encode(), record_bytes)
+            for k, v in staged:
+                txn.put("inbox", k, v)
+
+        await self.transact(write)
+        self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
+
+    def accept(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
+        """Events committed to ``run``'s inbox: queue them for its next activation."""
+        if run.record.workflow_id not in self.runs:
+            return
+        run.pending.extend(items)
+        self._ready(run)
+
+    async def _signal_many(
+        self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
+    ) -> None:
+        if messages:
+            events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
+            await self._commit_incoming(run, events)
+
+    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
+        """Append a message to a running workflow's history; the event is set once durable.
+
+        Raises:
+            roost.Error: NotFound if no run with that id is open; Invalid for a payload
+                that cannot be encoded (nothing is stored).
+        """
+        run = self.runs.get(pid.id)
+        if run is None:
+            raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
+        self.codec.encode(payload, what=f"payload of message {topic!r}")
+        done = trio.Event()
+        event = MessageArrived(topic=topic, payload=payload, sender=sender)
+        staged = self.stage(run, event)
+
+        async def commit() -> None:
+            await self.transact(lambda txn: txn.put("inbox", *staged))
+            self.accept(run, [(staged[0], event)])
+            done.set()
+
+        self._nursery.start_soon(commit, name="roost.workflow.signal")
+        return done
+
+    def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
+        """Deliver a CANCEL request to a running workflow (it decides what to do)."""
+        run = self.runs.get(pid.id)
+        if run is None:
+            raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
+        done = trio.Event()
+        event = CancelRequested(reason=reason)
+        staged = self.stage(run, event)
+
+        async def commit() -> None:
+            await self.transact(lambda txn: txn.put("inbox", *staged))
+            self.accept(run, [(staged[0], event)])
+            done.set()
+
+        self._nursery.start_soon(commit, name="roost.workflow.cancel")
+        return done
+
+    # -- activations ---------------------------------------------------------------------
+
+    def _ready(self, run: Run) -> None:
+        if not run.queued and not run.active and run.pending and run.broken is None:
+            run.queued = True
+            self._send_ready.send_nowait(run)
+
+    async def _executor(self) -> None:
+        async for run in self._recv_ready:
+            run.queued = False
+            if run.active or run.record.workflow_id not in self.runs:
+                continue
+            run.active = True
+            try:
+                await self._activate(run)
+            finally:
+                run.active = False
+            self._ready(run)
+
+    def _context_factory(self, run: Run) -> Callable[[Driver], contextvars.Context]:
+        def make(driver: Driver) -> contextvars.Context:
+            ctx = contextvars.copy_context()
+            proc = WorkflowProcess(run.pid, run.entry, driver, run.context, self.node)
+            ctx.run(set_current, proc)
+            ctx.run(use_backend, driver.backend)
+            return ctx
+
+        return make
+
+    def _check(self, value: Any, what: str) -> None:
+        self.codec.encode(value, what=what)
+
+    def _rebuild(self, run: Run) -> Driver:
+        driver = Driver(run.entry.fn, make_context=self._context_factory(run), check=self._check)
+        with self.store.read() as txn:
+            acts = [
+                self.codec.decode(v)
+                for _, v in txn.prefix("histories", history_key(run.record.run_id, 0)[:-8])
+            ]
+        for act in acts:
+            driver.activate(act.at, act.events, expected=act.commands)
+            if act.index == 1 and isinstance(act.events[0], Started):
+                run.context = act.events[0].context
+        run.next_index = len(acts) + 1
+        return driver
+
+    async def _activate(self, run: Run) -> None:
+        try:
+            driver = run.driver or self._rebuild(run)
+        except NondeterminismError as exc:
+            run.broken = exc
+            log.exception("workflow %s cannot be replayed", run.pid)
+            return
+        run.driver = driver
+        batch, run.pending = run.pending, []
+        at = self.node.now()
+        try:
+            commands = driver.activate(at, [event for _, event in batch])
+        except NondeterminismError as exc:
+            run.broken = exc
+            log.exception("workflow %s diverged", run.pid)
+            return
+        act = Activation(
+            index=run.next_index, at=at, events=[e for _, e in batch], commands=commands
+        )
+        effects = _Effects(self, run, at)
+        for command in commands:
+            effects.add(command)
+        await self.transact(effects.writer(act, [k for k, _ in batch]))
+        run.next_index += 1
+        run.record = effects.record
+        effects.dispatch()
+
+    # -- completion ----------------------------------------------------------------------
+
+    def closed(self, run: Run) -> None:
+        """A run ended (its final status is committed): tell whoever is waiting."""
+        if self.runs.get(run.record.workflow_id) is run:
+            del self.runs[run.record.workflow_id]
+        record = run.record
+        error = record.error
+        result = ExitResult(record.result, error)
+        at = self.node.now()
+        for watcher in run.watchers:
+            proc = self.node.procs.get(watcher)
+            if proc is not None:
+                self.node.post_event(proc, Exit(run.pid, record.result, error, at))
+        if error is not None:
+            for linked in run.links:
+                proc = self.node.procs.get(linked)
+                if proc is not None:
+                    self.node.link_down(proc, run.pid, error, at)
+        for chan in run.exit_chans:
+            chan._try_send(result)
+        if run.driver is not None:
+            run.driver.close()
+
+    def describe(self, workflow_id: str) -> dict[str, Any]:
+        """See ``NodeHandle.describe``."""
+        return _inspect.describe(self.store, self.codec, workflow_id)
+
+    def history(self, workflow_id: str) -> list[Any]:
+        """See ``NodeHandle.history``."""
+        return _inspect.history(self.store, self.codec, workflow_id)
+
+    def list_workflows(self, query: str | None) -> list[dict[str, Any]]:
+        """See ``NodeHandle.list_workflows``."""
+        return _inspect.list_workflows(self.store, self.codec, query)
+
+    def stored_record(self, workflow_id: str) -> RunRecord | None:
+        """The latest run record of ``workflow_id``, open or closed."""
+        with self.store.read() as txn:
+            data = txn.get("runs", workflow_id.encode())
+        return self.codec.decode(data) if data is not None else None
+
+    def terminate(self, pid: Pid) -> None:
+        """Stop a running workflow at once: no more of its code runs; it closes as Canceled.
+
+        Raises:
+            roost.Error: NotFound if no run with that id is open.
+        """
+        run = self.runs.get(pid.id)
+        if run is None:
+            raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
+        self.runs.pop(pid.id)  # no further activations, signals or results
+        record = attrs.evolve(
+            run.record,
+            status=RunStatus.FAILED,
+            error=terminated_error(pid),
+            closed_at=self.node.now(),
+        )
+        run.record = record
+        data = self.codec.encode(record)
+        run_id = record.run_id
+
+        def write(txn: WriteTxn) -> None:
+            txn.put("runs", record.workflow_id.encode(), data)
+            for table in ("inbox", "tasks"):
+                for k, _ in list(txn.prefix(table, key(run_id))):
+                    txn.delete(table, k)
+
+        async def commit() -> None:
+            await self.transact(write)
+            self.closed(run)
+
+        self._nursery.start_soon(commit, name="roost.workflow.terminate")
+
+    def monitor(self, watcher: Process, pid: Pid) -> None:
+        """EXIT to ``watcher`` when the workflow closes (at once if it already has)."""
+        run = self.runs.get(pid.id)
+        if run is not None:
+            run.watchers.add(watcher.pid)
+            return
+        record = self.stored_record(pid.id)
+        at = self.node.now()
+        if record is None:
+            self.node.post_event(watcher, Exit(pid, None, noproc_error(pid), at))
+        else:
+            self.node.post_event(watcher, Exit(pid, record.result, record.error, at))
+
+    def link(self, proc: Process, pid: Pid) -> None:
+        """LINK_DOWN to ``proc`` if the workflow fails (at once if it is not running)."""
+        run = self.runs.get(pid.id)
+        if run is not None:
+            run.links.add(proc.pid)
+            return
+        record = self.stored_record(pid.id)
+        error = noproc_error(pid) if record is None else record.error
+        if error is not None:
+            self.node.link_down(proc, pid, error, self.node.now())
+
+    def unwatch(self, proc: Process, pid: Pid) -> None:
+        """Drop monitors and links from ``proc``."""
+        run = self.runs.get(pid.id)
+        if run is not None:
+            run.watchers.discard(proc.pid)
+            run.links.discard(proc.pid)
+
+    def exit_channel(self, pid: Pid) -> Channel[ExitResult]:
+        """A channel that receives the workflow's result once it closes."""
+        chan: Channel[ExitResult] = Channel(1)
+        run = self.runs.get(pid.id)
+        if run is not None:
+            run.exit_chans.append(chan)
+        else:
+            record = self.stored_record(pid.id)
+            if record is None:
+                chan._try_send(ExitResult(None, noproc_error(pid)))
+            else:
+                chan._try_send(ExitResult(record.result, record.error))
+        return chan
+
+
+class _Effects:
+    """The writes and post-commit actions of one activation."""
+
+    def __init__(self, manager: WorkflowManager, run: Run, at: dt.datetime) -> None:
+        self.m = manager
+        self.run = run
+        self.at = at
+        self.tasks: list[ActivityTask] = []
+        self.timers: list[TimerTask] = []
+        self.local_sends: list[SendMessage] = []
+        self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
+        self.record = run.record
+        self.final = False
+
+    def add(self, command: Any) -> None:
+        record = self.run.record
+        match command:
+            case ScheduleActivity(seq=seq, entry=entry, args=args, options=options):
+                self.tasks.append(
+                    ActivityTask(
+                        workflow_id=record.workflow_id,
+                        run_id=record.run_id,
+                        seq=seq,
+                        entry=entry,
+                        args=args,
+                        options=options,
+                        scheduled_at=self.at,
+                    )
+                )
+            case StartTimer(seq=seq, seconds=seconds):
+                due = self.at + dt.timedelta(seconds=seconds)
+                self.timers.append(
+                    TimerTask(
+                        workflow_id=record.workflow_id, run_id=record.run_id, seq=seq, due=due
+                    )
+                )
+            case SendMessage(dest=dest, topic=topic, payload=payload):
+                self._send(dest, topic, payload)
+            case Complete(value=value):
+                self._close(RunStatus.COMPLETED, value, None)
+            case Fail(error=error):
+                self._close(RunStatus.FAILED, None, error)
+
+    def _send(self, dest: Any, topic: str, payload: Any) -> None:
+        pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
+        target = self.m.runs.get(pid.id) if pid is not None and pid.host == self.m.host else None
+        if target is not None:
+            event = MessageArrived(topic=topic, payload=payload, sender=self.run.pid)
+            k, v = self.m.stage(target, event)
+            self.workflow_sends.append((target, k, v, event))
+        else:
+            self.local_sends.append(SendMessage(seq=0, dest=dest, topic=topic, payload=payload))
+
+    def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
+        self.final = True
+        self.record = attrs.evolve(
+            self.record, status=status, result=value, error=error, closed_at=self.at
+        )
+
+    def writer(self, act: Activation, consumed: list[bytes]) -> Callable[[WriteTxn], None]:
+        codec, record = self.m.codec, self.record
+        act_bytes = codec.encode(act)
+        self.record = record = attrs.evolve(
+            record,
+            activations=act.index,
+            history_length=record.history_length + len(act.events) + len(act.commands),
+            history_size=record.history_size + len(act_bytes),
+        )
+        record_bytes = codec.encode(record)
+        tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
+        timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
+        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
+        run_id = record.run_id
+
+        def write(txn: WriteTxn) -> None:
+            txn.put("histories", history_key(run_id, act.index), act_bytes)
+            for k in consumed:
+                txn.delete("inbox", k)
+            for k, v in tasks:
+                txn.put("tasks", k, v)
+            for k, v in timers:
+                txn.put("timers", k, v)
+            for k, v in sends:
+                txn.put("inbox", k, v)
+            txn.put("runs", record.workflow_id.encode(), record_bytes)
+
+        return write
+
+    def dispatch(self) -> None:
+        m = self.m
+        for task in self.tasks:
+            m.activities.submit(task)
+        for timer in self.timers:
+            m.timers.add(timer)
+        for target, k, _, event in self.workflow_sends:
+            m.accept(target, [(k, event)])
+        for send in self.local_sends:
+            _deliver_local(m.node, self.run.pid, send)
+        if self.final:
+            m.closed(self.run)
+
+
+def _deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:
+    # Inside a workflow a send never raises for its target: a failed delivery is logged.
+    try:
+        target = node.live(send.dest)
+        target.get_mailbox().deliver(send.topic, send.payload, sender)
+    except Error as exc:
+        log.warning(
+            "workflow %s: message %r to %s not delivered: %s", sender, send.topic, send.dest, exc
+        )

@@ -1,0 +1,111 @@
+"""What the workflow runtime keeps in the store, and the keys it keeps it under.
+
+Tables (all keys built with ``roost.storage.key`` so byte order is logical order):
+
+- ``runs``       workflow id              -> ``RunRecord`` (the latest run of that id)
+- ``histories``  (run id, activation)     -> ``Activation``
+- ``inbox``      (run id, arrival number) -> an incoming event not yet fed to the workflow
+- ``tasks``      (run id, seq)            -> ``ActivityTask`` (scheduled, not yet resolved)
+- ``timers``     (due ms, run id, seq)    -> ``TimerTask``
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+import attrs
+
+from roost._errors import Error
+from roost._pid import Pid
+from roost.storage import key
+from roost.storage._codec import record
+
+__all__ = [
+    "ActivityTask",
+    "RunRecord",
+    "RunStatus",
+    "TimerTask",
+    "history_key",
+    "inbox_key",
+    "task_key",
+    "timer_key",
+]
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run is in its life."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@record("wf.run")
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """The latest run of a workflow id, as inspection and recovery see it."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    status: RunStatus
+    started_at: dt.datetime
+    closed_at: dt.datetime | None = None
+    result: Any = None
+    error: Error | None = None
+    activations: int = 0
+    history_length: int = 0
+    history_size: int = 0
+    inbox_seq: int = 0
+    task_queue: str = "default"
+    parent: Pid | None = None
+
+
+@record("wf.activity_task")
+@attrs.frozen(kw_only=True)
+class ActivityTask:
+    """An activity a workflow is waiting for; it survives restarts until resolved."""
+
+    workflow_id: str
+    run_id: str
+    seq: int
+    entry: str
+    args: list[Any]
+    options: dict[str, Any]
+    attempt: int = 1
+    scheduled_at: dt.datetime
+    not_before: dt.datetime | None = None
+    errors: list[Error] = attrs.field(factory=list)
+
+
+@record("wf.timer")
+@attrs.frozen(kw_only=True)
+class TimerTask:
+    """A durable timer: fires ``TimerFired(seq)`` into its run at ``due``."""
+
+    workflow_id: str
+    run_id: str
+    seq: int
+    due: dt.datetime
+
+
+def history_key(run_id: str, index: int) -> bytes:
+    """Key of one activation in ``histories``."""
+    return key(run_id, index)
+
+
+def inbox_key(run_id: str, number: int) -> bytes:
+    """Key of one pending incoming event in ``inbox``."""
+    return key(run_id, number)
+
+
+def task_key(run_id: str, seq: int) -> bytes:
+    """Key of one activity task in ``tasks``."""
+    return key(run_id, seq)
+
+
+def timer_key(due: dt.datetime, run_id: str, seq: int) -> bytes:
+    """Key of one timer in ``timers``, ordered by due time."""
+    return key(int(due.timestamp() * 1000), run_id, seq)

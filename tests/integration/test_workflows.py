@@ -1,0 +1,312 @@
+"""Durable workflows on a real node and LMDB store, through the public API."""
+
+import pytest
+import trio
+import trio.testing
+
+import roost
+from roost import channel, ctx, funcs, process, workflow
+
+app = roost.App("wf")
+log: list = []
+
+
+@app.activity
+def charge(amount):
+    info = roost.activity_info()
+    log.append(("charge", amount, info.attempt, info.idempotency_key, ctx.get("tenant")))
+    if amount < 0:
+        raise roost.Error("negative amount", kind=roost.ErrorKind.INVALID, retryable=False)
+    if amount == 13 and info.attempt < 3:
+        raise ConnectionError("flaky provider")
+    return {"charged": amount}
+
+
+@app.activity(start_to_close_timeout="2s", retry_policy=roost.RetryPolicy(maximum_attempts=2))
+async def slow():
+    await trio.sleep(10)
+
+
+@app.activity
+async def ship(order_id):
+    log.append(("ship", order_id))
+    return f"shipped {order_id}"
+
+
+@app.workflow
+async def order(order_id, amount):
+    receipt = await funcs.call("wf:charge", amount)
+    await roost.sleep("1h")
+    shipped = await funcs.call(ship, order_id)
+    return {"receipt": receipt, "shipped": shipped, "id": workflow.info().workflow_id}
+
+
+@app.activity
+async def note(what):
+    log.append(("note", what))
+    return what
+
+
+@app.workflow
+async def two_steps(name):
+    first = await funcs.call("wf:note", f"{name}: before the hour")
+    await roost.sleep("1h")
+    second = await funcs.call("wf:note", f"{name}: after the hour")
+    return [first, second]
+
+
+@app.workflow
+async def refunding(amount):
+    try:
+        await funcs.call("wf:charge", amount)
+    except roost.Error as err:
+        return {"refund": True, "kind": err.kind, "message": err.message}
+    return {"refund": False}
+
+
+@app.workflow
+async def times_out():
+    try:
+        await funcs.call("wf:slow")
+    except roost.Error as err:
+        return (err.kind, err.details.get("timeout_type"))
+    return None
+
+
+@app.workflow
+async def approval(wait_for):
+    inbox = process.listen("approve", message=True)
+    got = await channel.select(inbox, roost.after(wait_for))
+    if got.index == 1:
+        return "timed out"
+    msg = got.value
+    process.send(msg.sender, "ack", "approved")
+    return f"approved by {msg.payload}"
+
+
+@app.workflow
+async def counter(n):
+    total = 0
+    for _ in range(n):
+        total += await process.listen("add").receive()
+    return total
+
+
+@app.workflow
+async def cancellable():
+    ev = await process.events().receive()
+    return f"stopped: {ev.reason}"
+
+
+@app.workflow
+async def forever():
+    await process.inbox().receive()
+
+
+@app.workflow
+async def with_context():
+    return {"wf": ctx.get("tenant"), "activity": (await funcs.call("wf:charge", 1))}
+
+
+@app.workflow
+async def bad_input_child(x):
+    return x
+
+
+@pytest.fixture(autouse=True)
+def clear_log():
+    log.clear()
+
+
+async def next_event():
+    return await process.events().receive()
+
+
+async def test_activities_timers_and_result(autojump_clock):
+    async with roost.open_node(app):
+        pid = await process.with_options(id="order-1").spawn_monitored("wf:order", "o-1", 42)
+        assert pid == roost.Pid("local", "wf:workflows", "order-1")
+        ev = await next_event()
+        assert ev.pid == pid and ev.error is None
+        assert ev.value == {"receipt": {"charged": 42}, "shipped": "shipped o-1", "id": "order-1"}
+        assert log[0][3].startswith("order-1/")  # stable idempotency key
+
+
+async def test_exec_returns_the_result_or_raises(autojump_clock):
+    async with roost.open_node(app):
+        assert (await process.exec("wf:refunding", -5))["kind"] is roost.ErrorKind.INVALID
+        result = await process.exec("wf:order", "o-2", 13)  # fails twice, then succeeds
+        assert result["receipt"] == {"charged": 13}
+        attempts = [e[2] for e in log if e[0] == "charge" and e[1] == 13]
+        assert attempts == [1, 2, 3]
+
+
+async def test_non_retryable_error_is_not_retried(autojump_clock):
+    async with roost.open_node(app):
+        result = await process.exec("wf:refunding", -1)
+        assert result == {
+            "refund": True,
+            "kind": roost.ErrorKind.INVALID,
+            "message": "negative amount",
+        }
+        assert [e for e in log if e[1] == -1] == [log[0]]
+        assert len(log) == 1
+
+
+async def test_activity_timeout_is_a_timeout_error(autojump_clock):
+    async with roost.open_node(app):
+        assert await process.exec("wf:times_out") == (roost.ErrorKind.TIMEOUT, "start_to_close")
+
+
+async def test_signals_select_and_replies(autojump_clock):
+    async with roost.open_node(app):
+        pid = await process.spawn_monitored("wf:approval", "1h")
+        receipt = process.send(pid, "approve", "alice")
+        await receipt  # durable in the workflow's history
+        assert receipt.accepted
+        assert await process.listen("ack").receive() == "approved"
+        assert (await next_event()).value == "approved by alice"
+        late = await process.spawn_monitored("wf:approval", "10m")
+        assert (await next_event()).value == "timed out"
+        with pytest.raises(roost.Error) as info:
+            process.send(late, "approve", "too late")  # closed: not a running workflow
+        assert info.value.kind is roost.ErrorKind.NOT_FOUND
+
+
+async def test_signals_keep_per_sender_order(autojump_clock):
+    async with roost.open_node(app):
+        pid = await process.spawn_monitored("wf:counter", 50)
+        for i in range(50):
+            process.send(pid, "add", i)
+        assert (await next_event()).value == sum(range(50))
+
+
+async def test_bad_payloads_and_inputs_are_invalid_and_store_nothing(autojump_clock):
+    async with roost.open_node(app) as node:
+        with pytest.raises(roost.Error) as info:
+            await process.spawn("wf:bad_input_child", {1, 2})
+        assert info.value.kind is roost.ErrorKind.INVALID
+        pid = await process.spawn("wf:counter", 1)
+        with pytest.raises(roost.Error) as info:
+            process.send(pid, "add", object())
+        assert info.value.kind is roost.ErrorKind.INVALID
+        assert node.describe(pid.id)["status"] == "running"
+        assert [w["workflow_id"] for w in node.list_workflows()] == [pid.id]
+
+
+async def test_monitor_finished_workflow_gets_recorded_result(autojump_clock):
+    async with roost.open_node(app):
+        pid = await process.with_options(id="done-1").spawn("wf:counter", 0)
+        await roost.sleep(1)
+        process.monitor(pid)
+        ev = await next_event()
+        assert (ev.pid, ev.value, ev.error) == (pid, 0, None)
+        ghost = roost.Pid("local", "wf:workflows", "never-existed")
+        process.monitor(ghost)
+        assert (await next_event()).error.details["reason"] == "noproc"
+
+
+async def test_cancel_and_terminate(autojump_clock):
+    async with roost.open_node(app):
+        pid = await process.spawn_monitored("wf:cancellable")
+        process.cancel(pid, "user asked")
+        assert (await next_event()).value == "stopped: user asked"
+        stuck = await process.spawn_monitored("wf:forever")
+        process.terminate(stuck)
+        ev = await next_event()
+        assert ev.error.kind is roost.ErrorKind.CANCELED
+        assert ev.error.message == "terminated"
+
+
+async def test_link_to_failing_workflow(autojump_clock):
+    async with roost.open_node(app):
+        process.set_options(trap_links=True)
+        pid = await process.spawn_linked("wf:forever")
+        process.terminate(pid)
+        ev = await next_event()
+        assert isinstance(ev, roost.LinkDown) and ev.pid == pid
+
+
+async def test_explicit_id_is_a_singleton_generated_ids_are_unique(autojump_clock):
+    async with roost.open_node(app):
+        spawner = process.with_options(id="count").with_message("add", 5)
+        first = await spawner.spawn("wf:counter", 2)
+        second = await spawner.spawn("wf:counter", 99)  # use_existing: input ignored
+        assert first == second
+        process.monitor(first)
+        assert (await next_event()).value == 10
+        a = await process.spawn("wf:forever")
+        b = await process.spawn("wf:forever")
+        assert a != b
+        with pytest.raises(roost.Error) as info:
+            await process.with_options(id=a.id, id_conflict_policy="fail").spawn("wf:forever")
+        assert info.value.kind is roost.ErrorKind.ALREADY_EXISTS
+
+
+async def test_context_reaches_workflow_and_activities(autojump_clock):
+    async with roost.open_node(app):
+        result = await process.with_context({"tenant": "acme"}).exec("wf:with_context")
+        assert result == {"wf": "acme", "activity": {"charged": 1}}
+        assert log[-1][4] == "acme"
+
+
+async def test_workflow_survives_restart(autojump_clock, tmp_path):
+    async with roost.open_node(app, tmp_path):
+        pid = await process.with_options(id="restart-1").spawn("wf:two_steps", "w")
+        await roost.sleep("10m")  # the first step ran; the 1 h timer is pending
+    assert log == [("note", "w: before the hour")]
+    start = trio.current_time()
+    async with roost.open_node(app, tmp_path) as node:
+        process.monitor(pid)
+        ev = await next_event()
+        assert ev.value == ["w: before the hour", "w: after the hour"]
+        # The timer kept its stored due time, and the first step did not run again.
+        assert trio.current_time() - start == pytest.approx(50 * 60, abs=1)
+        assert log == [("note", "w: before the hour"), ("note", "w: after the hour")]
+        kinds = [type(e).__name__ for e in node.history("restart-1")]
+        assert kinds[:3] == ["Started", "ScheduleActivity", "ActivityResolved"]
+        assert kinds[-1] == "Complete"
+
+
+async def test_signals_and_inbox_survive_restart(autojump_clock, tmp_path):
+    async with roost.open_node(app, tmp_path):
+        pid = await process.with_options(id="sum").spawn("wf:counter", 3)
+        await process.send(pid, "add", 1)
+        await process.send(pid, "add", 2)
+    async with roost.open_node(app, tmp_path):
+        await process.send(pid, "add", 3)
+        process.monitor(pid)
+        assert (await next_event()).value == 6
+
+
+async def test_describe_and_list(autojump_clock):
+    async with roost.open_node(app) as node:
+        done = await process.with_options(id="d-1").spawn_monitored("wf:counter", 0)
+        await next_event()
+        await process.with_options(id="r-1").spawn("wf:forever")
+        await roost.sleep(1)
+        info = node.describe("d-1")
+        assert info["status"] == "completed" and info["result"] == 0
+        assert info["workflow_type"] == "wf:counter"
+        running = node.list_workflows("status = 'running'")
+        assert [w["workflow_id"] for w in running] == ["r-1"]
+        assert {w["workflow_id"] for w in node.list_workflows()} == {"d-1", "r-1"}
+        with pytest.raises(roost.Error) as info:
+            node.describe("nope")
+        assert info.value.kind is roost.ErrorKind.NOT_FOUND
+        assert done.id == "d-1"
+
+
+async def test_calls_refused_inside_workflows(autojump_clock):
+    @app.workflow
+    async def refuses():
+        kinds = []
+        for call in (lambda: process.monitor(process.pid()), lambda: process.link("x")):
+            try:
+                call()
+            except roost.Error as err:
+                kinds.append(err.kind)
+        return kinds
+
+    async with roost.open_node(app):
+        assert await process.exec(refuses) == [roost.ErrorKind.INVALID] * 2

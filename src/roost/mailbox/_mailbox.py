@@ -14,9 +14,9 @@ from typing import Any, Final
 
 import attrs
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import ChannelClosed, Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.mailbox._channel import UNBOUNDED, Channel
+from roost.mailbox._channel import UNBOUNDED, Channel, _complete
 
 __all__ = ["EVENTS", "INBOX", "Mailbox", "Message", "check_topic"]
 
@@ -53,7 +53,12 @@ def check_topic(topic: object) -> str:
 
 
 class _SubChannel(Channel[Any]):
-    """An unbounded channel that knows the topic it serves and what it delivers."""
+    """An unbounded channel that knows the topic it serves and what it delivers.
+
+    It always buffers whole ``Message``s and unwraps the payload on the way out when
+    ``message`` is False, so a dropped subscription can hand back its unread messages with
+    their senders intact.
+    """
 
     __slots__ = ("message", "topic")
 
@@ -61,6 +66,56 @@ class _SubChannel(Channel[Any]):
         super().__init__(UNBOUNDED)
         self.topic = topic
         self.message = message
+
+    def put(self, topic: str, payload: Any, sender: Pid | None) -> None:
+        """Deliver a message: straight to a waiting receiver, else into the buffer.
+
+        A payload handed straight to a receiver needs no ``Message`` object: the hot path
+        of request/reply allocates nothing here.
+        """
+        recvq = self._recvq
+        while recvq:
+            waiter, index = recvq.pop(0)
+            if not waiter.done:
+                value = Message(topic, payload, sender) if self.message else payload
+                _complete(waiter, index, value, ok=True)
+                return
+        buf = self._buf
+        if buf is None:
+            buf = self._buf = deque()
+        buf.append(Message(topic, payload, sender))
+
+    def put_message(self, msg: Message) -> None:
+        """Deliver an existing ``Message`` (re-routing keeps the original object)."""
+        self.put(msg.topic, msg.payload, msg.sender)
+
+    def _try_receive(self) -> tuple[Any, bool] | None:
+        # Nobody ever waits to send into an unbounded channel, so only the buffer matters.
+        buf = self._buf
+        if buf:
+            msg = buf.popleft()
+            return (msg if self.message else msg.payload), True
+        if self._closed:
+            return None, False
+        return None
+
+    def _try_send(self, value: Any) -> bool:
+        # Code may send into its own subscription channel: keep the buffer all Messages.
+        if self._closed:
+            raise ChannelClosed("send on a closed channel")
+        msg = value if isinstance(value, Message) and self.message else None
+        if msg is None:
+            msg = Message(self.topic, value, None)
+        self.put_message(msg)
+        return True
+
+    def prepend(self, msgs: list[Message]) -> None:
+        """Put ``msgs`` (in order) ahead of everything buffered."""
+        if not self._buf:
+            for msg in msgs:
+                self.put_message(msg)
+            return
+        self._buf.extendleft(reversed(msgs))
 
 
 class Mailbox:
@@ -114,7 +169,7 @@ class Mailbox:
             self._drop(sub)
             self.deliver(topic, payload, sender, force=True)
         else:
-            sub._try_send(Message(topic, payload, sender) if sub.message else payload)
+            sub.put(topic, payload, sender)
 
     def _route(self, topic: str) -> _SubChannel | None:
         if topic == EVENTS:
@@ -215,7 +270,7 @@ class Mailbox:
         keep: deque[Message] = deque()
         for msg in pending:
             if self._route(msg.topic) is sub:
-                sub._try_send(msg if sub.message else msg.payload)
+                sub.put_message(msg)
             else:
                 keep.append(msg)
         self._pending = keep or None
@@ -224,7 +279,16 @@ class Mailbox:
         self._set(sub.topic, None)
         leftovers = sub._drain()
         sub.close()
-        for item in leftovers:
-            # A payload-only subscription kept no sender; the topic is its own.
-            msg = item if sub.message else Message(sub.topic, item, None)
-            self.deliver(msg.topic, msg.payload, msg.sender, force=True)
+        ahead: dict[int, tuple[_SubChannel, list[Message]]] = {}
+        for msg in leftovers:
+            target = self._route(msg.topic)
+            if target is None or target is self._inbox or target is self._events:
+                # The inbox (or the retained queue) holds only *older* messages of this
+                # topic: these go after them.
+                self.deliver(msg.topic, msg.payload, msg.sender, force=True)
+            else:
+                # A topic subscription made after these arrived holds only *newer* ones of
+                # this topic: these go in front, keeping per-sender order.
+                ahead.setdefault(id(target), (target, []))[1].append(msg)
+        for target, msgs in ahead.values():
+            target.prepend(msgs)

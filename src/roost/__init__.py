@@ -19,7 +19,7 @@ from roost.actors import (
 )
 from roost.actors._chance import after, now, random, random_bytes, sleep, ticker, uuid4, uuid7
 from roost.mailbox import Channel, Message, Selected
-from roost.workflow import ActivityInfo, RetryPolicy, WorkflowInfo, activity_info
+from roost.workflow import ActivityInfo, RetryPolicy, WorkflowInfo, activity_info, heartbeat
 
 __all__ = [
     "ActivityInfo",
@@ -49,6 +49,7 @@ __all__ = [
     "coroutine",
     "ctx",
     "funcs",
+    "heartbeat",
     "now",
     "open_node",
     "process",

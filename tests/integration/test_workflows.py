@@ -310,3 +310,88 @@ async def test_calls_refused_inside_workflows(autojump_clock):
 
     async with roost.open_node(app):
         assert await process.exec(refuses) == [roost.ErrorKind.INVALID] * 2
+
+
+async def test_evicted_workflows_are_rebuilt_by_replay(autojump_clock):
+    async with roost.open_node(app, workflow_cache=1) as node:
+        pids = [await process.spawn_monitored("wf:counter", 3) for _ in range(3)]
+        for round_ in range(3):
+            for pid in pids:  # interleave: every activation evicts another run's state
+                await process.send(pid, "add", round_ + 1)
+        results = sorted([(await next_event()).value for _ in pids])
+        assert results == [6, 6, 6]
+        stats = node._node.ext["workflows"].stats
+        assert stats["evictions"] > 0
+        assert stats["replays"] >= stats["evictions"]
+        with pytest.raises(roost.Error):
+            async with roost.open_node(app, workflow_cache=0):
+                pass
+
+
+ONE_TRY = roost.RetryPolicy(maximum_attempts=1)
+
+
+@app.activity(heartbeat_timeout="2s", retry_policy=ONE_TRY)
+async def beating(beats):
+    for _ in range(beats):
+        await trio.sleep(1)
+        roost.heartbeat({"progress": "ok"})
+    await trio.sleep(5)  # then goes silent
+    return "done"
+
+
+@app.activity(heartbeat_timeout="2s", retry_policy=ONE_TRY)
+def beating_in_a_thread():
+    for _ in range(3):
+        roost.heartbeat()
+    return "thread beat"
+
+
+@app.activity(
+    schedule_to_close_timeout="5s",
+    retry_policy=roost.RetryPolicy(initial_interval="2s", backoff_coefficient=1.0),
+)
+def always_failing():
+    log.append(("failing", roost.activity_info().attempt))
+    raise ConnectionError("down")
+
+
+@app.workflow
+async def runs_activity(name, *args):
+    try:
+        return await funcs.call(name, *args)
+    except roost.Error as err:
+        return (err.kind, err.details.get("timeout_type"), err.details.get("attempt"))
+
+
+async def test_heartbeats_keep_an_activity_alive_and_silence_times_it_out(autojump_clock):
+    async with roost.open_node(app):
+        start = trio.current_time()
+        result = await process.exec("wf:runs_activity", "wf:beating", 4)
+        assert result == (roost.ErrorKind.TIMEOUT, "heartbeat", 1)
+        assert trio.current_time() - start == pytest.approx(6)  # 4 beats, then 2 s silence
+        assert await process.exec("wf:runs_activity", "wf:beating_in_a_thread") == "thread beat"
+        with pytest.raises(roost.Error) as info:
+            roost.heartbeat()
+        assert info.value.kind is roost.ErrorKind.INVALID_STATE
+
+
+async def test_schedule_to_close_bounds_all_attempts(autojump_clock):
+    async with roost.open_node(app):
+        result = await process.exec("wf:runs_activity", "wf:always_failing")
+        assert result[:2] == (roost.ErrorKind.TIMEOUT, "schedule_to_close")
+        assert [a for _, a in log] == [1, 2, 3]  # at 0 s, 2 s, 4 s; the next would pass 5 s
+
+
+async def test_bad_activity_options_are_invalid():
+    with pytest.raises(roost.Error) as info:
+        app.activity(name="bad1", retry_policy="often")(lambda: None)
+    assert info.value.kind is roost.ErrorKind.INVALID
+    with pytest.raises(roost.Error):
+        app.activity(name="bad2", start_to_close_timeout="soon")(lambda: None)
+    with pytest.raises(roost.Error):
+        funcs.new().with_options(colour="red")
+    with pytest.raises(roost.Error):
+        roost.RetryPolicy(backoff_coefficient=0.5)
+    with pytest.raises(roost.Error):
+        roost.RetryPolicy(non_retryable_error_kinds=["Nope"])

@@ -40,6 +40,7 @@ TOP_LEVEL = {
     "coroutine",
     "ctx",
     "funcs",
+    "heartbeat",
     "now",
     "open_node",
     "process",

@@ -114,6 +114,7 @@ class Node:
         incarnation: int,
         nursery: trio.Nursery,
         store: Store | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.app = app
         self.name = name
@@ -125,6 +126,7 @@ class Node:
         # Per-node state of higher layers (supervisor registry, ...), keyed by owner.
         self.ext: dict[str, Any] = {}
         self.store = store
+        self.settings: dict[str, Any] = dict(settings or {})
         # Hosts served by higher layers: PID host -> handler, and entry kind -> handler.
         self.virtual: dict[str, VirtualHost] = {}
         self.kind_hosts: dict[EntryKind, VirtualHost] = {}

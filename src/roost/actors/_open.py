@@ -103,6 +103,7 @@ async def open_node(
     durability: str = "sync",
     shutdown_grace: Duration = "10s",
     root: Any = None,
+    workflow_cache: int = 10_000,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -117,6 +118,8 @@ async def open_node(
         shutdown_grace: how long processes get to stop after the CANCEL.
         root: an entry (usually a supervisor) started linked to the block: if it fails,
             the block is stopped and ``open_node`` raises its error.
+        workflow_cache: how many workflows keep their state in memory; others are
+            rebuilt from their history (replay) when their next event arrives.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts.
@@ -127,6 +130,10 @@ async def open_node(
     if durability not in _DURABILITY:
         raise invalid(f"durability must be 'sync' or 'fast', got {durability!r}")
     grace = parse_duration(shutdown_grace, what="shutdown_grace")
+    if isinstance(workflow_cache, bool) or not isinstance(workflow_cache, int):
+        raise invalid(f"workflow_cache must be an int >= 1, got {workflow_cache!r}")
+    if workflow_cache < 1:
+        raise invalid(f"workflow_cache must be >= 1, got {workflow_cache}")
     app.validate()
     root_entry = app.resolve(root) if root is not None else None
     temp = data_dir is None
@@ -137,7 +144,12 @@ async def open_node(
         try:
             # Bumped and persisted before any PID exists: PIDs are never reused.
             incarnation = store.next_incarnation()
-            node_args = {"name": name, "incarnation": incarnation, "store": store}
+            node_args = {
+                "name": name,
+                "incarnation": incarnation,
+                "store": store,
+                "settings": {"workflow_cache": workflow_cache},
+            }
             async with _running(
                 app, node_args=node_args, grace=grace, path=path, root=root_entry
             ) as handle:

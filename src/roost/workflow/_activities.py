@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import logging
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -21,7 +23,7 @@ from roost.workflow._retry import next_retry
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["ActivityInfo", "ActivityWorker", "activity_info"]
+__all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
 log = logging.getLogger("roost.activity")
 
@@ -53,6 +55,46 @@ def activity_info() -> ActivityInfo | None:
     return _info.get()
 
 
+_beat: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar(
+    "roost_heartbeat", default=None
+)
+
+
+def heartbeat(details: Any = None) -> None:
+    """Tell roost the running activity is alive (resets its ``heartbeat_timeout``).
+
+    Works from async activities and from sync ones in their worker thread; a no-op in an
+    activity without a heartbeat timeout.
+
+    Raises:
+        roost.Error: kind InvalidState outside an activity run by a workflow.
+    """
+    beat = _beat.get()
+    if beat is None:
+        if _info.get() is None:
+            raise Error(
+                "roost.heartbeat() must be called inside an activity run by a workflow",
+                kind=ErrorKind.INVALID_STATE,
+            )
+        return
+    beat(details)
+
+
+def _beater(scope: trio.CancelScope, every: float) -> Callable[[Any], None]:
+    def extend() -> None:
+        scope.deadline = trio.current_time() + every
+
+    def beat(_details: Any) -> None:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:  # a sync activity's worker thread
+            trio.from_thread.run_sync(extend)
+        else:
+            extend()
+
+    return beat
+
+
 class ActivityWorker:
     """Runs each submitted task in its own trio task until it resolves."""
 
@@ -78,12 +120,35 @@ class ActivityWorker:
                     await self._resolve(task, value, None)
                     return
                 delay = next_retry(task.options, task.attempt, error)
+                if delay is not None and self._past_schedule_to_close(task, delay):
+                    error = self._schedule_to_close_error(task, error)
+                    delay = None
                 if delay is None:
                     await self._resolve(task, None, error)
                     return
                 task = await self._reschedule(task, error, delay)
         finally:
             self.running.discard((task.run_id, task.seq))
+
+    def _schedule_to_close_left(self, task: ActivityTask) -> float:
+        limit = task.options.get("schedule_to_close_timeout")
+        if limit is None:
+            return math.inf
+        elapsed = (self.m.node.now() - task.scheduled_at).total_seconds()
+        return float(limit) - elapsed
+
+    def _past_schedule_to_close(self, task: ActivityTask, delay: float) -> bool:
+        return self._schedule_to_close_left(task) <= delay
+
+    def _schedule_to_close_error(self, task: ActivityTask, last: Error) -> Error:
+        limit = task.options.get("schedule_to_close_timeout")
+        return Error(
+            f"activity {task.entry!r} did not complete within its schedule_to_close_timeout "
+            f"of {limit:g}s (attempt {task.attempt}; last error: {last})",
+            kind=ErrorKind.TIMEOUT,
+            retryable=False,
+            details={"timeout_type": "schedule_to_close", "attempt": task.attempt},
+        )
 
     async def _wait_until(self, when: dt.datetime | None) -> None:
         if when is not None:
@@ -109,21 +174,37 @@ class ActivityWorker:
             idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
             scheduled_at=task.scheduled_at,
         )
-        timeout = float(task.options.get("start_to_close_timeout", 600.0))
+        start_to_close = float(task.options.get("start_to_close_timeout", 600.0))
+        left = self._schedule_to_close_left(task)
+        timeout = min(start_to_close, max(left, 0.0))
+        every = task.options.get("heartbeat_timeout")
         try:
-            with trio.fail_after(timeout):
-                return await self._call(entry.fn, entry.is_async, task, info), None
-        except trio.TooSlowError:
-            return None, Error(
-                f"activity {task.entry!r} attempt {task.attempt} exceeded its "
-                f"start_to_close_timeout of {timeout:g}s",
-                kind=ErrorKind.TIMEOUT,
-                details={"timeout_type": "start_to_close", "attempt": task.attempt},
-            )
+            with trio.move_on_after(timeout) as whole:
+                hb_deadline = trio.current_time() + every if every else math.inf
+                with trio.CancelScope(deadline=hb_deadline) as beats:
+                    if every:
+                        _beat.set(_beater(beats, float(every)))
+                    return await self._call(entry.fn, entry.is_async, task, info), None
+                return None, self._timeout(task, "heartbeat", float(every or 0))
         except Error as exc:
             return None, exc
         except Exception as exc:  # noqa: BLE001 - an activity's error is its result
             return None, Error.from_exception(exc)
+        finally:
+            _beat.set(None)
+        if whole.cancelled_caught and left < start_to_close:
+            return None, self._schedule_to_close_error(
+                task, self._timeout(task, "start_to_close", timeout)
+            )
+        return None, self._timeout(task, "start_to_close", timeout)
+
+    def _timeout(self, task: ActivityTask, kind: str, seconds: float) -> Error:
+        return Error(
+            f"activity {task.entry!r} attempt {task.attempt} exceeded its {kind}_timeout "
+            f"of {seconds:g}s",
+            kind=ErrorKind.TIMEOUT,
+            details={"timeout_type": kind, "attempt": task.attempt},
+        )
 
     async def _call(self, fn: Any, is_async: bool, task: ActivityTask, info: ActivityInfo) -> Any:
         # An activity is a function, not a process: it sees its workflow's context values

@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import math
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,11 @@ class WorkflowManager:
         self._send_ready, self._recv_ready = trio.open_memory_channel[Run](math.inf)
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
+        # Runs whose driver is in memory, least recently activated first. Past the limit
+        # the oldest idle one is evicted and rebuilt by replay when its next event comes.
+        self.cached: OrderedDict[str, Run] = OrderedDict()
+        self.cache_size = int(node.settings.get("workflow_cache", 10_000))
+        self.stats = {"activations": 0, "replays": 0, "evictions": 0}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -333,7 +339,22 @@ class WorkflowManager:
     def _check(self, value: Any, what: str) -> None:
         self.codec.encode(value, what=what)
 
+    def _touch(self, run: Run) -> None:
+        cached = self.cached
+        cached[run.record.workflow_id] = run
+        cached.move_to_end(run.record.workflow_id)
+        while len(cached) > self.cache_size:
+            oldest = next(iter(cached.values()))
+            if oldest.active or oldest is run:
+                break
+            del cached[oldest.record.workflow_id]
+            if oldest.driver is not None:
+                oldest.driver.close()
+                oldest.driver = None
+            self.stats["evictions"] += 1
+
     def _rebuild(self, run: Run) -> Driver:
+        self.stats["replays"] += 1
         driver = Driver(run.entry.fn, make_context=self._context_factory(run), check=self._check)
         with self.store.read() as txn:
             acts = [
@@ -345,6 +366,7 @@ class WorkflowManager:
             if act.index == 1 and isinstance(act.events[0], Started):
                 run.context = act.events[0].context
         run.next_index = len(acts) + 1
+        driver.history_size = run.record.history_size
         return driver
 
     async def _activate(self, run: Run) -> None:
@@ -355,6 +377,7 @@ class WorkflowManager:
             log.exception("workflow %s cannot be replayed", run.pid)
             return
         run.driver = driver
+        self._touch(run)
         batch, run.pending = run.pending, []
         at = self.node.now()
         try:
@@ -372,6 +395,8 @@ class WorkflowManager:
         await self.transact(effects.writer(act, [k for k, _ in batch]))
         run.next_index += 1
         run.record = effects.record
+        driver.history_size = run.record.history_size
+        self.stats["activations"] += 1
         effects.dispatch()
 
     # -- completion ----------------------------------------------------------------------
@@ -395,6 +420,7 @@ class WorkflowManager:
                     self.node.link_down(proc, run.pid, error, at)
         for chan in run.exit_chans:
             chan._try_send(result)
+        self.cached.pop(run.record.workflow_id, None)
         if run.driver is not None:
             run.driver.close()
 

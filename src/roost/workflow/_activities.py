@@ -13,7 +13,7 @@ import attrs
 import trio
 
 from roost._errors import Error, ErrorKind
-from roost.actors._app import EntryKind
+from roost.actors._app import Entry, EntryKind
 from roost.actors._process import activity_context, set_current
 from roost.storage import WriteTxn
 from roost.workflow._history import ActivityResolved
@@ -156,15 +156,21 @@ class ActivityWorker:
             if delay > 0:
                 await trio.sleep(delay)
 
-    async def _attempt(self, task: ActivityTask) -> tuple[Any, Error | None]:
+    def _entry(self, task: ActivityTask) -> Entry | Error:
         try:
             entry = self.m.node.app.resolve(task.entry)
         except Error as exc:
-            return None, Error(exc.message, kind=exc.kind, retryable=False, details=exc.details)
+            return Error(exc.message, kind=exc.kind, retryable=False, details=exc.details)
         if entry.kind is not EntryKind.ACTIVITY:
-            return None, Error(
+            return Error(
                 f"{task.entry!r} is not an activity", kind=ErrorKind.INVALID, retryable=False
             )
+        return entry
+
+    async def _attempt(self, task: ActivityTask) -> tuple[Any, Error | None]:
+        entry = self._entry(task)
+        if isinstance(entry, Error):
+            return None, entry
         info = ActivityInfo(
             workflow_id=task.workflow_id,
             run_id=task.run_id,
@@ -174,29 +180,34 @@ class ActivityWorker:
             idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
             scheduled_at=task.scheduled_at,
         )
-        start_to_close = float(task.options.get("start_to_close_timeout", 600.0))
-        left = self._schedule_to_close_left(task)
-        timeout = min(start_to_close, max(left, 0.0))
-        every = task.options.get("heartbeat_timeout")
         try:
-            with trio.move_on_after(timeout) as whole:
-                hb_deadline = trio.current_time() + every if every else math.inf
-                with trio.CancelScope(deadline=hb_deadline) as beats:
-                    if every:
-                        _beat.set(_beater(beats, float(every)))
-                    return await self._call(entry.fn, entry.is_async, task, info), None
-                return None, self._timeout(task, "heartbeat", float(every or 0))
+            return await self._timed(entry, task, info)
         except Error as exc:
             return None, exc
         except Exception as exc:  # noqa: BLE001 - an activity's error is its result
             return None, Error.from_exception(exc)
         finally:
             _beat.set(None)
-        if whole.cancelled_caught and left < start_to_close:
-            return None, self._schedule_to_close_error(
-                task, self._timeout(task, "start_to_close", timeout)
-            )
-        return None, self._timeout(task, "start_to_close", timeout)
+
+    async def _timed(
+        self, entry: Entry, task: ActivityTask, info: ActivityInfo
+    ) -> tuple[Any, Error | None]:
+        """One attempt under its start_to_close, schedule_to_close and heartbeat limits."""
+        start_to_close = float(task.options.get("start_to_close_timeout", 600.0))
+        left = self._schedule_to_close_left(task)
+        timeout = min(start_to_close, max(left, 0.0))
+        every = task.options.get("heartbeat_timeout")
+        with trio.move_on_after(timeout):
+            hb_deadline = trio.current_time() + every if every else math.inf
+            with trio.CancelScope(deadline=hb_deadline) as beats:
+                if every:
+                    _beat.set(_beater(beats, float(every)))
+                return await self._call(entry.fn, entry.is_async, task, info), None
+            return None, self._timeout(task, "heartbeat", float(every or 0))
+        expired = self._timeout(task, "start_to_close", timeout)
+        if left < start_to_close:
+            return None, self._schedule_to_close_error(task, expired)
+        return None, expired
 
     def _timeout(self, task: ActivityTask, kind: str, seconds: float) -> Error:
         return Error(

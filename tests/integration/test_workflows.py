@@ -395,3 +395,31 @@ async def test_bad_activity_options_are_invalid():
         roost.RetryPolicy(backoff_coefficient=0.5)
     with pytest.raises(roost.Error):
         roost.RetryPolicy(non_retryable_error_kinds=["Nope"])
+
+
+@app.process
+async def helper_proc(n):
+    await roost.sleep(1)
+    if n < 0:
+        raise ValueError("negative")
+    return n * 10
+
+
+@app.workflow
+async def spawns_helpers():
+    a = await process.spawn("wf:helper_proc", 1)
+    b = await process.spawn_monitored("wf:helper_proc", -1)
+    results = {}
+    events = process.events()
+    while len(results) < 2:
+        ev = await events.receive()
+        results[ev.pid] = ev.value if ev.error is None else ev.error.message
+    return [results[a], results[b]]
+
+
+async def test_workflows_spawn_monitored_plain_processes(autojump_clock):
+    async with roost.open_node(app) as node:
+        assert await process.exec("wf:spawns_helpers") == [10, "ValueError: negative"]
+        history = [type(e).__name__ for e in node.history(node.list_workflows()[0]["workflow_id"])]
+        assert history.count("SpawnProcess") == 2
+        assert history.count("ProcessExited") == 2

@@ -214,7 +214,7 @@ def test_cancel_request_arrives_as_an_event():
 
 async def replies(n):
     msg = await process.inbox().receive()
-    process.send(msg.sender, "reply", msg.payload * n)
+    await process.send(msg.sender, "reply", msg.payload * n)  # returns at once
     with pytest.raises(roost.Error) as info:
         process.monitor(msg.sender)
     return info.value.kind

@@ -74,6 +74,19 @@ class Receipt:
 _ACCEPTED = Receipt()
 
 
+class _RecordedReceipt(Receipt):
+    """A send from a workflow: part of its own commit, so awaiting it returns at once."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that never yields: no checkpoint on the workflow driver
+
+
+_RECORDED = _RecordedReceipt()
+
+
 class DurableReceipt(Receipt):
     """A send to a workflow: awaiting it waits until the message is in its history."""
 
@@ -108,7 +121,7 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
         check_topic(topic)
     if proc.workflow is not None:
         proc.workflow.send(_workflow_dest(dest), topic, payload)
-        return _ACCEPTED
+        return _RECORDED
     node = proc.node
     target = node.procs.get(dest) if dest.__class__ is Pid else None
     if target is None:
@@ -254,8 +267,8 @@ async def upgrade(entry: Any = None, *args: Any) -> None:
 
     Keeps the PID, mailbox, names, links and monitors. Does not return.
     """
-    await trio.lowlevel.checkpoint()
     proc = current_process("process.upgrade")
+    await trio.lowlevel.checkpoint()
     if entry is None:
         if proc.entry is None:
             raise invalid("an open_node block has no entry to restart; name the entry")

@@ -58,6 +58,8 @@ class SpawnRequest:
     monitor: bool = False
     mailbox_limit: int | None = None
     trap_links: bool = False
+    pid: Pid | None = None
+    watcher: Pid | None = None
 
 
 def noproc_error(pid: Pid) -> Error:
@@ -91,6 +93,7 @@ class VirtualHost(Protocol):
     def link(self, proc: Process, pid: Pid) -> None: ...
     def unwatch(self, proc: Process, pid: Pid) -> None: ...
     def exit_channel(self, pid: Pid) -> Channel[ExitResult]: ...
+    def process_exited(self, watcher: Pid, event: Exit) -> None: ...
     async def spawn(
         self,
         parent: Process,
@@ -221,7 +224,10 @@ class Node:
         context = parent.context if parent is not None else {}
         if req.context:
             context = {**context, **req.context}
-        proc = Process(self, self.new_pid(host.id), entry, context, req.mailbox_limit)
+        pid = req.pid if req.pid is not None else self.new_pid(host.id)
+        proc = Process(self, pid, entry, context, req.mailbox_limit)
+        if req.watcher is not None:
+            proc.watchers = {req.watcher}
         proc.trap_links = req.trap_links
         # A supervisor's child is stopped by its supervisor, in order, at node shutdown.
         proc.supervised = (
@@ -395,6 +401,8 @@ class Node:
                 if other.watching:
                     other.watching.discard(pid)
                 self.post_event(other, Exit(pid, value, error, at))
+            elif watcher.host in self.virtual:
+                self.virtual[watcher.host].process_exited(watcher, Exit(pid, value, error, at))
 
     def _notify_links(self, proc: Process, error: Error | None, at: Any) -> None:
         pid = proc.pid

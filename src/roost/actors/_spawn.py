@@ -12,7 +12,7 @@ from roost._errors import invalid
 from roost._pid import Pid
 from roost.actors._app import Entry, EntryKind
 from roost.actors._node import SpawnRequest, terminated_error
-from roost.actors._process import current_process
+from roost.actors._process import current_any, current_process
 from roost.mailbox._mailbox import check_topic
 
 __all__ = [
@@ -143,8 +143,8 @@ class Spawner:
 
         If the caller is cancelled while waiting, the child is terminated.
         """
+        parent = current_process("process.exec")  # not replay-safe inside workflows yet
         await trio.lowlevel.checkpoint()
-        parent = current_process("process.exec")
         node = parent.node
         resolved = node.app.resolve(entry)
         if resolved.kind is EntryKind.WORKFLOW:
@@ -170,6 +170,10 @@ class Spawner:
     async def _start(
         self, entry: Any, args: tuple[Any, ...], host: str | None, *, link: bool, monitor: bool
     ) -> Pid:
+        caller = current_any("process.spawn")
+        if caller.workflow is not None:
+            # Workflow code runs on the deterministic driver: no trio checkpoint here.
+            return self._spawn_from_workflow(caller, entry, args, link=link)
         await trio.lowlevel.checkpoint()
         parent = current_process("process.spawn")
         resolved = parent.node.app.resolve(entry)
@@ -179,6 +183,30 @@ class Spawner:
         # Supervisors start synchronously, like OTP's start_link: when spawn returns, the
         # supervisor and its children are up (or it has already failed).
         await parent.node.wait_ready(pid)
+        return pid
+
+    def _spawn_from_workflow(
+        self, caller: Any, entry: Any, args: tuple[Any, ...], *, link: bool
+    ) -> Pid:
+        if link:
+            raise invalid(
+                "workflows cannot link; processes they spawn are monitored automatically "
+                "(their EXIT arrives on process.events())"
+            )
+        if self.options or self.name is not None or self.messages or self.context:
+            raise invalid("spawn options are not supported for processes spawned by workflows")
+        node = caller.node
+        resolved = node.app.resolve(entry) if node is not None else None
+        if resolved is not None and resolved.kind not in (
+            EntryKind.PROCESS,
+            EntryKind.SUPERVISOR,
+        ):
+            raise invalid(
+                f"a workflow can spawn plain processes; {resolved.id!r} is a "
+                f"{resolved.kind.value} (child workflows are not supported yet)"
+            )
+        entry_id = resolved.id if resolved is not None else str(entry)
+        pid: Pid = caller.workflow.spawn_process(entry_id, args)
         return pid
 
     async def _start_workflow(

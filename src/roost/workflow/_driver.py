@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
-from roost.actors._events import Cancel
+from roost._pid import Pid
+from roost.actors._events import Cancel, Exit
 from roost.mailbox._backend import Waiter
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, Mailbox
@@ -36,8 +37,10 @@ from roost.workflow._history import (
     Complete,
     Fail,
     MessageArrived,
+    ProcessExited,
     ScheduleActivity,
     SendMessage,
+    SpawnProcess,
     Started,
     StartTimer,
     TimerFired,
@@ -213,10 +216,13 @@ class Driver:
         *,
         make_context: Callable[[Driver], contextvars.Context],
         check: Callable[[Any, str], None] = lambda value, what: None,
+        spawn_pid: Callable[[int], Pid] | None = None,
     ) -> None:
         self._fn = fn
         self._make_context = make_context
         self._check = check
+        self._spawn_pid = spawn_pid
+        self.children: set[Pid] = set()
         self._ready: deque[tuple[_Task, BaseException | None]] = deque()
         self._tasks: list[_Task] = []
         self._pending: dict[int, _Future] = {}
@@ -282,6 +288,10 @@ class Driver:
                 self.mailbox.deliver(topic, payload, sender, force=True)
             case CancelRequested(reason=reason):
                 self.mailbox.deliver(EVENTS, Cancel(reason, self.now), None, force=True)
+            case ProcessExited(pid=pid, value=value, error=error):
+                self.children.discard(pid)
+                exit_event = Exit(pid, value, error, self.now)
+                self.mailbox.deliver(EVENTS, exit_event, None, force=True)
             case _:
                 raise Error(f"unknown workflow event {event!r}", kind=ErrorKind.INTERNAL)
 
@@ -409,6 +419,20 @@ class Driver:
         """Record an outgoing message (delivered by the runtime after the commit)."""
         self._check(payload, f"payload of message {topic!r}")
         self._issue(SendMessage(seq=self._next_seq(), dest=dest, topic=topic, payload=payload))
+
+    def spawn_process(self, entry: str, args: tuple[Any, ...]) -> Pid:
+        """Record the start of a plain process; its PID is derived from the run and seq.
+
+        The process is monitored: its EXIT comes back as an event in the history.
+        """
+        if self._spawn_pid is None:
+            raise Error("this driver cannot spawn processes", kind=ErrorKind.INVALID_STATE)
+        self._check(list(args), f"arguments of process {entry!r}")
+        seq = self._next_seq()
+        pid = self._spawn_pid(seq)
+        self._issue(SpawnProcess(seq=seq, entry=entry, args=list(args), pid=pid))
+        self.children.add(pid)
+        return pid
 
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Run ``fn(*args)`` as another coroutine of this workflow (FIFO after the caller)."""

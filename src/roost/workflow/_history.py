@@ -26,6 +26,7 @@ __all__ = [
     "Event",
     "Fail",
     "MessageArrived",
+    "ProcessExited",
     "ScheduleActivity",
     "SendMessage",
     "SpawnProcess",
@@ -91,7 +92,17 @@ class CancelRequested:
     reason: str | None = None
 
 
-Event = Started | ActivityResolved | TimerFired | MessageArrived | CancelRequested
+@record("wf.process_exited")
+@attrs.frozen(kw_only=True)
+class ProcessExited:
+    """A plain process the workflow spawned ended (it arrives as an ``Exit`` event)."""
+
+    pid: Pid
+    value: Any = None
+    error: Error | None = None
+
+
+Event = Started | ActivityResolved | TimerFired | MessageArrived | CancelRequested | ProcessExited
 
 
 # -- commands --------------------------------------------------------------------------------

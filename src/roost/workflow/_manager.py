@@ -25,7 +25,7 @@ from roost._errors import Error, ErrorKind, NondeterminismError, invalid, not_fo
 from roost._pid import Pid
 from roost.actors._app import Entry, EntryKind
 from roost.actors._events import Exit
-from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
+from roost.actors._node import ExitResult, Node, SpawnRequest, noproc_error, terminated_error
 from roost.actors._process import Process, WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._channel import Channel
@@ -38,8 +38,10 @@ from roost.workflow._history import (
     Complete,
     Fail,
     MessageArrived,
+    ProcessExited,
     ScheduleActivity,
     SendMessage,
+    SpawnProcess,
     Started,
     StartTimer,
 )
@@ -75,6 +77,7 @@ class Run:
     queued: bool = False
     active: bool = False
     broken: Error | None = None
+    exits_reported: set[Pid] = attrs.field(factory=set)
     watchers: set[Pid] = attrs.field(factory=set)
     links: set[Pid] = attrs.field(factory=set)
     exit_chans: list[Channel[ExitResult]] = attrs.field(factory=list)
@@ -353,9 +356,24 @@ class WorkflowManager:
                 oldest.driver = None
             self.stats["evictions"] += 1
 
+    def _new_driver(self, run: Run) -> Driver:
+        host = self.node.app.default_host
+        prefix = f"{run.record.workflow_id}.{run.record.run_id[:6]}"
+
+        def spawn_pid(seq: int) -> Pid:
+            # Deterministic, so replay returns the same PID; unique per run and seq.
+            return Pid.trusted(self.node.name, host, f"{prefix}.{seq}")
+
+        return Driver(
+            run.entry.fn,
+            make_context=self._context_factory(run),
+            check=self._check,
+            spawn_pid=spawn_pid,
+        )
+
     def _rebuild(self, run: Run) -> Driver:
         self.stats["replays"] += 1
-        driver = Driver(run.entry.fn, make_context=self._context_factory(run), check=self._check)
+        driver = self._new_driver(run)
         with self.store.read() as txn:
             acts = [
                 self.codec.decode(v)
@@ -367,6 +385,7 @@ class WorkflowManager:
                 run.context = act.events[0].context
         run.next_index = len(acts) + 1
         driver.history_size = run.record.history_size
+        lost_children(self, run, driver)
         return driver
 
     async def _activate(self, run: Run) -> None:
@@ -441,6 +460,25 @@ class WorkflowManager:
         with self.store.read() as txn:
             data = txn.get("runs", workflow_id.encode())
         return self.codec.decode(data) if data is not None else None
+
+    def process_exited(self, watcher: Pid, event: Exit) -> None:
+        """A plain process a workflow spawned ended: record its EXIT in the history."""
+        run = self.runs.get(watcher.id)
+        if run is None or event.pid in run.exits_reported:
+            return
+        run.exits_reported.add(event.pid)
+        incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
+        try:
+            staged = self.stage(run, incoming)
+        except Error as exc:  # the exit value cannot be recorded: record why instead
+            incoming = ProcessExited(pid=event.pid, error=exc)
+            staged = self.stage(run, incoming)
+
+        async def commit() -> None:
+            await self.transact(lambda txn: txn.put("inbox", *staged))
+            self.accept(run, [(staged[0], incoming)])
+
+        self._nursery.start_soon(commit, name="roost.workflow.child_exit")
 
     def terminate(self, pid: Pid) -> None:
         """Stop a running workflow at once: no more of its code runs; it closes as Canceled.
@@ -530,6 +568,7 @@ class _Effects:
         self.tasks: list[ActivityTask] = []
         self.timers: list[TimerTask] = []
         self.local_sends: list[SendMessage] = []
+        self.spawns: list[SpawnProcess] = []
         self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
         self.record = run.record
         self.final = False
@@ -558,6 +597,8 @@ class _Effects:
                 )
             case SendMessage(dest=dest, topic=topic, payload=payload):
                 self._send(dest, topic, payload)
+            case SpawnProcess():
+                self.spawns.append(command)
             case Complete(value=value):
                 self._close(RunStatus.COMPLETED, value, None)
             case Fail(error=error):
@@ -618,8 +659,34 @@ class _Effects:
             m.accept(target, [(k, event)])
         for send in self.local_sends:
             _deliver_local(m.node, self.run.pid, send)
+        for spawn in self.spawns:
+            _spawn_child(m, self.run, spawn)
         if self.final:
             m.closed(self.run)
+
+
+def _spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
+    node = m.node
+    req = SpawnRequest(context=run.context, pid=spawn.pid, watcher=run.pid)
+    try:
+        entry = node.app.resolve(spawn.entry)
+        node.spawn(None, entry, tuple(spawn.args), req)
+    except Error as exc:
+        # The workflow learns of a failed start the way it learns of any exit.
+        m.process_exited(run.pid, Exit(spawn.pid, None, exc, node.now()))
+
+
+def lost_children(m: WorkflowManager, run: Run, driver: Driver) -> None:
+    """After a restart, children a run still waits for are gone: record their EXIT."""
+    pending = {e.pid for _, e in run.pending if isinstance(e, ProcessExited)}
+    for pid in list(driver.children):
+        if pid not in m.node.procs and pid not in pending:
+            error = Error(
+                f"process {pid} was lost when the node stopped",
+                kind=ErrorKind.UNAVAILABLE,
+                details={"reason": "node restart", "pid": str(pid)},
+            )
+            m.process_exited(run.pid, Exit(pid, None, error, m.node.now()))
 
 
 def _deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:

@@ -423,3 +423,52 @@ async def test_workflows_spawn_monitored_plain_processes(autojump_clock):
         history = [type(e).__name__ for e in node.history(node.list_workflows()[0]["workflow_id"])]
         assert history.count("SpawnProcess") == 2
         assert history.count("ProcessExited") == 2
+
+
+async def test_id_policies(autojump_clock):
+    async with roost.open_node(app) as node:
+        first = await process.with_options(id="p-1").spawn("wf:forever")
+        # terminate_existing: the running one closes as terminated, a new run starts
+        again = await process.with_options(id="p-1", id_conflict_policy="terminate_existing").spawn(
+            "wf:counter", 0
+        )
+        assert again == first
+        with pytest.raises(roost.Error) as info:
+            await process.with_options(id="p-2", execution_error_when_already_started=True).spawn(
+                "wf:forever"
+            )
+            await process.with_options(id="p-2", execution_error_when_already_started=True).spawn(
+                "wf:forever"
+            )
+        assert info.value.kind is roost.ErrorKind.ALREADY_EXISTS
+        await roost.sleep(1)
+        assert node.describe("p-1")["status"] == "completed"
+        # closed: reuse policies decide
+        with pytest.raises(roost.Error) as info:
+            await process.with_options(id="p-1", id_reuse_policy="reject_duplicate").spawn(
+                "wf:counter", 0
+            )
+        assert info.value.kind is roost.ErrorKind.ALREADY_EXISTS
+        with pytest.raises(roost.Error):
+            await process.with_options(
+                id="p-1", id_reuse_policy="allow_duplicate_failed_only"
+            ).spawn("wf:counter", 0)
+        await process.with_options(id="p-1").spawn("wf:counter", 0)  # allow_duplicate
+        for bad in (
+            {"id_conflict_policy": "sometimes"},
+            {"cron_schedule": "* * * * *"},
+            {"id": ""},
+            {"task_queue": 3},
+        ):
+            with pytest.raises(roost.Error) as info:
+                await process.with_options(bad).spawn("wf:forever")
+            assert info.value.kind is roost.ErrorKind.INVALID
+
+
+async def test_terminated_status(autojump_clock):
+    async with roost.open_node(app) as node:
+        pid = await process.spawn_monitored("wf:forever")
+        process.terminate(pid)
+        await next_event()
+        assert node.describe(pid.id)["status"] == "terminated"
+        assert node.list_workflows("status = 'terminated'")[0]["workflow_id"] == pid.id

@@ -164,29 +164,30 @@ class WorkflowManager:
         messages: tuple[tuple[str, Any], ...],
         context: dict[str, Any],
     ) -> Pid:
-        """Start a run (or, with an explicit id that is running, signal it)."""
-        workflow_id = options.get("id") or options.get("name")
+        """Start a run, or (per the id policies) return the running one and signal it.
+
+        Raises:
+            roost.Error: AlreadyExists when the id policies refuse; Invalid for a bad
+                option or input that cannot be encoded (nothing is stored).
+        """
+        opts = check_start_options(options)
+        workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None
         if workflow_id is None:
             workflow_id = f"{self.node.app.name}-{os.urandom(8).hex()}"
-        if not isinstance(workflow_id, str) or not workflow_id or "|" in workflow_id:
-            raise invalid(
-                f"a workflow id must be a non-empty string without '|', got {workflow_id!r}"
-            )
-        policy = options.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
-        if policy not in ("fail", "use_existing"):
-            raise invalid(f"id_conflict_policy must be 'fail' or 'use_existing', got {policy!r}")
         existing = self.runs.get(workflow_id)
         if existing is not None:
+            policy = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
+            if opts.get("execution_error_when_already_started") and policy != "terminate_existing":
+                policy = "fail"
             if policy == "fail":
-                raise Error(
-                    f"workflow {workflow_id!r} is already running; pick another id or use "
-                    "id_conflict_policy='use_existing'",
-                    kind=ErrorKind.ALREADY_EXISTS,
-                    details={"workflow_id": workflow_id, "existing_pid": str(existing.pid)},
-                )
-            await self._signal_many(existing, messages, parent.pid)
-            return existing.pid
+                raise _already(workflow_id, existing.pid, "is already running")
+            if policy == "use_existing":
+                await self._signal_many(existing, messages, parent.pid)
+                return existing.pid
+            await self._terminate(existing)
+        else:
+            self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
         self.codec.encode(list(args), what=f"input of workflow {entry.id!r}")
         for topic, payload in messages:
             self.codec.encode(payload, what=f"start message {topic!r}")
@@ -199,6 +200,7 @@ class WorkflowManager:
             seed=int.from_bytes(os.urandom(8), "big"),
             context={**parent.context, **context},
             parent=parent.pid,
+            task_queue=opts.get("task_queue", "default"),
         )
         record = RunRecord(
             workflow_id=workflow_id,
@@ -207,6 +209,7 @@ class WorkflowManager:
             status=RunStatus.RUNNING,
             started_at=now,
             parent=parent.pid,
+            task_queue=started.task_queue,
         )
         run = self._load(record)
         run.context = started.context
@@ -218,6 +221,17 @@ class WorkflowManager:
             self.runs.pop(workflow_id, None)
             raise
         return run.pid
+
+    def _check_reuse(self, workflow_id: str, policy: str) -> None:
+        record = self.stored_record(workflow_id)
+        if record is None or policy == "allow_duplicate":
+            return
+        if policy == "reject_duplicate":
+            raise _already(workflow_id, None, "ran before and id_reuse_policy is reject_duplicate")
+        if record.status is RunStatus.COMPLETED:  # allow_duplicate_failed_only
+            raise _already(
+                workflow_id, None, "completed and id_reuse_policy is allow_duplicate_failed_only"
+            )
 
     # -- commits -------------------------------------------------------------------------
 
@@ -490,10 +504,14 @@ class WorkflowManager:
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.runs.pop(pid.id)  # no further activations, signals or results
+        self._nursery.start_soon(self._terminate, run, name="roost.workflow.terminate")
+
+    async def _terminate(self, run: Run) -> None:
+        self.runs.pop(run.record.workflow_id, None)
         record = attrs.evolve(
             run.record,
-            status=RunStatus.FAILED,
-            error=terminated_error(pid),
+            status=RunStatus.TERMINATED,
+            error=terminated_error(run.pid),
             closed_at=self.node.now(),
         )
         run.record = record
@@ -506,11 +524,8 @@ class WorkflowManager:
                 for k, _ in list(txn.prefix(table, key(run_id))):
                     txn.delete(table, k)
 
-        async def commit() -> None:
-            await self.transact(write)
-            self.closed(run)
-
-        self._nursery.start_soon(commit, name="roost.workflow.terminate")
+        await self.transact(write)
+        self.closed(run)
 
     def monitor(self, watcher: Process, pid: Pid) -> None:
         """EXIT to ``watcher`` when the workflow closes (at once if it already has)."""
@@ -556,6 +571,50 @@ class WorkflowManager:
             else:
                 chan._try_send(ExitResult(record.result, record.error))
         return chan
+
+
+_START_OPTIONS: dict[str, type | tuple[str, ...]] = {
+    "id": str,
+    "name": str,
+    "task_queue": str,
+    "id_conflict_policy": ("fail", "use_existing", "terminate_existing"),
+    "id_reuse_policy": ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate"),
+    "execution_error_when_already_started": bool,
+}
+
+
+def check_start_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Validate workflow start options (all or nothing, before anything is stored).
+
+    Raises:
+        roost.Error: kind Invalid for a bad value or an option this version does not
+            implement yet (rather than ignoring it silently).
+    """
+    for name, value in options.items():
+        rule = _START_OPTIONS.get(name)
+        if rule is None:
+            raise invalid(
+                f"workflow start option {name!r} is not supported yet; supported: "
+                f"{', '.join(sorted(_START_OPTIONS))}",
+                option=name,
+            )
+        if isinstance(rule, tuple):
+            if value not in rule:
+                raise invalid(f"{name} must be one of {', '.join(rule)}, got {value!r}")
+        elif not isinstance(value, rule) or (rule is str and not value):
+            raise invalid(f"{name} must be a non-empty {rule.__name__}, got {value!r}")
+    workflow_id = options.get("id") or options.get("name")
+    if workflow_id is not None and (not workflow_id or "|" in workflow_id):
+        raise invalid(f"a workflow id must be a non-empty string without '|', got {workflow_id!r}")
+    return options
+
+
+def _already(workflow_id: str, pid: Pid | None, why: str) -> Error:
+    return Error(
+        f"workflow {workflow_id!r} {why}; pick another id or change the id policy",
+        kind=ErrorKind.ALREADY_EXISTS,
+        details={"workflow_id": workflow_id, "existing_pid": str(pid) if pid else None},
+    )
 
 
 class _Effects:

@@ -40,6 +40,7 @@ class RunStatus(enum.StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+    TERMINATED = "terminated"
 
 
 @record("wf.run")

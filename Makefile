@@ -28,7 +28,7 @@ unit: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick --json $(VENV)/bench-quick.json
 
-test: lint typecheck unit bench-quick
+test: lint typecheck bench-quick unit
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

@@ -472,3 +472,29 @@ async def test_terminated_status(autojump_clock):
         await next_event()
         assert node.describe(pid.id)["status"] == "terminated"
         assert node.list_workflows("status = 'terminated'")[0]["workflow_id"] == pid.id
+
+
+@app.workflow
+async def waits_for_child():
+    await process.spawn("wf:helper_proc", 5)
+    ev = await process.events().receive()
+    return ev.error.details["reason"] if ev.error else ev.value
+
+
+async def test_children_lost_in_a_restart_are_reported(autojump_clock, tmp_path):
+    async with roost.open_node(app, tmp_path, shutdown_grace=0):
+        pid = await process.with_options(id="parent-1").spawn("wf:waits_for_child")
+        await trio.testing.wait_all_tasks_blocked()
+    async with roost.open_node(app, tmp_path):
+        process.monitor(pid)
+        assert (await next_event()).value == "node restart"
+
+
+async def test_unknown_workflow_type_does_not_stop_recovery(autojump_clock, tmp_path):
+    other = roost.App("wf")
+    other.workflow(forever)
+    async with roost.open_node(other, tmp_path):
+        await process.with_options(id="orphan").spawn("wf:forever")
+    bare = roost.App("wf")  # no such workflow entry any more
+    async with roost.open_node(bare, tmp_path) as node:
+        assert node.describe("orphan")["status"] == "running"

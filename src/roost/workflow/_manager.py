@@ -131,14 +131,25 @@ class WorkflowManager:
             for record in records:
                 if record.status is not RunStatus.RUNNING:
                     continue
-                run = self._load(record)
+                try:
+                    run = self._load(record)
+                except Error:
+                    log.exception(
+                        "workflow %s of type %s cannot resume: this app has no such entry; "
+                        "it stays stored, untouched, until a node with that entry opens",
+                        record.workflow_id,
+                        record.workflow_type,
+                    )
+                    continue
                 for k, v in txn.prefix("inbox", inbox_key(record.run_id, 0)[:-8]):
                     run.pending.append((k, self.codec.decode(v)))
                     run.inbox_seq = max(run.inbox_seq, int.from_bytes(k[-8:], "big"))
             tasks = [self.codec.decode(v) for _, v in txn.range("tasks")]
             timers = [self.codec.decode(v) for _, v in txn.range("timers")]
-        for run in self.runs.values():
+        for run in list(self.runs.values()):
             self._ready(run)
+            for pid in run.record.children:  # plain processes do not survive a restart
+                self.process_exited(run.pid, Exit(pid, None, _lost(pid), self.node.now()))
         for task in tasks:
             self.activities.submit(task)
         for timer in timers:
@@ -399,7 +410,6 @@ class WorkflowManager:
                 run.context = act.events[0].context
         run.next_index = len(acts) + 1
         driver.history_size = run.record.history_size
-        lost_children(self, run, driver)
         return driver
 
     async def _activate(self, run: Run) -> None:
@@ -478,7 +488,9 @@ class WorkflowManager:
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """A plain process a workflow spawned ended: record its EXIT in the history."""
         run = self.runs.get(watcher.id)
-        if run is None or event.pid in run.exits_reported:
+        if run is None or event.pid in run.exits_reported or self.node.stopping:
+            # At node shutdown nothing is written to workflows: the next start reports
+            # the children as lost in the restart.
             return
         run.exits_reported.add(event.pid)
         incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
@@ -684,6 +696,7 @@ class _Effects:
         act_bytes = codec.encode(act)
         self.record = record = attrs.evolve(
             record,
+            children=sorted(self.run.driver.children, key=str) if self.run.driver else [],
             activations=act.index,
             history_length=record.history_length + len(act.events) + len(act.commands),
             history_size=record.history_size + len(act_bytes),
@@ -735,17 +748,12 @@ def _spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
         m.process_exited(run.pid, Exit(spawn.pid, None, exc, node.now()))
 
 
-def lost_children(m: WorkflowManager, run: Run, driver: Driver) -> None:
-    """After a restart, children a run still waits for are gone: record their EXIT."""
-    pending = {e.pid for _, e in run.pending if isinstance(e, ProcessExited)}
-    for pid in list(driver.children):
-        if pid not in m.node.procs and pid not in pending:
-            error = Error(
-                f"process {pid} was lost when the node stopped",
-                kind=ErrorKind.UNAVAILABLE,
-                details={"reason": "node restart", "pid": str(pid)},
-            )
-            m.process_exited(run.pid, Exit(pid, None, error, m.node.now()))
+def _lost(pid: Pid) -> Error:
+    return Error(
+        f"process {pid} was lost when the node stopped",
+        kind=ErrorKind.UNAVAILABLE,
+        details={"reason": "node restart", "pid": str(pid)},
+    )
 
 
 def _deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:

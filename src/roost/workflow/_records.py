@@ -62,6 +62,7 @@ class RunRecord:
     inbox_seq: int = 0
     task_queue: str = "default"
     parent: Pid | None = None
+    children: list[Pid] = attrs.field(factory=list)
 
 
 @record("wf.activity_task")

@@ -6,6 +6,7 @@ import trio.testing
 
 import roost
 from roost import channel, ctx, funcs, process, workflow
+from roost.testing import Replayer, load_history, save_history
 
 app = roost.App("wf")
 log: list = []
@@ -264,6 +265,8 @@ async def test_workflow_survives_restart(autojump_clock, tmp_path):
         assert trio.current_time() - start == pytest.approx(50 * 60, abs=1)
         assert log == [("note", "w: before the hour"), ("note", "w: after the hour")]
         kinds = [type(e).__name__ for e in node.history("restart-1")]
+        assert kinds[:4] == ["WorkflowTask", "Started", "ScheduleActivity", "WorkflowTask"]
+        kinds = [k for k in kinds if k != "WorkflowTask"]
         assert kinds[:3] == ["Started", "ScheduleActivity", "ActivityResolved"]
         assert kinds[-1] == "Complete"
 
@@ -498,3 +501,64 @@ async def test_unknown_workflow_type_does_not_stop_recovery(autojump_clock, tmp_
     bare = roost.App("wf")  # no such workflow entry any more
     async with roost.open_node(bare, tmp_path) as node:
         assert node.describe("orphan")["status"] == "running"
+
+
+async def ship_first(order_id, amount):  # a "code change" that reorders the steps
+    await funcs.call(ship, order_id)
+    await funcs.call("wf:charge", amount)
+
+
+async def test_replayer_checks_recorded_histories_against_code(autojump_clock, tmp_path):
+    async with roost.open_node(app) as node:
+        await process.with_options(id="replay-1").exec("wf:order", "o-5", 5)
+        await process.with_options(id="replay-2").exec("wf:spawns_helpers")
+        history = node.history("replay-1")
+        helpers_history = node.history("replay-2")
+    replayer = Replayer(app)
+    expected = {"receipt": {"charged": 5}, "shipped": "shipped o-5", "id": "replay-1"}
+    assert replayer.replay(history) == expected
+    assert replayer.replay(helpers_history) == [10, "ValueError: negative"]
+    path = save_history(history, tmp_path / "replay-1.cbor")
+    assert replayer.replay(load_history(path)) == expected
+    assert replayer.replay_many([history, helpers_history]) == [
+        expected,
+        [10, "ValueError: negative"],
+    ]
+    changed = roost.App("wf")
+    changed.workflow(name="order")(ship_first)
+    changed.activity(ship)
+    with pytest.raises(roost.NondeterminismError) as info:
+        Replayer(changed).replay(history)
+    assert info.value.details["issued"] == "#1 schedule activity 'wf:ship'"
+    assert info.value.details["recorded"] == "#1 schedule activity 'wf:charge'"
+    assert "test_workflows.py" in info.value.details["location"]
+    (tmp_path / "junk.cbor").write_bytes(b"\xff\x00")
+    with pytest.raises(roost.Error) as info:
+        load_history(tmp_path / "junk.cbor")
+    assert info.value.kind is roost.ErrorKind.INVALID
+
+
+@app.workflow
+async def explodes():
+    await funcs.call("wf:note", "about to fail")
+    raise KeyError("boom")
+
+
+async def test_replay_of_a_failed_workflow_raises_its_error(autojump_clock):
+    async with roost.open_node(app) as node:
+        await process.with_options(id="fails").spawn_monitored("wf:explodes")
+        await next_event()
+        await process.with_options(id="unknown").exec("wf:runs_activity", "wf:nope")
+        pid = await process.with_options(id="stuck").spawn_monitored("wf:forever")
+        await roost.sleep(1)  # let it start before terminating it
+        process.terminate(pid)
+        await next_event()
+        histories = [node.history(i) for i in ("fails", "unknown", "stuck")]
+    replayer = Replayer(app)
+    with pytest.raises(roost.Error) as info:
+        replayer.replay(histories[0])
+    assert info.value.kind is roost.ErrorKind.INTERNAL
+    assert "KeyError" in info.value.message
+    kind, _, _ = replayer.replay(histories[1])  # the unknown entry failed at the call site
+    assert kind is roost.ErrorKind.NOT_FOUND
+    assert replayer.replay(histories[2]) is None  # terminated: its code never finished

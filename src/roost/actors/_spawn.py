@@ -10,7 +10,7 @@ import trio
 
 from roost._errors import invalid
 from roost._pid import Pid
-from roost.actors._app import Entry, EntryKind
+from roost.actors._app import ENTRY_ATTR, Entry, EntryKind
 from roost.actors._node import SpawnRequest, terminated_error
 from roost.actors._process import current_any, current_process
 from roost.mailbox._mailbox import check_topic
@@ -205,7 +205,7 @@ class Spawner:
                 f"a workflow can spawn plain processes; {resolved.id!r} is a "
                 f"{resolved.kind.value} (child workflows are not supported yet)"
             )
-        entry_id = resolved.id if resolved is not None else str(entry)
+        entry_id = resolved.id if resolved is not None else getattr(entry, ENTRY_ATTR, entry)
         pid: Pid = caller.workflow.spawn_process(entry_id, args)
         return pid
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from roost._errors import Error
+from roost._errors import Error, invalid
 from roost._pid import Pid
 from roost.storage._codec import record
 
@@ -33,7 +33,10 @@ __all__ = [
     "StartTimer",
     "Started",
     "TimerFired",
+    "WorkflowTask",
     "describe",
+    "flatten",
+    "unflatten",
 ]
 
 
@@ -171,6 +174,46 @@ class Fail:
 Command = ScheduleActivity | StartTimer | SendMessage | SpawnProcess | Complete | Fail
 
 
+@record("wf.task")
+@attrs.frozen(kw_only=True)
+class WorkflowTask:
+    """Marks where an activation begins in a flattened history (``node.history``)."""
+
+    index: int
+    at: dt.datetime
+
+
+def flatten(activations: list[Activation]) -> list[Any]:
+    """Activations as one list: a ``WorkflowTask`` marker, its events, its commands."""
+    out: list[Any] = []
+    for act in activations:
+        out.append(WorkflowTask(index=act.index, at=act.at))
+        out.extend(act.events)
+        out.extend(act.commands)
+    return out
+
+
+def unflatten(items: list[Any]) -> list[Activation]:
+    """Rebuild activations from ``flatten``'s output (or a list of Activation records).
+
+    Raises:
+        roost.Error: kind Invalid when the list is not a history.
+    """
+    if all(isinstance(item, Activation) for item in items):
+        return list(items)
+    acts: list[Activation] = []
+    for item in items:
+        if isinstance(item, WorkflowTask):
+            acts.append(Activation(index=item.index, at=item.at, events=[], commands=[]))
+        elif not acts:
+            raise invalid("a history starts with a WorkflowTask marker (from node.history)")
+        elif isinstance(item, _COMMANDS):
+            acts[-1].commands.append(item)
+        else:
+            acts[-1].events.append(item)
+    return acts
+
+
 @record("wf.activation")
 @attrs.frozen(kw_only=True)
 class Activation:
@@ -180,6 +223,9 @@ class Activation:
     at: dt.datetime
     events: list[Any]
     commands: list[Any]
+
+
+_COMMANDS = (ScheduleActivity, StartTimer, SendMessage, SpawnProcess, Complete, Fail)
 
 
 def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind

@@ -7,6 +7,7 @@ from typing import Any
 
 from roost._errors import invalid, not_found
 from roost.storage import Codec, Store, key
+from roost.workflow._history import flatten
 from roost.workflow._records import RunRecord
 
 __all__ = ["describe", "history", "list_workflows", "parse_query"]
@@ -46,15 +47,15 @@ def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
 
 
 def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
-    """Every event and command of the latest run, in order (activations flattened)."""
+    """Every event and command of the latest run, in order.
+
+    Each activation starts with a ``WorkflowTask`` marker, so replay can feed exactly the
+    recorded batches.
+    """
     record = _record(store, codec, workflow_id)
     with store.read() as txn:
         acts = [codec.decode(v) for _, v in txn.prefix("histories", key(record.run_id))]
-    out: list[Any] = []
-    for act in acts:
-        out.extend(act.events)
-        out.extend(act.commands)
-    return out
+    return flatten(acts)
 
 
 def parse_query(query: str | None) -> list[tuple[str, str, str]]:

@@ -1,0 +1,133 @@
+"""``roost.testing.Replayer``: replay recorded histories against the current code."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import types
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from roost._errors import Error, ErrorKind, invalid
+from roost._pid import Pid
+from roost.actors._app import App, EntryKind
+from roost.actors._process import WorkflowProcess, set_current
+from roost.mailbox._backend import use_backend
+from roost.storage import Codec
+from roost.workflow._driver import Driver, Status
+from roost.workflow._history import Activation, SpawnProcess, Started, unflatten
+
+__all__ = ["Replayer", "load_history", "save_history"]
+
+_CODEC = Codec()
+
+
+class Replayer:
+    """Replays histories (from ``node.history`` or ``load_history``) against ``app``'s code.
+
+    Example:
+        ``Replayer(app).replay(node.history("order-1"))`` returns the workflow's result,
+        raises its recorded error, or raises ``roost.NondeterminismError`` naming the
+        first command the current code issued differently, and the code line.
+    """
+
+    def __init__(self, app: App) -> None:
+        if not isinstance(app, App):
+            raise invalid(f"Replayer needs a roost.App, got {type(app).__name__}")
+        self.app = app
+
+    def replay(self, history: Iterable[Any]) -> Any:
+        """Replay one history; see the class docstring.
+
+        Returns:
+            The workflow's result, or None if the history ends before the workflow did.
+
+        Raises:
+            roost.NondeterminismError: the code diverged from the history.
+            roost.Error: the workflow's recorded error; Invalid for a malformed history.
+        """
+        acts = unflatten(list(history))
+        started = _started(acts)
+        entry = self.app.resolve(started.workflow_type)
+        if entry.kind is not EntryKind.WORKFLOW:
+            raise invalid(f"{entry.id!r} is not a workflow entry")
+        pid = Pid("local", f"{self.app.name}:workflows", started.workflow_id)
+        spawned = {
+            cmd.seq: cmd.pid
+            for act in acts
+            for cmd in act.commands
+            if isinstance(cmd, SpawnProcess)
+        }
+
+        # Workflow code resolves entries through its node's app; replay must resolve them
+        # exactly as the live run did (an unknown entry fails at the same line).
+        shim: Any = types.SimpleNamespace(app=self.app)
+
+        def make_context(driver: Driver) -> contextvars.Context:
+            ctx = contextvars.copy_context()
+            proc = WorkflowProcess(pid, entry, driver, started.context, shim)
+            ctx.run(set_current, proc)
+            ctx.run(use_backend, driver.backend)
+            return ctx
+
+        def spawn_pid(seq: int) -> Pid:
+            return spawned.get(seq) or Pid("local", self.app.default_host, f"replay.{seq}")
+
+        driver = Driver(
+            entry.fn,
+            make_context=make_context,
+            check=lambda value, what: None,
+            spawn_pid=spawn_pid,
+        )
+        try:
+            for act in acts:
+                driver.activate(act.at, act.events, expected=act.commands)
+        finally:
+            driver.close()
+        if driver.status == Status.FAILED and driver.error is not None:
+            raise driver.error.clone()
+        return driver.result if driver.status == Status.COMPLETED else None
+
+    def replay_many(self, histories: Iterable[Iterable[Any]]) -> list[Any]:
+        """Replay several histories; the first divergence raises (its index in details)."""
+        results = []
+        for index, history in enumerate(histories):
+            try:
+                results.append(self.replay(history))
+            except Error as exc:
+                if exc.kind is ErrorKind.INTERNAL and "diverged" in exc.message:
+                    exc.details["history_index"] = index
+                    raise
+                results.append(exc)
+        return results
+
+
+def _started(acts: list[Activation]) -> Started:
+    if not acts or not acts[0].events or not isinstance(acts[0].events[0], Started):
+        raise invalid("a history must begin with the workflow's Started event")
+    started: Started = acts[0].events[0]
+    return started
+
+
+def save_history(history: Iterable[Any], path: str | os.PathLike[str]) -> Path:
+    """Write a history (from ``node.history``) to a portable CBOR file."""
+    target = Path(path)
+    target.write_bytes(_CODEC.encode(list(history), what="history"))
+    return target
+
+
+def load_history(path: str | os.PathLike[str]) -> list[Any]:
+    """Read a history written by ``save_history``.
+
+    Raises:
+        roost.Error: kind Invalid when the file is not a roost history.
+    """
+    data = Path(path).read_bytes()
+    try:
+        items = _CODEC.decode(data)
+    except Error as exc:
+        raise invalid(f"{path} is not a roost history file: {exc.message}") from exc
+    if not isinstance(items, list):
+        raise invalid(f"{path} is not a roost history file (no list of events)")
+    return items

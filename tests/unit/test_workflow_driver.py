@@ -268,3 +268,16 @@ def test_a_foreign_awaitable_is_thrown_back_as_invalid():
     assert kind is roost.ErrorKind.INVALID
     assert explained
     assert awaited == "str"
+
+
+async def ticks(n):
+    tick = roost.ticker("10m")
+    return [(await tick.receive()).isoformat() for _ in range(n)]
+
+
+def test_durable_ticker_replays():
+    sim = Sim(ticks, 3)
+    driver = sim.run()
+    minutes = [10, 20, 30]
+    assert driver.result == [(T0 + dt.timedelta(minutes=m)).isoformat() for m in minutes]
+    assert replay(ticks, sim.history).result == driver.result

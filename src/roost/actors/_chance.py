@@ -50,6 +50,9 @@ def after(duration: Duration) -> Channel[dt.datetime]:
 def ticker(duration: Duration) -> Channel[dt.datetime]:
     """A channel that receives the time every ``duration``; unread ticks are skipped."""
     seconds = parse_duration(duration, what="ticker period", allow_zero=False)
+    workflow = _workflow()
+    if workflow is not None:
+        return workflow.ticker(seconds)
     proc = current_process("roost.ticker")
     return proc.node.timers.add(seconds, period=seconds, alive=lambda: proc.alive)
 

@@ -227,6 +227,7 @@ class Driver:
         self._tasks: list[_Task] = []
         self._pending: dict[int, _Future] = {}
         self._timers: dict[int, Channel[Any]] = {}
+        self._tickers: dict[int, float] = {}
         self._commands: list[Any] = []
         self._expected: deque[Any] | None = None
         self._seq = 0
@@ -283,7 +284,11 @@ class Driver:
                     future.resolve(None, None)
                 chan = self._timers.pop(seq, None)
                 if chan is not None and not chan.closed:
-                    chan._try_send(self.now)
+                    if not len(chan):  # a ticker skips a tick nobody read, as Go's does
+                        chan._try_send(self.now)
+                    period = self._tickers.pop(seq, None)
+                    if period is not None:
+                        self._rearm(chan, period)
             case MessageArrived(topic=topic, payload=payload, sender=sender):
                 self.mailbox.deliver(topic, payload, sender, force=True)
             case CancelRequested(reason=reason):
@@ -414,6 +419,18 @@ class Driver:
         self._timers[seq] = chan
         self._issue(StartTimer(seq=seq, seconds=seconds))
         return chan
+
+    def ticker(self, seconds: float) -> Channel[dt.datetime]:
+        """A durable ticker: each tick is a durable timer that re-arms the next one."""
+        chan: Channel[dt.datetime] = Channel(1)
+        self._rearm(chan, seconds)
+        return chan
+
+    def _rearm(self, chan: Channel[dt.datetime], seconds: float) -> None:
+        seq = self._next_seq()
+        self._timers[seq] = chan
+        self._tickers[seq] = seconds
+        self._issue(StartTimer(seq=seq, seconds=seconds))
 
     def send(self, dest: Any, topic: str, payload: Any) -> None:
         """Record an outgoing message (delivered by the runtime after the commit)."""

@@ -1,1 +1,5 @@
-"""roost.cli."""
+"""The ``roost`` command line."""
+
+from roost.cli._main import load_app, main
+
+__all__ = ["load_app", "main"]

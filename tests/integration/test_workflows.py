@@ -562,3 +562,32 @@ async def test_replay_of_a_failed_workflow_raises_its_error(autojump_clock):
     kind, _, _ = replayer.replay(histories[1])  # the unknown entry failed at the call site
     assert kind is roost.ErrorKind.NOT_FOUND
     assert replayer.replay(histories[2]) is None  # terminated: its code never finished
+
+
+@app.workflow
+async def tagged(customer):
+    workflow.attrs(search={"customer_id": customer, "tags": ["vip", "eu"]}, memo={"note": "hi"})
+    await process.inbox().receive()
+
+
+async def test_search_attributes_and_memo(autojump_clock):
+    async with roost.open_node(app) as node:
+        await process.with_options(id="t-1").spawn("wf:tagged", "c-1")
+        await process.with_options(id="t-2", search_attributes={"region": "us"}).spawn(
+            "wf:tagged", "c-2"
+        )
+        await roost.sleep(1)
+        hits = node.list_workflows("status = 'running' and customer_id = 'c-1'")
+        assert [w["workflow_id"] for w in hits] == ["t-1"]
+        assert [w["workflow_id"] for w in node.list_workflows("tags = 'vip'")] == ["t-1", "t-2"]
+        assert [w["workflow_id"] for w in node.list_workflows("region = 'us'")] == ["t-2"]
+        assert node.describe("t-1")["memo"] == {"note": "hi"}
+        with pytest.raises(roost.Error) as info:
+            await process.with_options(search_attributes={"bad": {"nested": 1}}).spawn(
+                "wf:tagged", "x"
+            )
+        assert info.value.kind is roost.ErrorKind.INVALID
+        with pytest.raises(roost.Error):
+            node.list_workflows("customer_id == c-1")
+        with pytest.raises(roost.Error):
+            workflow.attrs(search={"a": 1})  # outside a workflow

@@ -8,7 +8,7 @@ import trio
 from workflow_sim import T0, Sim, replay
 
 import roost
-from roost import channel, coroutine, funcs, process
+from roost import channel, coroutine, funcs, process, workflow
 from roost.workflow._driver import Status
 from roost.workflow._history import (
     CancelRequested,
@@ -281,3 +281,40 @@ def test_durable_ticker_replays():
     minutes = [10, 20, 30]
     assert driver.result == [(T0 + dt.timedelta(minutes=m)).isoformat() for m in minutes]
     assert replay(ticks, sim.history).result == driver.result
+
+
+async def versioned_v1():
+    return await funcs.call("t:charge", 1)
+
+
+async def versioned_v2():
+    if workflow.version("add-fraud-check", -1, 1) == 1:
+        await funcs.call("t:double", 2)
+    return await funcs.call("t:charge", 1)
+
+
+async def versioned_v3():  # support for runs that predate the change dropped
+    workflow.version("add-fraud-check", 1, 1)
+    await funcs.call("t:double", 2)
+    return await funcs.call("t:charge", 1)
+
+
+def test_versioning_keeps_old_runs_on_the_old_path():
+    old = Sim(versioned_v1, activities=ACTIVITIES)
+    old.run()
+    # Replaying an old history with the new code: version() returns -1, the old path.
+    assert replay(versioned_v2, old.history).result == {"charged": 1}
+    new = Sim(versioned_v2, activities=ACTIVITIES)
+    new.run()
+    assert [type(c).__name__ for c in new.history[0].commands] == [
+        "VersionMarker",
+        "ScheduleActivity",
+    ]
+    assert replay(versioned_v2, new.history).result == {"charged": 1}
+    assert replay(versioned_v3, new.history).result == {"charged": 1}
+    with pytest.raises(roost.NondeterminismError) as info:
+        replay(versioned_v3, old.history)  # an old run under code that dropped it
+    assert "outside the supported range 1..1" in info.value.message
+    assert workflow.version("x", 1, 3) == 3  # outside a workflow: max_supported
+    with pytest.raises(roost.Error):
+        workflow.version("x", 3, 1)

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
-import attrs
+import attrs as _attrs
 
+from roost._errors import Error, ErrorKind, invalid
 from roost.actors._process import maybe_current_process
 
-__all__ = ["WorkflowInfo", "history_length", "history_size", "info"]
+__all__ = [
+    "WorkflowInfo",
+    "attrs",
+    "check_attributes",
+    "history_length",
+    "history_size",
+    "info",
+    "version",
+]
 
 
-@attrs.frozen(kw_only=True)
+@_attrs.frozen(kw_only=True)
 class WorkflowInfo:
     """The running workflow's identity and history size (``workflow.info()``)."""
 
@@ -58,3 +69,65 @@ def history_size() -> int:
     """Bytes of the run's history so far (0 outside a workflow)."""
     driver = _driver()
     return int(driver.history_size) if driver is not None else 0
+
+
+def version(change_id: str, min_supported: int, max_supported: int) -> int:
+    """Deterministic versioning: new runs get ``max_supported``, running ones keep theirs.
+
+    Outside a workflow it returns ``max_supported``. Replaying a history made before the
+    change returns -1 (``DEFAULT_VERSION``), so keep ``min_supported`` at -1 while such
+    runs may still be open.
+
+    Raises:
+        roost.Error: kind Invalid for ``min_supported > max_supported``, or a recorded
+            version outside the supported range.
+    """
+    driver = _driver()
+    if driver is None:
+        if min_supported > max_supported:
+            raise invalid(
+                f"workflow.version({change_id!r}): min_supported {min_supported} is greater "
+                f"than max_supported {max_supported}"
+            )
+        return max_supported
+    return int(driver.version(change_id, min_supported, max_supported))
+
+
+def check_attributes(values: object, what: str) -> dict[str, Any]:
+    """Validate search attributes: str, bool, int, float, list of str, aware datetime."""
+    if not isinstance(values, Mapping):
+        raise invalid(f"{what} must be a mapping of names to values, got {values!r}")
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise invalid(f"{what} names must be identifiers (for queries), got {name!r}")
+        ok = isinstance(value, str | bool | int | float) or (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        )
+        if isinstance(value, dt.datetime):
+            ok = value.tzinfo is not None
+        if not ok:
+            raise invalid(
+                f"{what} {name!r} has an unsupported value {value!r}: use str, bool, int, "
+                "float, a list of str, or an aware datetime",
+            )
+        out[name] = value
+    return out
+
+
+def attrs(search: Mapping[str, Any] | None = None, memo: Mapping[str, Any] | None = None) -> bool:
+    """Upsert this workflow's search attributes (queryable) and memo (shown by describe).
+
+    Raises:
+        roost.Error: kind Invalid outside a workflow, with neither argument, or for a search
+            attribute of an unsupported type.
+    """
+    driver = _driver()
+    if driver is None:
+        raise Error("workflow.attrs() works only inside a workflow", kind=ErrorKind.INVALID)
+    if search is None and memo is None:
+        raise invalid("workflow.attrs needs search=... or memo=...")
+    checked = check_attributes(search or {}, "search attribute")
+    memo_values = dict(memo or {})
+    driver.upsert_attributes(checked, memo_values)
+    return True

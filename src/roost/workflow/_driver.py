@@ -44,12 +44,16 @@ from roost.workflow._history import (
     Started,
     StartTimer,
     TimerFired,
+    UpsertAttributes,
+    VersionMarker,
     describe,
     same_command,
 )
 from roost.workflow._retry import activity_options
 
-__all__ = ["Driver", "DriverBackend", "Status"]
+__all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Status"]
+
+DEFAULT_VERSION = -1
 
 _ROOST_DIR = str(Path(__file__).resolve().parents[1])
 
@@ -228,6 +232,9 @@ class Driver:
         self._pending: dict[int, _Future] = {}
         self._timers: dict[int, Channel[Any]] = {}
         self._tickers: dict[int, float] = {}
+        self._versions: dict[str, int] = {}
+        self.search: dict[str, Any] = {}
+        self.memo: dict[str, Any] = {}
         self._commands: list[Any] = []
         self._expected: deque[Any] | None = None
         self._seq = 0
@@ -431,6 +438,59 @@ class Driver:
         self._timers[seq] = chan
         self._tickers[seq] = seconds
         self._issue(StartTimer(seq=seq, seconds=seconds))
+
+    def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """Deterministic versioning (Temporal's GetVersion).
+
+        A new run records and returns ``max_supported``; a replay returns the recorded
+        version, or ``DEFAULT_VERSION`` (-1) for a history made before the change existed.
+        """
+        if not isinstance(change_id, str) or not change_id:
+            raise invalid(f"change_id must be a non-empty string, got {change_id!r}")
+        for value in (min_supported, max_supported):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise invalid(f"versions must be ints, got {value!r}")
+        if min_supported > max_supported:
+            raise invalid(
+                f"workflow.version({change_id!r}): min_supported {min_supported} is greater "
+                f"than max_supported {max_supported}"
+            )
+        chosen = self._versions.get(change_id)
+        if chosen is None:
+            chosen = self._choose_version(change_id, max_supported)
+            self._versions[change_id] = chosen
+        if not min_supported <= chosen <= max_supported:
+            # Only a replay can hit this: the code dropped support for this run. Like a
+            # divergence, it stops the replay (the run stays open until the code is fixed)
+            # instead of recording a failure into the run's history.
+            raise NondeterminismError(
+                f"workflow.version({change_id!r}): this run recorded version {chosen}, "
+                f"outside the supported range {min_supported}..{max_supported}; keep the "
+                "code for that version until such runs have finished",
+                details={"change_id": change_id, "recorded": chosen, "location": _call_site()},
+            )
+        return chosen
+
+    def _choose_version(self, change_id: str, max_supported: int) -> int:
+        expected = self._expected
+        if expected is None:
+            self._issue(
+                VersionMarker(seq=self._next_seq(), change_id=change_id, version=max_supported)
+            )
+            return max_supported
+        nxt = expected[0] if expected else None
+        if isinstance(nxt, VersionMarker) and nxt.change_id == change_id:
+            self._issue(
+                VersionMarker(seq=self._next_seq(), change_id=change_id, version=nxt.version)
+            )
+            return int(nxt.version)
+        return DEFAULT_VERSION  # replaying a history made before this change
+
+    def upsert_attributes(self, search: dict[str, Any], memo: dict[str, Any]) -> None:
+        """Record new search attributes / memo for this run."""
+        self._issue(UpsertAttributes(seq=self._next_seq(), search=search, memo=memo))
+        self.search.update(search)
+        self.memo.update(memo)
 
     def send(self, dest: Any, topic: str, payload: Any) -> None:
         """Record an outgoing message (delivered by the runtime after the commit)."""

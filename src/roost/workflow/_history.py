@@ -33,6 +33,8 @@ __all__ = [
     "StartTimer",
     "Started",
     "TimerFired",
+    "UpsertAttributes",
+    "VersionMarker",
     "WorkflowTask",
     "describe",
     "flatten",
@@ -171,7 +173,36 @@ class Fail:
     error: Error
 
 
-Command = ScheduleActivity | StartTimer | SendMessage | SpawnProcess | Complete | Fail
+@record("wf.version")
+@attrs.frozen(kw_only=True)
+class VersionMarker:
+    """``workflow.version(change_id, ...)`` chose ``version`` for this run."""
+
+    seq: int
+    change_id: str
+    version: int
+
+
+@record("wf.upsert_attributes")
+@attrs.frozen(kw_only=True)
+class UpsertAttributes:
+    """``workflow.attrs(search=..., memo=...)`` updated the run's attributes."""
+
+    seq: int
+    search: dict[str, Any] = attrs.field(factory=dict)
+    memo: dict[str, Any] = attrs.field(factory=dict)
+
+
+Command = (
+    ScheduleActivity
+    | StartTimer
+    | SendMessage
+    | SpawnProcess
+    | VersionMarker
+    | UpsertAttributes
+    | Complete
+    | Fail
+)
 
 
 @record("wf.task")
@@ -225,7 +256,16 @@ class Activation:
     commands: list[Any]
 
 
-_COMMANDS = (ScheduleActivity, StartTimer, SendMessage, SpawnProcess, Complete, Fail)
+_COMMANDS = (
+    ScheduleActivity,
+    StartTimer,
+    SendMessage,
+    SpawnProcess,
+    VersionMarker,
+    UpsertAttributes,
+    Complete,
+    Fail,
+)
 
 
 def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind
@@ -239,6 +279,10 @@ def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind
             return f"#{seq} send {topic!r} to {dest}"
         case SpawnProcess(seq=seq, entry=entry):
             return f"#{seq} spawn process {entry!r}"
+        case VersionMarker(seq=seq, change_id=change_id):
+            return f"#{seq} version check {change_id!r}"
+        case UpsertAttributes(seq=seq):
+            return f"#{seq} upsert search attributes / memo"
         case Complete(seq=seq):
             return f"#{seq} complete the workflow"
         case Fail(seq=seq, error=error):
@@ -263,4 +307,6 @@ def same_command(issued: Any, recorded: Any) -> bool:
             )
         case SpawnProcess():
             return bool(issued.seq == recorded.seq and issued.entry == recorded.entry)
+        case VersionMarker():
+            return bool(issued.seq == recorded.seq and issued.change_id == recorded.change_id)
     return bool(issued.seq == recorded.seq)

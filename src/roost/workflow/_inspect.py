@@ -29,6 +29,8 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
         "history_size": record.history_size,
         "task_queue": record.task_queue,
         "parent": record.parent,
+        "search_attributes": dict(record.search),
+        "memo": dict(record.memo),
     }
 
 
@@ -61,8 +63,10 @@ def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
 def parse_query(query: str | None) -> list[tuple[str, str, str]]:
     """Parse ``"status = 'running' and workflow_type = 'app:order'"`` into clauses.
 
-    The grammar today: clauses ``field = 'value'`` or ``field != 'value'`` joined by
-    ``and``; fields are those of ``describe`` (status, workflow_type, workflow_id, ...).
+    The grammar: clauses ``name = 'value'`` or ``name != 'value'`` joined by ``and``.
+    A name is one of workflow_id, run_id, workflow_type, status, task_queue, or a search
+    attribute. A list attribute matches if it contains the value; booleans compare as
+    'true' / 'false'; numbers and datetimes by their text form.
     """
     if query is None or not query.strip():
         return []
@@ -83,14 +87,25 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     clauses = parse_query(query)
     with store.read() as txn:
         rows = [_as_dict(codec.decode(v)) for _, v in txn.range("runs")]
-    out = []
-    for row in rows:
-        ok = True
-        for name, op, value in clauses:
-            if name not in row:
-                raise invalid(f"unknown field {name!r} in query; fields: {', '.join(row)}")
-            equal = str(row[name]) == value
-            ok = ok and (equal if op == "=" else not equal)
-        if ok:
-            out.append(row)
-    return out
+    return [row for row in rows if all(_matches(row, clause) for clause in clauses)]
+
+
+_FIELDS = ("workflow_id", "run_id", "workflow_type", "status", "task_queue")
+
+
+def _matches(row: dict[str, Any], clause: tuple[str, str, str]) -> bool:
+    name, op, value = clause
+    if name in _FIELDS:
+        actual: Any = row[name]
+    elif name in row["search_attributes"]:
+        actual = row["search_attributes"][name]
+    else:
+        # An unknown name never matches '=': a run without that attribute is not a hit.
+        return op == "!="
+    if isinstance(actual, list):
+        equal = value in actual  # a list of keywords matches any of its members
+    elif isinstance(actual, bool):
+        equal = str(actual).lower() == value.lower()
+    else:
+        equal = str(actual) == value
+    return equal if op == "=" else not equal

@@ -31,6 +31,7 @@ from roost.mailbox._backend import use_backend
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn, key
 from roost.workflow import _inspect
+from roost.workflow._api import check_attributes
 from roost.workflow._driver import Driver
 from roost.workflow._history import (
     Activation,
@@ -44,6 +45,7 @@ from roost.workflow._history import (
     SpawnProcess,
     Started,
     StartTimer,
+    UpsertAttributes,
 )
 from roost.workflow._records import (
     ActivityTask,
@@ -200,6 +202,7 @@ class WorkflowManager:
         else:
             self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
         self.codec.encode(list(args), what=f"input of workflow {entry.id!r}")
+        self.codec.encode(opts.get("memo", {}), what="memo")
         for topic, payload in messages:
             self.codec.encode(payload, what=f"start message {topic!r}")
         now = self.node.now()
@@ -221,6 +224,8 @@ class WorkflowManager:
             started_at=now,
             parent=parent.pid,
             task_queue=started.task_queue,
+            search=dict(opts.get("search_attributes", {})),
+            memo=dict(opts.get("memo", {})),
         )
         run = self._load(record)
         run.context = started.context
@@ -592,6 +597,8 @@ _START_OPTIONS: dict[str, type | tuple[str, ...]] = {
     "id_conflict_policy": ("fail", "use_existing", "terminate_existing"),
     "id_reuse_policy": ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate"),
     "execution_error_when_already_started": bool,
+    "search_attributes": dict,
+    "memo": dict,
 }
 
 
@@ -615,6 +622,8 @@ def check_start_options(options: dict[str, Any]) -> dict[str, Any]:
                 raise invalid(f"{name} must be one of {', '.join(rule)}, got {value!r}")
         elif not isinstance(value, rule) or (rule is str and not value):
             raise invalid(f"{name} must be a non-empty {rule.__name__}, got {value!r}")
+    if "search_attributes" in options:
+        check_attributes(options["search_attributes"], "search attribute")
     workflow_id = options.get("id") or options.get("name")
     if workflow_id is not None and (not workflow_id or "|" in workflow_id):
         raise invalid(f"a workflow id must be a non-empty string without '|', got {workflow_id!r}")
@@ -670,6 +679,12 @@ class _Effects:
                 self._send(dest, topic, payload)
             case SpawnProcess():
                 self.spawns.append(command)
+            case UpsertAttributes(search=search, memo=memo):
+                self.record = attrs.evolve(
+                    self.record,
+                    search={**self.record.search, **search},
+                    memo={**self.record.memo, **memo},
+                )
             case Complete(value=value):
                 self._close(RunStatus.COMPLETED, value, None)
             case Fail(error=error):

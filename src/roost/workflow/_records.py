@@ -63,6 +63,8 @@ class RunRecord:
     task_queue: str = "default"
     parent: Pid | None = None
     children: list[Pid] = attrs.field(factory=list)
+    search: dict[str, Any] = attrs.field(factory=dict)
+    memo: dict[str, Any] = attrs.field(factory=dict)
 
 
 @record("wf.activity_task")

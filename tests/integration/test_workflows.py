@@ -591,3 +591,40 @@ async def test_search_attributes_and_memo(autojump_clock):
             node.list_workflows("customer_id == c-1")
         with pytest.raises(roost.Error):
             workflow.attrs(search={"a": 1})  # outside a workflow
+
+
+@app.workflow
+async def rolling(total, rounds):
+    added = await process.listen("add").receive()
+    if rounds > 1:
+        assert workflow.info().history_length < 20  # a fresh history each run
+        await process.upgrade(None, total + added, rounds - 1)
+    return {"total": total + added, "run_id": workflow.info().run_id}
+
+
+async def test_continue_as_new_keeps_id_pid_and_monitors(autojump_clock):
+    async with roost.open_node(app) as node:
+        pid = await process.with_options(id="roll").spawn_monitored("wf:rolling", 0, 3)
+        first_run = node.describe("roll")["run_id"]
+        for n in (1, 2, 3):
+            await process.send(pid, "add", n)  # each reaches whichever run is current
+        ev = await next_event()  # one EXIT, at the final close
+        assert ev.pid == pid and ev.value["total"] == 6
+        assert ev.value["run_id"] != first_run
+        assert node.describe("roll")["status"] == "completed"
+        got = await channel.select(process.events(), default=True)
+        assert got.default
+
+
+async def test_exec_follows_continue_as_new(autojump_clock):
+    pid = roost.Pid("local", "wf:workflows", "roll3")
+
+    async def feed():
+        await trio.testing.wait_all_tasks_blocked()
+        for n in (5, 6):
+            await process.send(pid, "add", n)
+
+    async with roost.open_node(app), trio.open_nursery() as nursery:
+        nursery.start_soon(feed)
+        result = await process.with_options(id="roll3").exec("wf:rolling", 0, 2)
+        assert result["total"] == 11

@@ -267,6 +267,9 @@ async def upgrade(entry: Any = None, *args: Any) -> None:
 
     Keeps the PID, mailbox, names, links and monitors. Does not return.
     """
+    caller = current_any("process.upgrade")
+    if caller.workflow is not None:
+        raise Upgrade(_upgrade_target(caller, entry, "workflow"), args)  # continue-as-new
     proc = current_process("process.upgrade")
     await trio.lowlevel.checkpoint()
     if entry is None:
@@ -278,6 +281,16 @@ async def upgrade(entry: Any = None, *args: Any) -> None:
     if target.kind.value not in ("process", "supervisor"):
         raise invalid(f"process.upgrade needs a process entry; {target.id!r} is not one")
     raise Upgrade(target, args)
+
+
+def _upgrade_target(caller: Any, entry: Any, kind: str) -> Any:
+    if entry is None:
+        return caller.entry
+    node = caller.node
+    resolved = node.app.resolve(entry)
+    if resolved.kind.value != kind:
+        raise invalid(f"continue-as-new needs a {kind} entry; {resolved.id!r} is not one")
+    return resolved
 
 
 class Registry:

@@ -297,7 +297,11 @@ def _plain(value: Any) -> bool:
     if tp is dt.datetime:
         offset = value.utcoffset()
         return offset is not None and not (offset.seconds % 60 or offset.microseconds)
-    return isinstance(value, Error) or hasattr(tp, "__attrs_attrs__")
+    # Subclasses of scalars (StrEnum, IntEnum values in records) encode as the scalar.
+    return isinstance(value, _SCALAR_BASES | Error) or hasattr(tp, "__attrs_attrs__")
+
+
+_SCALAR_BASES = str | int | float | bytes
 
 
 def _plain_dict(value: dict[Any, Any]) -> bool:

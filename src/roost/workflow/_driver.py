@@ -28,6 +28,7 @@ from typing import Any
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._pid import Pid
 from roost.actors._events import Cancel, Exit
+from roost.actors._process import Upgrade
 from roost.mailbox._backend import Waiter
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, Mailbox
@@ -35,6 +36,7 @@ from roost.workflow._history import (
     ActivityResolved,
     CancelRequested,
     Complete,
+    ContinueAsNew,
     Fail,
     MessageArrived,
     ProcessExited,
@@ -64,6 +66,7 @@ class Status:
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+    CONTINUED = "continued"
 
 
 class _Park:
@@ -333,6 +336,14 @@ class Driver:
             self._tasks.remove(task)
             if task.main:
                 self._finish(Complete(seq=self._next_seq(), value=stop.value))
+        except Upgrade as up:
+            self._tasks.remove(task)
+            if task.main:
+                cmd = ContinueAsNew(seq=self._next_seq(), entry=up.entry.id, args=list(up.args))
+                self._finish(cmd)
+            else:
+                error = invalid("process.upgrade must be called from the workflow body")
+                self._finish(Fail(seq=self._next_seq(), error=error))
         except NondeterminismError:
             raise
         except Exception as error:  # noqa: BLE001 - a workflow error is its result
@@ -345,17 +356,22 @@ class Driver:
             else:
                 self._ready.append((task, _foreign_error(task, yielded)))
 
-    def _finish(self, command: Complete | Fail) -> None:
-        if isinstance(command, Complete):
-            try:
-                self._check(command.value, "workflow result")
-            except Error as exc:
-                command = Fail(seq=command.seq, error=exc)
+    def _finish(self, command: Complete | Fail | ContinueAsNew) -> None:
+        try:
+            if isinstance(command, Complete):
+                self._validate(command.value, "workflow result")
+            elif isinstance(command, ContinueAsNew):
+                self._validate(command.args, "continue-as-new input")
+        except Error as exc:
+            command = Fail(seq=command.seq, error=exc)
         self._issue(command)
-        if isinstance(command, Complete):
-            self.status, self.result = Status.COMPLETED, command.value
-        else:
-            self.status, self.error = Status.FAILED, command.error
+        match command:
+            case Complete(value=value):
+                self.status, self.result = Status.COMPLETED, value
+            case ContinueAsNew():
+                self.status, self.result = Status.CONTINUED, command
+            case Fail(error=error):
+                self.status, self.error = Status.FAILED, error
         self.close()
 
     def close(self) -> None:
@@ -366,6 +382,11 @@ class Driver:
         self._ready.clear()
 
     # -- commands ------------------------------------------------------------------------
+
+    def _validate(self, value: Any, what: str) -> None:
+        # A replayed command was validated when it was recorded: skip the re-encode.
+        if self._expected is None:
+            self._check(value, what)
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -403,7 +424,7 @@ class Driver:
 
         ``options`` are option sources (entry defaults, then per-call), merged in order.
         """
-        self._check(list(args), f"arguments of activity {entry!r}")
+        self._validate(list(args), f"arguments of activity {entry!r}")
         merged = activity_options(*options)
         seq = self._next_seq()
         future = _Future(self)
@@ -494,7 +515,7 @@ class Driver:
 
     def send(self, dest: Any, topic: str, payload: Any) -> None:
         """Record an outgoing message (delivered by the runtime after the commit)."""
-        self._check(payload, f"payload of message {topic!r}")
+        self._validate(payload, f"payload of message {topic!r}")
         self._issue(SendMessage(seq=self._next_seq(), dest=dest, topic=topic, payload=payload))
 
     def spawn_process(self, entry: str, args: tuple[Any, ...]) -> Pid:
@@ -504,7 +525,7 @@ class Driver:
         """
         if self._spawn_pid is None:
             raise Error("this driver cannot spawn processes", kind=ErrorKind.INVALID_STATE)
-        self._check(list(args), f"arguments of process {entry!r}")
+        self._validate(list(args), f"arguments of process {entry!r}")
         seq = self._next_seq()
         pid = self._spawn_pid(seq)
         self._issue(SpawnProcess(seq=seq, entry=entry, args=list(args), pid=pid))

@@ -22,6 +22,7 @@ __all__ = [
     "ActivityResolved",
     "CancelRequested",
     "Command",
+    "ContinueAsNew",
     "Complete",
     "Event",
     "Fail",
@@ -193,6 +194,16 @@ class UpsertAttributes:
     memo: dict[str, Any] = attrs.field(factory=dict)
 
 
+@record("wf.continue_as_new")
+@attrs.frozen(kw_only=True)
+class ContinueAsNew:
+    """The run ends and a new one starts: same id and PID, new input, fresh history."""
+
+    seq: int
+    entry: str
+    args: list[Any]
+
+
 Command = (
     ScheduleActivity
     | StartTimer
@@ -200,6 +211,7 @@ Command = (
     | SpawnProcess
     | VersionMarker
     | UpsertAttributes
+    | ContinueAsNew
     | Complete
     | Fail
 )
@@ -263,6 +275,7 @@ _COMMANDS = (
     SpawnProcess,
     VersionMarker,
     UpsertAttributes,
+    ContinueAsNew,
     Complete,
     Fail,
 )
@@ -285,6 +298,8 @@ def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind
             return f"#{seq} upsert search attributes / memo"
         case Complete(seq=seq):
             return f"#{seq} complete the workflow"
+        case ContinueAsNew(seq=seq, entry=entry):
+            return f"#{seq} continue as new {entry!r}"
         case Fail(seq=seq, error=error):
             return f"#{seq} fail the workflow with {error}"
         case None:

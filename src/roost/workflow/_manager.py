@@ -37,6 +37,7 @@ from roost.workflow._history import (
     Activation,
     CancelRequested,
     Complete,
+    ContinueAsNew,
     Fail,
     MessageArrived,
     ProcessExited,
@@ -61,7 +62,9 @@ from roost.workflow._records import (
 __all__ = ["Run", "WorkflowManager"]
 
 log = logging.getLogger("roost.workflow")
-EXECUTORS = 32
+# Activations of different runs commit concurrently and share group commits: more
+# executors, bigger groups (each is a cheap trio task).
+EXECUTORS = 256
 
 
 @attrs.define(eq=False)
@@ -249,6 +252,10 @@ class WorkflowManager:
                 workflow_id, None, "completed and id_reuse_policy is allow_duplicate_failed_only"
             )
 
+    def spawn_task(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` in the runtime's nursery."""
+        self._nursery.start_soon(fn, *args)
+
     # -- commits -------------------------------------------------------------------------
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
@@ -287,11 +294,32 @@ class WorkflowManager:
         self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
 
     def accept(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
-        """Events committed to ``run``'s inbox: queue them for its next activation."""
-        if run.record.workflow_id not in self.runs:
+        """Events committed to ``run``'s inbox: queue them for its next activation.
+
+        If ``run`` has meanwhile continued as new, its messages move to the current run;
+        anything else for a closed run is dropped.
+        """
+        current = self.runs.get(run.record.workflow_id)
+        if current is run:
+            run.pending.extend(items)
+            self._ready(run)
             return
-        run.pending.extend(items)
-        self._ready(run)
+        moved = [(k, e) for k, e in items if isinstance(e, MessageArrived)]
+        if current is not None and moved:
+            self.spawn_task(self._rehome, current, moved)
+
+    async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
+        staged = [self.stage(run, event) for _, event in items]
+        stale = [k for k, _ in items]
+
+        def write(txn: WriteTxn) -> None:
+            for k in stale:
+                txn.delete("inbox", k)
+            for k, v in staged:
+                txn.put("inbox", k, v)
+
+        await self.transact(write)
+        self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
 
     async def _signal_many(
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
@@ -350,7 +378,7 @@ class WorkflowManager:
     async def _executor(self) -> None:
         async for run in self._recv_ready:
             run.queued = False
-            if run.active or run.record.workflow_id not in self.runs:
+            if run.active or self.runs.get(run.record.workflow_id) is not run:
                 continue
             run.active = True
             try:
@@ -448,6 +476,59 @@ class WorkflowManager:
         effects.dispatch()
 
     # -- completion ----------------------------------------------------------------------
+
+    def successor(
+        self, run: Run, command: ContinueAsNew, at: dt.datetime
+    ) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
+        """The next run of a workflow that continues as new, and its staged inbox."""
+        entry = self.node.app.resolve(command.entry)
+        old = run.record
+        started = Started(
+            workflow_id=old.workflow_id,
+            run_id=os.urandom(8).hex(),
+            workflow_type=entry.id,
+            args=list(command.args),
+            seed=int.from_bytes(os.urandom(8), "big"),
+            context=dict(run.context),
+            task_queue=old.task_queue,
+            parent=old.parent,
+        )
+        record = RunRecord(
+            workflow_id=old.workflow_id,
+            run_id=started.run_id,
+            workflow_type=entry.id,
+            status=RunStatus.RUNNING,
+            started_at=at,
+            task_queue=old.task_queue,
+            parent=old.parent,
+            search=dict(old.search),
+            memo=dict(old.memo),
+        )
+        new = Run(record=record, entry=entry, pid=run.pid, context=dict(run.context))
+        # Unread messages follow the workflow into its new run: nothing sent to it is lost.
+        carried = [started] + [e for _, e in run.pending if isinstance(e, MessageArrived)]
+        staged = [(*self.stage(new, event), event) for event in carried]
+        return new, staged
+
+    def hand_over(
+        self,
+        old: Run,
+        new: Run,
+        staged: list[tuple[bytes, bytes, Any]],
+        *,
+        moved: set[bytes],
+    ) -> None:
+        """After the commit: the new run takes the id, PID, watchers, links and waiters."""
+        new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans
+        self.runs[new.record.workflow_id] = new
+        self.cached.pop(old.record.workflow_id, None)
+        late = [(k, e) for k, e in old.pending if k not in moved]
+        old.pending = []
+        if old.driver is not None:
+            old.driver.close()
+            old.driver = None
+        self.accept(new, [(k, event) for k, _, event in staged])
+        self.accept(old, late)  # arrived during the hand-over's commit: re-homed
 
     def closed(self, run: Run) -> None:
         """A run ended (its final status is committed): tell whoever is waiting."""
@@ -652,6 +733,8 @@ class _Effects:
         self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
         self.record = run.record
         self.final = False
+        self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
+        self.moved: set[bytes] = set()
 
     def add(self, command: Any) -> None:
         record = self.run.record
@@ -689,6 +772,8 @@ class _Effects:
                 self._close(RunStatus.COMPLETED, value, None)
             case Fail(error=error):
                 self._close(RunStatus.FAILED, None, error)
+            case ContinueAsNew():
+                self.continued = self.m.successor(self.run, command, self.at)
 
     def _send(self, dest: Any, topic: str, payload: Any) -> None:
         pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
@@ -721,6 +806,13 @@ class _Effects:
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
         sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         run_id = record.run_id
+        successor: list[tuple[str, bytes, bytes | None]] = []
+        if self.continued is not None:
+            new_run, staged = self.continued
+            record_bytes = codec.encode(new_run.record)  # the id now names the new run
+            successor = [("inbox", k, v) for k, v, _ in staged]
+            successor += [("inbox", k, None) for k, _ in self.run.pending]  # moved over
+            self.moved = {k for k, _ in self.run.pending}
 
         def write(txn: WriteTxn) -> None:
             txn.put("histories", history_key(run_id, act.index), act_bytes)
@@ -732,6 +824,11 @@ class _Effects:
                 txn.put("timers", k, v)
             for k, v in sends:
                 txn.put("inbox", k, v)
+            for table, k, value in successor:
+                if value is None:
+                    txn.delete(table, k)
+                else:
+                    txn.put(table, k, value)
             txn.put("runs", record.workflow_id.encode(), record_bytes)
 
         return write
@@ -748,7 +845,9 @@ class _Effects:
             _deliver_local(m.node, self.run.pid, send)
         for spawn in self.spawns:
             _spawn_child(m, self.run, spawn)
-        if self.final:
+        if self.continued is not None:
+            m.hand_over(self.run, *self.continued, moved=self.moved)
+        elif self.final:
             m.closed(self.run)
 
 

@@ -44,7 +44,9 @@ class DurableTimers:
             self._scope = None
             now = trio.current_time()
             while self._heap and self._heap[0][0] <= now:
-                await self._fire(heapq.heappop(self._heap)[3])
+                # Concurrently, so that timers falling due together share one commit.
+                self.m.spawn_task(self._fire, heapq.heappop(self._heap)[3])
+            await trio.lowlevel.checkpoint()
 
     async def _fire(self, timer: TimerTask) -> None:
         m = self.m

@@ -628,3 +628,59 @@ async def test_exec_follows_continue_as_new(autojump_clock):
         nursery.start_soon(feed)
         result = await process.with_options(id="roll3").exec("wf:rolling", 0, 2)
         assert result["total"] == 11
+
+
+@app.workflow
+async def collect(n):
+    ch = process.listen("add")
+    return [await ch.receive() for _ in range(n)]
+
+
+async def test_signals_keep_per_sender_order_exactly(autojump_clock):
+    async with roost.open_node(app):
+        pid = await process.spawn_monitored("wf:collect", 30)
+        for i in range(30):
+            process.send(pid, "add", i)  # no await between sends
+        assert (await next_event()).value == list(range(30))
+
+
+@app.activity
+async def returns_tuple():
+    return (1, 2)
+
+
+@app.workflow
+async def tuple_check():
+    got = await funcs.call("wf:returns_tuple")
+    if got == [1, 2]:  # the recorded form, live and on replay alike
+        await roost.sleep(1)
+    return got
+
+
+async def test_live_values_equal_recorded_values(autojump_clock):
+    async with roost.open_node(app) as node:
+        assert await process.with_options(id="tuples").exec("wf:tuple_check") == [1, 2]
+        history = node.history("tuples")
+    assert Replayer(app).replay(history) == [1, 2]
+
+
+@app.workflow
+async def upgrades_with_unread(n):
+    ch = process.listen("m")
+    first = await ch.receive()
+    if n:
+        workflow.attrs(search={"phase": "second"})
+        await process.upgrade(None, 0)
+    rest = [await ch.receive() for _ in range(2)]
+    return [first, *rest]
+
+
+async def test_continue_as_new_keeps_unread_messages_and_attributes(autojump_clock):
+    async with roost.open_node(app) as node:
+        spawner = process.with_options(id="unread")
+        for i in range(3):
+            spawner = spawner.with_message("m", i)
+        pid = await spawner.spawn_monitored("wf:upgrades_with_unread", 1)
+        await process.send(pid, "m", 3)
+        assert (await next_event()).value == [1, 2, 3]
+        assert node.list_workflows("phase = 'second'")[0]["workflow_id"] == "unread"

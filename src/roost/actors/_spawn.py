@@ -178,6 +178,8 @@ class Spawner:
         parent = current_process("process.spawn")
         resolved = parent.node.app.resolve(entry)
         if resolved.kind is EntryKind.WORKFLOW:
+            if host is not None:
+                raise invalid("host= places plain processes; workflows run on the node itself")
             return await self._start_workflow(parent, resolved, args, link=link, monitor=monitor)
         pid = self._spawn_now(parent, resolved, args, host, link=link, monitor=monitor)
         # Supervisors start synchronously, like OTP's start_link: when spawn returns, the

@@ -226,6 +226,20 @@ class Mailbox:
         """Messages (and events) that no subscription has taken yet, oldest first."""
         return list(self._pending) if self._pending else []
 
+    def take_unread(self) -> list[Message]:
+        """Remove and return every unread message, subscriptions' and retained ones.
+
+        Per topic the order is kept; across topics the order is subscription by
+        subscription, then the retained queue.
+        """
+        out: list[Message] = []
+        for sub in self._subs():
+            out.extend(sub._drain())
+        if self._pending:
+            out.extend(self._pending)
+            self._pending = None
+        return out
+
     def close(self) -> None:
         """Close every subscription channel (the owner has exited)."""
         for sub in self._subs():

@@ -176,6 +176,9 @@ _ADVICE = (
 )
 
 
+_FOREIGN_LOOPS = frozenset({"trio", "asyncio", "anyio", "sniffio"})
+
+
 def _trio_misuse(error: BaseException) -> Error | None:
     """Turn trio's "must be called from async context" into advice on the roost call."""
     if isinstance(error, Error):
@@ -184,12 +187,12 @@ def _trio_misuse(error: BaseException) -> Error | None:
     culprit = None
     while tb is not None:
         module = tb.tb_frame.f_globals.get("__name__", "")
-        if module.split(".")[0] == "trio" and culprit is None:
-            culprit = tb.tb_frame.f_code.co_qualname
+        if module.split(".")[0] in _FOREIGN_LOOPS and culprit is None:
+            culprit = f"{module.split('.')[0]}: {tb.tb_frame.f_code.co_qualname}"
         tb = tb.tb_next
     if culprit is None:
         return None
-    return invalid(f"a workflow called trio ({culprit}), which cannot run there; {_ADVICE}")
+    return invalid(f"a workflow called {culprit}, which cannot run there; {_ADVICE}")
 
 
 def _foreign_error(task: _Task, yielded: object) -> Error:

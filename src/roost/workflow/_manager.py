@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import math
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +29,7 @@ from roost.actors._node import ExitResult, Node, SpawnRequest, noproc_error, ter
 from roost.actors._process import Process, WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._channel import Channel
+from roost.mailbox._mailbox import EVENTS
 from roost.storage import Codec, Store, WriteTxn, key
 from roost.workflow import _inspect
 from roost.workflow._api import check_attributes
@@ -107,6 +108,11 @@ class WorkflowManager:
         # Runs whose driver is in memory, least recently activated first. Past the limit
         # the oldest idle one is evicted and rebuilt by replay when its next event comes.
         self.cached: OrderedDict[str, Run] = OrderedDict()
+        # Events from outside (signals, cancels, child exits) in arrival order, committed
+        # by one task in batches: per-sender order survives into the history.
+        self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
+        self._outside_ready = trio.Event()
+        self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
         self.cache_size = int(node.settings.get("workflow_cache", 10_000))
         self.stats = {"activations": 0, "replays": 0, "evictions": 0}
 
@@ -128,6 +134,7 @@ class WorkflowManager:
         for _ in range(EXECUTORS):
             self._nursery.start_soon(self._executor, name="roost.workflow.executor")
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
+        self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
         self._recover()
 
     def _recover(self) -> None:
@@ -276,7 +283,9 @@ class WorkflowManager:
     def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
         """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
         run.inbox_seq += 1
-        return inbox_key(run.record.run_id, run.inbox_seq), self.codec.encode(event)
+        k, data = inbox_key(run.record.run_id, run.inbox_seq), self.codec.encode(event)
+        self._staged[k] = data
+        return k, data
 
     async def _commit_incoming(
         self, run: Run, events: list[Any], *, put_record: RunRecord | None = None
@@ -299,6 +308,9 @@ class WorkflowManager:
         If ``run`` has meanwhile continued as new, its messages move to the current run;
         anything else for a closed run is dropped.
         """
+        # The workflow gets what was recorded (a tuple comes back a list), so a live run
+        # and its replay see identical values.
+        items = [(k, self._recorded(k, e)) for k, e in items]
         current = self.runs.get(run.record.workflow_id)
         if current is run:
             run.pending.extend(items)
@@ -307,6 +319,10 @@ class WorkflowManager:
         moved = [(k, e) for k, e in items if isinstance(e, MessageArrived)]
         if current is not None and moved:
             self.spawn_task(self._rehome, current, moved)
+
+    def _recorded(self, key: bytes, event: Any) -> Any:
+        data = self._staged.pop(key, None)
+        return self.codec.decode(data) if data is not None else event
 
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
         staged = [self.stage(run, event) for _, event in items]
@@ -339,34 +355,38 @@ class WorkflowManager:
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.codec.encode(payload, what=f"payload of message {topic!r}")
+        return self._from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
+
+    def _from_outside(self, run: Run, event: Any) -> trio.Event:
         done = trio.Event()
-        event = MessageArrived(topic=topic, payload=payload, sender=sender)
-        staged = self.stage(run, event)
-
-        async def commit() -> None:
-            await self.transact(lambda txn: txn.put("inbox", *staged))
-            self.accept(run, [(staged[0], event)])
-            done.set()
-
-        self._nursery.start_soon(commit, name="roost.workflow.signal")
+        k, data = self.stage(run, event)
+        self._outside.append((run, k, data, event, done))
+        self._outside_ready.set()
         return done
+
+    async def _commit_outside(self) -> None:
+        while True:
+            await self._outside_ready.wait()
+            self._outside_ready = trio.Event()
+            batch = list(self._outside)
+            self._outside.clear()
+            rows = [(k, data) for _, k, data, _, _ in batch]
+
+            def write(txn: WriteTxn, rows: list[tuple[bytes, bytes]] = rows) -> None:
+                for k, data in rows:
+                    txn.put("inbox", k, data)
+
+            await self.transact(write)
+            for run, k, _, event, done in batch:  # in arrival order
+                self.accept(run, [(k, event)])
+                done.set()
 
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
         """Deliver a CANCEL request to a running workflow (it decides what to do)."""
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
-        done = trio.Event()
-        event = CancelRequested(reason=reason)
-        staged = self.stage(run, event)
-
-        async def commit() -> None:
-            await self.transact(lambda txn: txn.put("inbox", *staged))
-            self.accept(run, [(staged[0], event)])
-            done.set()
-
-        self._nursery.start_soon(commit, name="roost.workflow.cancel")
-        return done
+        return self._from_outside(run, CancelRequested(reason=reason))
 
     # -- activations ---------------------------------------------------------------------
 
@@ -478,11 +498,14 @@ class WorkflowManager:
     # -- completion ----------------------------------------------------------------------
 
     def successor(
-        self, run: Run, command: ContinueAsNew, at: dt.datetime
+        self, run: Run, command: ContinueAsNew, at: dt.datetime, old: RunRecord
     ) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
-        """The next run of a workflow that continues as new, and its staged inbox."""
+        """The next run of a workflow that continues as new, and its staged inbox.
+
+        ``old`` is the closing run's record as of this step (attributes set in the same
+        step included).
+        """
         entry = self.node.app.resolve(command.entry)
-        old = run.record
         started = Started(
             workflow_id=old.workflow_id,
             run_id=os.urandom(8).hex(),
@@ -505,8 +528,16 @@ class WorkflowManager:
             memo=dict(old.memo),
         )
         new = Run(record=record, entry=entry, pid=run.pid, context=dict(run.context))
-        # Unread messages follow the workflow into its new run: nothing sent to it is lost.
-        carried = [started] + [e for _, e in run.pending if isinstance(e, MessageArrived)]
+        # Unread messages follow the workflow into its new run: those delivered to the old
+        # run's mailbox but not read yet, then those not even delivered. Nothing is lost.
+        unread = run.driver.mailbox.take_unread() if run.driver is not None else []
+        carried: list[Any] = [started]
+        carried += [
+            MessageArrived(topic=m.topic, payload=m.payload, sender=m.sender)
+            for m in unread
+            if m.topic != EVENTS
+        ]
+        carried += [e for _, e in run.pending if isinstance(e, MessageArrived)]
         staged = [(*self.stage(new, event), event) for event in carried]
         return new, staged
 
@@ -581,16 +612,10 @@ class WorkflowManager:
         run.exits_reported.add(event.pid)
         incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
         try:
-            staged = self.stage(run, incoming)
+            self.codec.encode(incoming)
         except Error as exc:  # the exit value cannot be recorded: record why instead
             incoming = ProcessExited(pid=event.pid, error=exc)
-            staged = self.stage(run, incoming)
-
-        async def commit() -> None:
-            await self.transact(lambda txn: txn.put("inbox", *staged))
-            self.accept(run, [(staged[0], incoming)])
-
-        self._nursery.start_soon(commit, name="roost.workflow.child_exit")
+        self._from_outside(run, incoming)
 
     def terminate(self, pid: Pid) -> None:
         """Stop a running workflow at once: no more of its code runs; it closes as Canceled.
@@ -773,7 +798,7 @@ class _Effects:
             case Fail(error=error):
                 self._close(RunStatus.FAILED, None, error)
             case ContinueAsNew():
-                self.continued = self.m.successor(self.run, command, self.at)
+                self.continued = self.m.successor(self.run, command, self.at, self.record)
 
     def _send(self, dest: Any, topic: str, payload: Any) -> None:
         pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
@@ -806,6 +831,7 @@ class _Effects:
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
         sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         run_id = record.run_id
+        closing = self.final or self.continued is not None
         successor: list[tuple[str, bytes, bytes | None]] = []
         if self.continued is not None:
             new_run, staged = self.continued
@@ -829,6 +855,9 @@ class _Effects:
                     txn.delete(table, k)
                 else:
                     txn.put(table, k, value)
+            if closing:  # activities still scheduled would only run again after a restart
+                for k, _ in list(txn.prefix("tasks", key(run_id))):
+                    txn.delete("tasks", k)
             txn.put("runs", record.workflow_id.encode(), record_bytes)
 
         return write

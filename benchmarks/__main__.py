@@ -22,6 +22,7 @@ from benchmarks._harness import Result, machine_info, print_table, write_json
 SUITES: dict[str, str] = {
     "processes": "benchmarks.bench_processes",
     "storage": "benchmarks.bench_storage",
+    "workflows": "benchmarks.bench_workflows",
 }
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"

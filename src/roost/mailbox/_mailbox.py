@@ -198,6 +198,17 @@ class Mailbox:
             self._drop(sub)
         sub = _SubChannel(topic, message)
         self._set(topic, sub)
+        inbox = self._inbox
+        if inbox is not None and topic not in (INBOX, EVENTS) and inbox._buf:
+            # Unread inbox messages of this topic belong to the new subscription (routing
+            # binds when a message is read, as in Wippy): a reader of the topic never sees
+            # an older message after a newer one.
+            kept = [m for m in inbox._buf if m.topic != topic]
+            mine = [m for m in inbox._buf if m.topic == topic]
+            inbox._buf.clear()
+            inbox._buf.extend(kept)
+            for msg in mine:
+                sub.put_message(msg)
         self._claim_pending(sub)
         return sub
 

@@ -196,6 +196,10 @@ class SupervisorState:
             retryable=error.retryable if error is not None else None,
             ran_for=trio.current_time() - child.started_at,
         )
+        await self._apply(child, self._decide(child, info), error)
+
+    def _decide(self, child: Child, info: ExitInfo) -> Any:
+        """Ask the pure policy, and keep the history and attempt count it returns."""
         decision, self.history, child.attempts = decide(
             flags=self.flags,
             order=[c.spec.id for c in self.children],
@@ -207,7 +211,7 @@ class SupervisorState:
             now=trio.current_time(),
             rand=self.rand.random(),
         )
-        await self._apply(child, decision, error)
+        return decision
 
     async def _apply(self, child: Child, decision: Any, error: Error | None) -> None:
         extra = {"supervisor": self.spec.name, "child_id": child.spec.id}
@@ -264,24 +268,10 @@ class SupervisorState:
                 self.start(child)
             except Error as exc:
                 # A failed restart counts as another failure of that child (OTP).
-                await self._apply(child, *self._decide_failed_start(child, exc))
+                info = ExitInfo(normal=False, error_kind=exc.kind, retryable=exc.retryable)
+                await self._apply(child, self._decide(child, info), exc)
                 return
             await trio.lowlevel.checkpoint()
-
-    def _decide_failed_start(self, child: Child, exc: Error) -> tuple[Any, Error]:
-        info = ExitInfo(normal=False, error_kind=exc.kind, retryable=exc.retryable)
-        decision, self.history, child.attempts = decide(
-            flags=self.flags,
-            order=[c.spec.id for c in self.children],
-            specs={c.spec.id: c.spec for c in self.children},
-            child_id=child.spec.id,
-            exit_info=info,
-            history=self.history,
-            attempts=child.attempts,
-            now=trio.current_time(),
-            rand=self.rand.random(),
-        )
-        return decision, exc
 
 
 def _resolve(node: Node, sup_name: str, spec: ChildSpec) -> Entry:

@@ -684,3 +684,66 @@ async def test_continue_as_new_keeps_unread_messages_and_attributes(autojump_clo
         await process.send(pid, "m", 3)
         assert (await next_event()).value == [1, 2, 3]
         assert node.list_workflows("phase = 'second'")[0]["workflow_id"] == "unread"
+
+
+@app.workflow
+async def child_double(x):
+    if x < 0:
+        raise roost.Error("negative input", kind=roost.ErrorKind.INVALID, retryable=False)
+    await roost.sleep("1m")
+    return x * 2
+
+
+@app.workflow
+async def parent_flow(x):
+    synchronous = await workflow.exec("wf:child_double", x)
+    try:
+        await process.exec("wf:child_double", -1)
+    except roost.Error as err:
+        failure = (err.kind, err.message, err.retryable)
+    child = await process.spawn("wf:child_double", x + 1)  # async child, monitored
+    ev = await process.events().receive()
+    return {"sync": synchronous, "failure": failure, "async": (ev.pid == child, ev.value)}
+
+
+@app.workflow
+async def parent_that_leaves(policy):
+    await process.with_options(id=f"left-{policy}", parent_close_policy=policy).spawn("wf:forever")
+    return "parent done"
+
+
+async def test_child_workflows(autojump_clock):
+    async with roost.open_node(app) as node:
+        result = await process.with_options(id="parent-a").exec("wf:parent_flow", 5)
+        assert result == {
+            "sync": 10,
+            "failure": (roost.ErrorKind.INVALID, "negative input", False),
+            "async": (True, 12),
+        }
+        assert node.describe("parent-a.1")["status"] == "completed"  # derived child id
+        assert node.describe("parent-a.1")["parent"] == roost.Pid(
+            "local", "wf:workflows", "parent-a"
+        )
+        history = node.history("parent-a")
+        assert Replayer(app).replay(history) == result
+
+
+async def test_parent_close_policies(autojump_clock):
+    async with roost.open_node(app) as node:
+        for policy in ("terminate", "abandon"):
+            await process.exec("wf:parent_that_leaves", policy)
+        await roost.sleep(1)
+        assert node.describe("left-terminate")["status"] == "terminated"
+        assert node.describe("left-abandon")["status"] == "running"
+        with pytest.raises(roost.Error) as info:
+            await workflow.exec("wf:child_double", 1)  # outside a workflow
+        assert info.value.kind is roost.ErrorKind.INVALID
+
+
+async def test_child_workflows_survive_restart(autojump_clock, tmp_path):
+    async with roost.open_node(app, tmp_path):
+        pid = await process.with_options(id="parent-r").spawn("wf:parent_flow", 1)
+        await roost.sleep(30)  # the first child is half-way through its 1 m sleep
+    async with roost.open_node(app, tmp_path):
+        process.monitor(pid)
+        assert (await next_event()).value["sync"] == 2

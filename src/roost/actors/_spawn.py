@@ -143,7 +143,14 @@ class Spawner:
 
         If the caller is cancelled while waiting, the child is terminated.
         """
-        parent = current_process("process.exec")  # not replay-safe inside workflows yet
+        caller = current_any("process.exec")
+        if caller.workflow is not None:  # a synchronous child workflow
+            resolved_entry = caller.node.app.resolve(entry) if caller.node else None
+            if resolved_entry is None or resolved_entry.kind is not EntryKind.WORKFLOW:
+                raise invalid("inside a workflow, process.exec runs a child workflow entry")
+            workflow_id, policy = self._child_options()
+            return await caller.workflow.exec_child(resolved_entry.id, args, workflow_id, policy)
+        parent = current_process("process.exec")
         await trio.lowlevel.checkpoint()
         node = parent.node
         resolved = node.app.resolve(entry)
@@ -195,21 +202,36 @@ class Spawner:
                 "workflows cannot link; processes they spawn are monitored automatically "
                 "(their EXIT arrives on process.events())"
             )
-        if self.options or self.name is not None or self.messages or self.context:
-            raise invalid("spawn options are not supported for processes spawned by workflows")
         node = caller.node
         resolved = node.app.resolve(entry) if node is not None else None
+        if resolved is not None and resolved.kind is EntryKind.WORKFLOW:
+            workflow_id, policy = self._child_options()
+            child: Pid = caller.workflow.start_child(resolved.id, args, workflow_id, policy)
+            return child
+        if self.options or self.name is not None or self.messages or self.context:
+            raise invalid("spawn options are not supported for processes spawned by workflows")
         if resolved is not None and resolved.kind not in (
             EntryKind.PROCESS,
             EntryKind.SUPERVISOR,
         ):
             raise invalid(
-                f"a workflow can spawn plain processes; {resolved.id!r} is a "
-                f"{resolved.kind.value} (child workflows are not supported yet)"
+                f"a workflow can spawn processes and workflows; {resolved.id!r} is an "
+                f"{resolved.kind.value} (call it with funcs.call)"
             )
         entry_id = resolved.id if resolved is not None else getattr(entry, ENTRY_ATTR, entry)
         pid: Pid = caller.workflow.spawn_process(entry_id, args)
         return pid
+
+    def _child_options(self) -> tuple[str | None, str]:
+        allowed = {"id", "name", "parent_close_policy"}
+        extra = set(self.options) - allowed
+        if extra or self.messages or self.context:
+            raise invalid(
+                f"child workflows take the options id and parent_close_policy; got "
+                f"{sorted(extra) or 'start messages or context'}"
+            )
+        workflow_id = self.options.get("id") or self.options.get("name") or self.name
+        return workflow_id, self.options.get("parent_close_policy", "terminate")
 
     async def _start_workflow(
         self, parent: Any, entry: Entry, args: tuple[Any, ...], *, link: bool, monitor: bool

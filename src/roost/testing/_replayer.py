@@ -79,6 +79,7 @@ class Replayer:
             make_context=make_context,
             check=lambda value, what: None,
             spawn_pid=spawn_pid,
+            child_pid=lambda child_id: Pid("local", f"{self.app.name}:workflows", child_id),
         )
         try:
             for act in acts:

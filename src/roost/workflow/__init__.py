@@ -3,7 +3,15 @@
 from roost.actors._app import register_extension as _register_extension
 from roost.actors._app import register_node_service as _register_node_service
 from roost.workflow._activities import ActivityInfo, activity_info, heartbeat
-from roost.workflow._api import WorkflowInfo, attrs, history_length, history_size, info, version
+from roost.workflow._api import (
+    WorkflowInfo,
+    attrs,
+    exec,  # noqa: A004 - the API's name (workflow.exec)
+    history_length,
+    history_size,
+    info,
+    version,
+)
 from roost.workflow._manager import WorkflowManager as _WorkflowManager
 from roost.workflow._retry import RetryPolicy
 from roost.workflow._retry import activity_options as _activity_options
@@ -18,6 +26,7 @@ __all__ = [
     "WorkflowInfo",
     "activity_info",
     "attrs",
+    "exec",
     "heartbeat",
     "history_length",
     "history_size",

@@ -15,6 +15,7 @@ __all__ = [
     "WorkflowInfo",
     "attrs",
     "check_attributes",
+    "exec",
     "history_length",
     "history_size",
     "info",
@@ -131,3 +132,33 @@ def attrs(search: Mapping[str, Any] | None = None, memo: Mapping[str, Any] | Non
     memo_values = dict(memo or {})
     driver.upsert_attributes(checked, memo_values)
     return True
+
+
+async def exec(entry: Any, *args: Any, **options: Any) -> Any:  # noqa: A001 - API name
+    """Run a child workflow and wait for it: its result, or its error raised here.
+
+    Options: ``id`` (default: derived from the parent's id), ``parent_close_policy``
+    (``"terminate"`` default, ``"abandon"``, ``"request_cancel"``).
+
+    Raises:
+        roost.Error: the child's error (kind, retryable, message and details kept);
+            Invalid outside a workflow or for an entry that is not a workflow.
+    """
+    proc = maybe_current_process()
+    driver = proc.workflow if proc is not None else None
+    if driver is None or proc is None:
+        raise Error(
+            "workflow.exec runs a child workflow and works only inside a workflow; "
+            "from a process use process.exec",
+            kind=ErrorKind.INVALID,
+        )
+    node = proc.node
+    resolved = node.app.resolve(entry) if node is not None else None
+    entry_id = resolved.id if resolved is not None else str(entry)
+    if resolved is not None and resolved.kind.value != "workflow":
+        raise invalid(f"workflow.exec runs workflow entries; {entry_id!r} is not one")
+    extra = set(options) - {"id", "parent_close_policy"}
+    if extra:
+        raise invalid(f"workflow.exec takes the options id and parent_close_policy, not {extra}")
+    policy = options.get("parent_close_policy", "terminate")
+    return await driver.exec_child(entry_id, args, options.get("id"), policy)

@@ -43,6 +43,7 @@ from roost.workflow._history import (
     ScheduleActivity,
     SendMessage,
     SpawnProcess,
+    StartChild,
     Started,
     StartTimer,
     TimerFired,
@@ -227,12 +228,15 @@ class Driver:
         make_context: Callable[[Driver], contextvars.Context],
         check: Callable[[Any, str], None] = lambda value, what: None,
         spawn_pid: Callable[[int], Pid] | None = None,
+        child_pid: Callable[[str], Pid] | None = None,
     ) -> None:
         self._fn = fn
         self._make_context = make_context
         self._check = check
         self._spawn_pid = spawn_pid
+        self._child_pid = child_pid
         self.children: set[Pid] = set()
+        self._child_waits: dict[Pid, _Future] = {}
         self._ready: deque[tuple[_Task, BaseException | None]] = deque()
         self._tasks: list[_Task] = []
         self._pending: dict[int, _Future] = {}
@@ -292,26 +296,36 @@ class Driver:
             case ActivityResolved(seq=seq, value=value, error=error):
                 self._pending.pop(seq).resolve(value, error)
             case TimerFired(seq=seq):
-                future = self._pending.pop(seq, None)
-                if future is not None:
-                    future.resolve(None, None)
-                chan = self._timers.pop(seq, None)
-                if chan is not None and not chan.closed:
-                    if not len(chan):  # a ticker skips a tick nobody read, as Go's does
-                        chan._try_send(self.now)
-                    period = self._tickers.pop(seq, None)
-                    if period is not None:
-                        self._rearm(chan, period)
+                self._timer_fired(seq)
             case MessageArrived(topic=topic, payload=payload, sender=sender):
                 self.mailbox.deliver(topic, payload, sender, force=True)
             case CancelRequested(reason=reason):
                 self.mailbox.deliver(EVENTS, Cancel(reason, self.now), None, force=True)
             case ProcessExited(pid=pid, value=value, error=error):
-                self.children.discard(pid)
-                exit_event = Exit(pid, value, error, self.now)
-                self.mailbox.deliver(EVENTS, exit_event, None, force=True)
+                self._child_exited(pid, value, error)
             case _:
                 raise Error(f"unknown workflow event {event!r}", kind=ErrorKind.INTERNAL)
+
+    def _timer_fired(self, seq: int) -> None:
+        future = self._pending.pop(seq, None)
+        if future is not None:
+            future.resolve(None, None)
+        chan = self._timers.pop(seq, None)
+        if chan is not None and not chan.closed:
+            if not len(chan):  # a ticker skips a tick nobody read, as Go's does
+                chan._try_send(self.now)
+            period = self._tickers.pop(seq, None)
+            if period is not None:
+                self._rearm(chan, period)
+
+    def _child_exited(self, pid: Pid, value: Any, error: Error | None) -> None:
+        self.children.discard(pid)
+        waiting = self._child_waits.pop(pid, None)
+        if waiting is not None:  # a workflow.exec: the result goes to its caller
+            waiting.resolve(value, error)
+        else:
+            exit_event = Exit(pid, value, error, self.now)
+            self.mailbox.deliver(EVENTS, exit_event, None, force=True)
 
     def _start(self, started: Started) -> None:
         self.started = started
@@ -534,6 +548,41 @@ class Driver:
         self._issue(SpawnProcess(seq=seq, entry=entry, args=list(args), pid=pid))
         self.children.add(pid)
         return pid
+
+    def start_child(
+        self, entry: str, args: tuple[Any, ...], workflow_id: str | None, policy: str
+    ) -> Pid:
+        """Start a child workflow; its EXIT arrives on ``events()`` (it is monitored)."""
+        if self._child_pid is None or self.started is None:
+            raise Error("this driver cannot start child workflows", kind=ErrorKind.INVALID_STATE)
+        if policy not in ("terminate", "abandon", "request_cancel"):
+            raise invalid(
+                f"parent_close_policy must be terminate, abandon or request_cancel, got {policy!r}"
+            )
+        self._validate(list(args), f"input of child workflow {entry!r}")
+        seq = self._next_seq()
+        child_id = workflow_id or f"{self.started.workflow_id}.{seq}"
+        self._issue(
+            StartChild(
+                seq=seq,
+                entry=entry,
+                args=list(args),
+                workflow_id=child_id,
+                parent_close_policy=policy,
+            )
+        )
+        pid = self._child_pid(child_id)
+        self.children.add(pid)
+        return pid
+
+    async def exec_child(
+        self, entry: str, args: tuple[Any, ...], workflow_id: str | None, policy: str
+    ) -> Any:
+        """Run a child workflow to its end: its result, or its error raised here."""
+        pid = self.start_child(entry, args, workflow_id, policy)
+        future = _Future(self)
+        self._child_waits[pid] = future
+        return await future
 
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Run ``fn(*args)`` as another coroutine of this workflow (FIFO after the caller)."""

@@ -31,6 +31,7 @@ __all__ = [
     "ScheduleActivity",
     "SendMessage",
     "SpawnProcess",
+    "StartChild",
     "StartTimer",
     "Started",
     "TimerFired",
@@ -194,6 +195,18 @@ class UpsertAttributes:
     memo: dict[str, Any] = attrs.field(factory=dict)
 
 
+@record("wf.start_child")
+@attrs.frozen(kw_only=True)
+class StartChild:
+    """Start a child workflow (committed with this activation); its EXIT comes back."""
+
+    seq: int
+    entry: str
+    args: list[Any]
+    workflow_id: str
+    parent_close_policy: str = "terminate"
+
+
 @record("wf.continue_as_new")
 @attrs.frozen(kw_only=True)
 class ContinueAsNew:
@@ -209,6 +222,7 @@ Command = (
     | StartTimer
     | SendMessage
     | SpawnProcess
+    | StartChild
     | VersionMarker
     | UpsertAttributes
     | ContinueAsNew
@@ -273,6 +287,7 @@ _COMMANDS = (
     StartTimer,
     SendMessage,
     SpawnProcess,
+    StartChild,
     VersionMarker,
     UpsertAttributes,
     ContinueAsNew,
@@ -292,6 +307,8 @@ def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind
             return f"#{seq} send {topic!r} to {dest}"
         case SpawnProcess(seq=seq, entry=entry):
             return f"#{seq} spawn process {entry!r}"
+        case StartChild(seq=seq, entry=entry, workflow_id=child):
+            return f"#{seq} start child workflow {entry!r} as {child!r}"
         case VersionMarker(seq=seq, change_id=change_id):
             return f"#{seq} version check {change_id!r}"
         case UpsertAttributes(seq=seq):
@@ -320,7 +337,7 @@ def same_command(issued: Any, recorded: Any) -> bool:
                 and issued.dest == recorded.dest
                 and issued.topic == recorded.topic
             )
-        case SpawnProcess():
+        case SpawnProcess() | StartChild():
             return bool(issued.seq == recorded.seq and issued.entry == recorded.entry)
         case VersionMarker():
             return bool(issued.seq == recorded.seq and issued.change_id == recorded.change_id)

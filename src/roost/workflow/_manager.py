@@ -45,6 +45,7 @@ from roost.workflow._history import (
     ScheduleActivity,
     SendMessage,
     SpawnProcess,
+    StartChild,
     Started,
     StartTimer,
     UpsertAttributes,
@@ -84,6 +85,7 @@ class Run:
     active: bool = False
     broken: Error | None = None
     exits_reported: set[Pid] = attrs.field(factory=set)
+    pending_start: list[tuple[bytes, bytes, Any]] = attrs.field(factory=list)
     watchers: set[Pid] = attrs.field(factory=set)
     links: set[Pid] = attrs.field(factory=set)
     exit_chans: list[Channel[ExitResult]] = attrs.field(factory=list)
@@ -160,8 +162,17 @@ class WorkflowManager:
             timers = [self.codec.decode(v) for _, v in txn.range("timers")]
         for run in list(self.runs.values()):
             self._ready(run)
-            for pid in run.record.children:  # plain processes do not survive a restart
-                self.process_exited(run.pid, Exit(pid, None, _lost(pid), self.node.now()))
+            reported = {e.pid for _, e in run.pending if isinstance(e, ProcessExited)}
+            for pid in run.record.children:
+                if pid in reported:
+                    continue
+                if pid.host != self.host:  # plain processes do not survive a restart
+                    self.process_exited(run.pid, Exit(pid, None, _lost(pid), self.node.now()))
+                    continue
+                child = self.stored_record(pid.id)  # a child workflow that closed just
+                if child is not None and child.status is not RunStatus.RUNNING:  # before a crash
+                    exit_event = Exit(pid, child.result, child.error, self.node.now())
+                    self.process_exited(run.pid, exit_event)
         for task in tasks:
             self.activities.submit(task)
         for timer in timers:
@@ -172,6 +183,8 @@ class WorkflowManager:
         pid = Pid.trusted(self.node.name, self.host, record.workflow_id)
         run = Run(record=record, entry=entry, pid=pid, context={})
         run.next_index = record.activations + 1
+        if record.parent is not None and record.parent.host == self.host:
+            run.watchers.add(record.parent)  # a child workflow reports to its parent
         self.runs[record.workflow_id] = run
         return run
 
@@ -447,6 +460,7 @@ class WorkflowManager:
             make_context=self._context_factory(run),
             check=self._check,
             spawn_pid=spawn_pid,
+            child_pid=lambda workflow_id: Pid.trusted(self.node.name, self.host, workflow_id),
         )
 
     def _rebuild(self, run: Run) -> Driver:
@@ -573,6 +587,9 @@ class WorkflowManager:
             proc = self.node.procs.get(watcher)
             if proc is not None:
                 self.node.post_event(proc, Exit(run.pid, record.result, error, at))
+            elif watcher.host == self.host:  # a parent workflow: into its history
+                self.process_exited(watcher, Exit(run.pid, record.result, error, at))
+        self._apply_close_policies(run)
         if error is not None:
             for linked in run.links:
                 proc = self.node.procs.get(linked)
@@ -583,6 +600,57 @@ class WorkflowManager:
         self.cached.pop(run.record.workflow_id, None)
         if run.driver is not None:
             run.driver.close()
+
+    def _apply_close_policies(self, run: Run) -> None:
+        for child_id, policy in run.record.child_policies.items():
+            child = self.runs.get(child_id)
+            if child is None or policy == "abandon":
+                continue
+            if policy == "terminate":
+                self.terminate(child.pid)
+            else:
+                self.cancel(child.pid, f"parent {run.pid} closed")
+
+    def start_child(self, parent: Run, command: StartChild, at: dt.datetime) -> Run | None:
+        """A child run for ``command``, or None (after telling the parent) if it cannot run."""
+        if command.workflow_id in self.runs:
+            error = Error(
+                f"child workflow id {command.workflow_id!r} is already running",
+                kind=ErrorKind.ALREADY_EXISTS,
+                details={"workflow_id": command.workflow_id},
+            )
+            pid = Pid.trusted(self.node.name, self.host, command.workflow_id)
+            self.process_exited(parent.pid, Exit(pid, None, error, at))
+            return None
+        entry = self.node.app.resolve(command.entry)
+        started = Started(
+            workflow_id=command.workflow_id,
+            run_id=os.urandom(8).hex(),
+            workflow_type=entry.id,
+            args=list(command.args),
+            seed=int.from_bytes(os.urandom(8), "big"),
+            context=dict(parent.context),
+            task_queue=parent.record.task_queue,
+            parent=parent.pid,
+        )
+        record = RunRecord(
+            workflow_id=command.workflow_id,
+            run_id=started.run_id,
+            workflow_type=entry.id,
+            status=RunStatus.RUNNING,
+            started_at=at,
+            task_queue=started.task_queue,
+            parent=parent.pid,
+        )
+        child = Run(
+            record=record,
+            entry=entry,
+            pid=Pid.trusted(self.node.name, self.host, command.workflow_id),
+            context=dict(parent.context),
+        )
+        child.watchers.add(parent.pid)
+        child.pending_start = [(*self.stage(child, started), started)]
+        return child
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         """See ``NodeHandle.describe``."""
@@ -759,6 +827,7 @@ class _Effects:
         self.record = run.record
         self.final = False
         self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
+        self.children: list[Run] = []
         self.moved: set[bytes] = set()
 
     def add(self, command: Any) -> None:
@@ -799,6 +868,13 @@ class _Effects:
                 self._close(RunStatus.FAILED, None, error)
             case ContinueAsNew():
                 self.continued = self.m.successor(self.run, command, self.at, self.record)
+            case StartChild(workflow_id=child_id, parent_close_policy=policy):
+                child = self.m.start_child(self.run, command, self.at)
+                if child is not None:
+                    self.children.append(child)
+                    self.record = attrs.evolve(
+                        self.record, child_policies={**self.record.child_policies, child_id: policy}
+                    )
 
     def _send(self, dest: Any, topic: str, payload: Any) -> None:
         pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
@@ -832,6 +908,10 @@ class _Effects:
         sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         run_id = record.run_id
         closing = self.final or self.continued is not None
+        child_rows = [
+            (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
+            for c in self.children
+        ]
         successor: list[tuple[str, bytes, bytes | None]] = []
         if self.continued is not None:
             new_run, staged = self.continued
@@ -855,6 +935,10 @@ class _Effects:
                     txn.delete(table, k)
                 else:
                     txn.put(table, k, value)
+            for child_key, child_record, start in child_rows:  # started with this step
+                txn.put("runs", child_key, child_record)
+                for k, v, _ in start:
+                    txn.put("inbox", k, v)
             if closing:  # activities still scheduled would only run again after a restart
                 for k, _ in list(txn.prefix("tasks", key(run_id))):
                     txn.delete("tasks", k)
@@ -874,6 +958,10 @@ class _Effects:
             _deliver_local(m.node, self.run.pid, send)
         for spawn in self.spawns:
             _spawn_child(m, self.run, spawn)
+        for child in self.children:
+            m.runs[child.record.workflow_id] = child
+            start, child.pending_start = child.pending_start, []
+            m.accept(child, [(k, event) for k, _, event in start])
         if self.continued is not None:
             m.hand_over(self.run, *self.continued, moved=self.moved)
         elif self.final:

@@ -65,6 +65,7 @@ class RunRecord:
     children: list[Pid] = attrs.field(factory=list)
     search: dict[str, Any] = attrs.field(factory=dict)
     memo: dict[str, Any] = attrs.field(factory=dict)
+    child_policies: dict[str, str] = attrs.field(factory=dict)
 
 
 @record("wf.activity_task")

@@ -318,3 +318,17 @@ def test_versioning_keeps_old_runs_on_the_old_path():
     assert workflow.version("x", 1, 3) == 3  # outside a workflow: max_supported
     with pytest.raises(roost.Error):
         workflow.version("x", 3, 1)
+
+
+async def uses_asyncio():
+    import asyncio  # noqa: PLC0415 - the point of the test
+
+    await asyncio.sleep(1)
+
+
+def test_asyncio_inside_a_workflow_gets_the_same_advice():
+    driver = Sim(uses_asyncio).run()
+    assert driver.status == Status.FAILED
+    assert driver.error.kind is roost.ErrorKind.INVALID
+    assert "asyncio" in driver.error.message
+    assert "roost.sleep instead of trio.sleep" in driver.error.message

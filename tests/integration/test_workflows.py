@@ -747,3 +747,17 @@ async def test_child_workflows_survive_restart(autojump_clock, tmp_path):
     async with roost.open_node(app, tmp_path):
         process.monitor(pid)
         assert (await next_event()).value["sync"] == 2
+
+
+def test_history_json_form_is_readable():
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from roost.testing import history_to_json  # noqa: PLC0415
+
+    golden = Path(__file__).parents[1] / "replay/histories/order_workflow--order-1001.cbor"
+    history = load_history(golden)
+    rows = json.loads(history_to_json(history))
+    assert [r["type"] for r in rows[:3]] == ["WorkflowTask", "Started", "ScheduleActivity"]
+    assert rows[2]["entry"] == "shop:charge_payment"
+    assert rows[-1]["type"] == "Complete"

@@ -1,5 +1,5 @@
 """Testing tools: replay recorded workflow histories against the current code."""
 
-from roost.testing._replayer import Replayer, load_history, save_history
+from roost.testing._replayer import Replayer, history_to_json, load_history, save_history
 
-__all__ = ["Replayer", "load_history", "save_history"]
+__all__ = ["Replayer", "history_to_json", "load_history", "save_history"]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextvars
+import json
 import os
 import types
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
@@ -18,7 +21,7 @@ from roost.storage import Codec
 from roost.workflow._driver import Driver, Status
 from roost.workflow._history import Activation, SpawnProcess, Started, unflatten
 
-__all__ = ["Replayer", "load_history", "save_history"]
+__all__ = ["Replayer", "history_to_json", "load_history", "save_history"]
 
 _CODEC = Codec()
 
@@ -116,6 +119,38 @@ def save_history(history: Iterable[Any], path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     target.write_bytes(_CODEC.encode(list(history), what="history"))
     return target
+
+
+def history_to_json(history: Iterable[Any], *, indent: int | None = 2) -> str:
+    """A readable JSON form of a history (for people and diff tools; load the CBOR file).
+
+    Each event or command becomes ``{"type": "<record tag>", ...its fields}``; PIDs,
+    datetimes, UUIDs and bytes become strings, errors ``{"kind", "message", ...}``.
+    """
+    return json.dumps([_jsonable(item) for item in history], indent=indent, sort_keys=True)
+
+
+def _jsonable(value: Any) -> Any:  # noqa: PLR0911 - one arm per kind of value
+    match value:
+        case None | bool() | int() | float() | str():
+            return value
+        case list() | tuple():
+            return [_jsonable(v) for v in value]
+        case dict():
+            return {str(k): _jsonable(v) for k, v in value.items()}
+        case Error():
+            return {
+                "kind": value.kind.value,
+                "message": value.message,
+                "retryable": value.retryable,
+                "details": _jsonable(value.details),
+            }
+        case bytes():
+            return value.hex()
+    if attrs.has(type(value)):
+        fields = {f.name: _jsonable(getattr(value, f.name)) for f in attrs.fields(type(value))}
+        return {"type": type(value).__name__, **fields}
+    return str(value)  # Pid, datetime, UUID, enums
 
 
 def load_history(path: str | os.PathLike[str]) -> list[Any]:

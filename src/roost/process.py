@@ -2,6 +2,7 @@
 
 from roost.actors._api import (
     Receipt,
+    call,
     cancel,
     events,
     get_options,
@@ -34,6 +35,7 @@ from roost.actors._spawn import (
 __all__ = [
     "Receipt",
     "Spawner",
+    "call",
     "cancel",
     "events",
     "exec",

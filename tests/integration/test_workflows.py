@@ -761,3 +761,60 @@ def test_history_json_form_is_readable():
     assert [r["type"] for r in rows[:3]] == ["WorkflowTask", "Started", "ScheduleActivity"]
     assert rows[2]["entry"] == "shop:charge_payment"
     assert rows[-1]["type"] == "Complete"
+
+
+@app.workflow
+async def counter_service():
+    """The seed's counter: ack, then ok; nak for what it cannot do."""
+    count = 0
+    inbox = process.inbox()
+    while True:
+        msg = await inbox.receive()
+        match msg.topic, msg.payload:
+            case "add", int(n):
+                process.send(msg.sender, "ack")
+                count += n
+                process.send(msg.sender, "ok", count)
+            case "add", _:
+                process.send(msg.sender, "nak", "add takes an int")
+            case "fail", _:
+                process.send(msg.sender, "error", roost.Error("broken", kind="Unavailable"))
+            case "stop", _:
+                process.send(msg.sender, "ok", count)
+                return count
+
+
+@app.process
+async def echo_server():
+    async for msg in process.inbox():
+        process.send(msg.sender, "reply", msg.payload)
+
+
+async def test_process_call_request_response(autojump_clock):
+    async with roost.open_node(app):
+        counter = await process.with_options(id="counter").spawn("wf:counter_service")
+
+        results = []
+
+        async def add(n):
+            results.append(await process.call(counter, "add", n))
+
+        async with trio.open_nursery() as nursery:  # concurrent calls never mix replies
+            for n in (1, 2, 3):
+                nursery.start_soon(add, n)
+        assert len(set(results)) == 3
+        assert max(results) == 6
+        with pytest.raises(roost.Error) as info:
+            await process.call(counter, "add", "x")
+        assert info.value.kind is roost.ErrorKind.CONFLICT
+        assert info.value.details["reason"] == "add takes an int"
+        with pytest.raises(roost.Error) as info:
+            await process.call(counter, "fail")
+        assert (info.value.kind, info.value.message) == (roost.ErrorKind.UNAVAILABLE, "broken")
+        assert await process.call(counter, "stop") == 6
+        echo = await process.spawn("wf:echo_server")
+        assert await process.call(echo, "anything", {"a": 1}) == {"a": 1}
+        silent = await process.spawn("wf:helper_proc", 100)
+        with pytest.raises(roost.Error) as info:
+            await process.call(silent, "hello", timeout="2s")
+        assert info.value.kind is roost.ErrorKind.TIMEOUT

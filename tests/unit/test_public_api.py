@@ -60,6 +60,7 @@ TOP_LEVEL = {
 PROCESS = {
     "Receipt",
     "Spawner",
+    "call",
     "cancel",
     "events",
     "exec",

@@ -7,7 +7,8 @@ from typing import Any
 
 import trio
 
-from roost._errors import Error, invalid
+from roost._duration import Duration, parse_duration
+from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR
 from roost.actors._events import Event
@@ -26,6 +27,7 @@ from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
 __all__ = [
     "Receipt",
     "Registry",
+    "call",
     "cancel",
     "coroutine_spawn",
     "ctx_all",
@@ -146,6 +148,69 @@ def _workflow_dest(dest: object) -> Pid | str:
     if isinstance(dest, str):
         return check_name(dest)
     raise invalid(f"a destination is a Pid, a PID string or a registered name, got {dest!r}")
+
+
+async def call(
+    dest: Pid | str,
+    topic: str,
+    payload: Any = None,
+    *,
+    timeout: Duration = "5s",  # noqa: ASYNC109 - the issue's API names this keyword
+) -> Any:
+    """Send a request and wait for its reply (request/response, Wippy's update protocol).
+
+    The request's sender is a private reply address, so concurrent calls never mix. The
+    receiver replies to ``msg.sender``: optionally ``"ack"`` first, then ``"ok"`` with the
+    result or ``"error"``; ``"nak"`` rejects the request. A reply on any other topic is the
+    result.
+
+    Raises:
+        roost.Error: Timeout when no final reply came in time; Conflict for a ``nak``
+            (its reason in details); the error sent with ``"error"``; NotFound when ``dest``
+            is not alive.
+    """
+    check_topic(topic)
+    seconds = parse_duration(timeout, what="call timeout", allow_zero=False)
+    proc = current_process("process.call")
+    node = proc.node
+    alias = node.attach(proc.context)  # a mailbox-only process: the reply address
+    try:
+        target = node.resolve(dest)
+        virtual = node.virtual.get(target.host)
+        if virtual is not None:
+            await DurableReceipt(virtual.signal(alias.pid, target, topic, payload))
+        else:
+            node.live(target).get_mailbox().deliver(topic, payload, alias.pid)
+        replies = alias.get_mailbox().subscribe(INBOX, message=True)
+        with trio.move_on_after(seconds):
+            while True:
+                reply = await replies.receive()
+                if reply.topic != "ack":
+                    return _reply_value(target, topic, reply)
+        raise Error(
+            f"no reply to {topic!r} from {target} within {seconds:g}s",
+            kind=ErrorKind.TIMEOUT,
+            details={"dest": str(target), "topic": topic, "timeout": seconds},
+        )
+    finally:
+        node.exit(alias, None, None)
+
+
+def _reply_value(target: Pid, topic: str, reply: Message) -> Any:
+    match reply.topic:
+        case "nak":
+            raise Error(
+                f"{target} rejected {topic!r}: {reply.payload}",
+                kind=ErrorKind.CONFLICT,
+                details={"reason": reply.payload, "dest": str(target), "topic": topic},
+            )
+        case "error":
+            if isinstance(reply.payload, Error):
+                raise reply.payload.clone()
+            raise Error(
+                f"{target} failed {topic!r}: {reply.payload}", details={"dest": str(target)}
+            )
+    return reply.payload
 
 
 def pid() -> Pid:

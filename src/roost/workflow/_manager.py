@@ -10,7 +10,6 @@ nothing recorded and duplicates nothing; an activity that was running may run ag
 from __future__ import annotations
 
 import contextvars
-import datetime as dt
 import logging
 import math
 import os
@@ -21,45 +20,34 @@ from typing import Any
 import attrs
 import trio
 
-from roost._errors import Error, ErrorKind, NondeterminismError, invalid, not_found
+from roost._errors import Error, NondeterminismError, not_found
 from roost._pid import Pid
 from roost.actors._app import Entry, EntryKind
 from roost.actors._events import Exit
-from roost.actors._node import ExitResult, Node, SpawnRequest, noproc_error, terminated_error
+from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
 from roost.actors._process import Process, WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._channel import Channel
-from roost.mailbox._mailbox import EVENTS
 from roost.storage import Codec, Store, WriteTxn, key
 from roost.workflow import _inspect
-from roost.workflow._api import check_attributes
 from roost.workflow._driver import Driver
+from roost.workflow._effects import Effects, lost_error
+from roost.workflow._family import apply_close_policies
 from roost.workflow._history import (
     Activation,
     CancelRequested,
-    Complete,
-    ContinueAsNew,
-    Fail,
     MessageArrived,
     ProcessExited,
-    ScheduleActivity,
-    SendMessage,
-    SpawnProcess,
-    StartChild,
     Started,
-    StartTimer,
-    UpsertAttributes,
 )
+from roost.workflow._options import already_error, check_start_options
 from roost.workflow._records import (
-    ActivityTask,
     RunRecord,
     RunStatus,
-    TimerTask,
     history_key,
     inbox_key,
-    task_key,
-    timer_key,
 )
+from roost.workflow._run import Run
 
 __all__ = ["Run", "WorkflowManager"]
 
@@ -67,28 +55,6 @@ log = logging.getLogger("roost.workflow")
 # Activations of different runs commit concurrently and share group commits: more
 # executors, bigger groups (each is a cheap trio task).
 EXECUTORS = 256
-
-
-@attrs.define(eq=False)
-class Run:
-    """An open run, loaded in memory (its driver is rebuilt by replay when missing)."""
-
-    record: RunRecord
-    entry: Entry
-    pid: Pid
-    context: dict[str, Any]
-    driver: Driver | None = None
-    pending: list[tuple[bytes, Any]] = attrs.field(factory=list)
-    inbox_seq: int = 0
-    next_index: int = 1
-    queued: bool = False
-    active: bool = False
-    broken: Error | None = None
-    exits_reported: set[Pid] = attrs.field(factory=set)
-    pending_start: list[tuple[bytes, bytes, Any]] = attrs.field(factory=list)
-    watchers: set[Pid] = attrs.field(factory=set)
-    links: set[Pid] = attrs.field(factory=set)
-    exit_chans: list[Channel[ExitResult]] = attrs.field(factory=list)
 
 
 class WorkflowManager:
@@ -167,7 +133,7 @@ class WorkflowManager:
                 if pid in reported:
                     continue
                 if pid.host != self.host:  # plain processes do not survive a restart
-                    self.process_exited(run.pid, Exit(pid, None, _lost(pid), self.node.now()))
+                    self.process_exited(run.pid, Exit(pid, None, lost_error(pid), self.node.now()))
                     continue
                 child = self.stored_record(pid.id)  # a child workflow that closed just
                 if child is not None and child.status is not RunStatus.RUNNING:  # before a crash
@@ -217,7 +183,7 @@ class WorkflowManager:
             if opts.get("execution_error_when_already_started") and policy != "terminate_existing":
                 policy = "fail"
             if policy == "fail":
-                raise _already(workflow_id, existing.pid, "is already running")
+                raise already_error(workflow_id, existing.pid, "is already running")
             if policy == "use_existing":
                 await self._signal_many(existing, messages, parent.pid)
                 return existing.pid
@@ -266,9 +232,11 @@ class WorkflowManager:
         if record is None or policy == "allow_duplicate":
             return
         if policy == "reject_duplicate":
-            raise _already(workflow_id, None, "ran before and id_reuse_policy is reject_duplicate")
+            raise already_error(
+                workflow_id, None, "ran before and id_reuse_policy is reject_duplicate"
+            )
         if record.status is RunStatus.COMPLETED:  # allow_duplicate_failed_only
-            raise _already(
+            raise already_error(
                 workflow_id, None, "completed and id_reuse_policy is allow_duplicate_failed_only"
             )
 
@@ -499,7 +467,7 @@ class WorkflowManager:
         act = Activation(
             index=run.next_index, at=at, events=[e for _, e in batch], commands=commands
         )
-        effects = _Effects(self, run, at)
+        effects = Effects(self, run, at)
         for command in commands:
             effects.add(command)
         await self.transact(effects.writer(act, [k for k, _ in batch]))
@@ -510,70 +478,6 @@ class WorkflowManager:
         effects.dispatch()
 
     # -- completion ----------------------------------------------------------------------
-
-    def successor(
-        self, run: Run, command: ContinueAsNew, at: dt.datetime, old: RunRecord
-    ) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
-        """The next run of a workflow that continues as new, and its staged inbox.
-
-        ``old`` is the closing run's record as of this step (attributes set in the same
-        step included).
-        """
-        entry = self.node.app.resolve(command.entry)
-        started = Started(
-            workflow_id=old.workflow_id,
-            run_id=os.urandom(8).hex(),
-            workflow_type=entry.id,
-            args=list(command.args),
-            seed=int.from_bytes(os.urandom(8), "big"),
-            context=dict(run.context),
-            task_queue=old.task_queue,
-            parent=old.parent,
-        )
-        record = RunRecord(
-            workflow_id=old.workflow_id,
-            run_id=started.run_id,
-            workflow_type=entry.id,
-            status=RunStatus.RUNNING,
-            started_at=at,
-            task_queue=old.task_queue,
-            parent=old.parent,
-            search=dict(old.search),
-            memo=dict(old.memo),
-        )
-        new = Run(record=record, entry=entry, pid=run.pid, context=dict(run.context))
-        # Unread messages follow the workflow into its new run: those delivered to the old
-        # run's mailbox but not read yet, then those not even delivered. Nothing is lost.
-        unread = run.driver.mailbox.take_unread() if run.driver is not None else []
-        carried: list[Any] = [started]
-        carried += [
-            MessageArrived(topic=m.topic, payload=m.payload, sender=m.sender)
-            for m in unread
-            if m.topic != EVENTS
-        ]
-        carried += [e for _, e in run.pending if isinstance(e, MessageArrived)]
-        staged = [(*self.stage(new, event), event) for event in carried]
-        return new, staged
-
-    def hand_over(
-        self,
-        old: Run,
-        new: Run,
-        staged: list[tuple[bytes, bytes, Any]],
-        *,
-        moved: set[bytes],
-    ) -> None:
-        """After the commit: the new run takes the id, PID, watchers, links and waiters."""
-        new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans
-        self.runs[new.record.workflow_id] = new
-        self.cached.pop(old.record.workflow_id, None)
-        late = [(k, e) for k, e in old.pending if k not in moved]
-        old.pending = []
-        if old.driver is not None:
-            old.driver.close()
-            old.driver = None
-        self.accept(new, [(k, event) for k, _, event in staged])
-        self.accept(old, late)  # arrived during the hand-over's commit: re-homed
 
     def closed(self, run: Run) -> None:
         """A run ended (its final status is committed): tell whoever is waiting."""
@@ -589,7 +493,7 @@ class WorkflowManager:
                 self.node.post_event(proc, Exit(run.pid, record.result, error, at))
             elif watcher.host == self.host:  # a parent workflow: into its history
                 self.process_exited(watcher, Exit(run.pid, record.result, error, at))
-        self._apply_close_policies(run)
+        apply_close_policies(self, run)
         if error is not None:
             for linked in run.links:
                 proc = self.node.procs.get(linked)
@@ -600,57 +504,6 @@ class WorkflowManager:
         self.cached.pop(run.record.workflow_id, None)
         if run.driver is not None:
             run.driver.close()
-
-    def _apply_close_policies(self, run: Run) -> None:
-        for child_id, policy in run.record.child_policies.items():
-            child = self.runs.get(child_id)
-            if child is None or policy == "abandon":
-                continue
-            if policy == "terminate":
-                self.terminate(child.pid)
-            else:
-                self.cancel(child.pid, f"parent {run.pid} closed")
-
-    def start_child(self, parent: Run, command: StartChild, at: dt.datetime) -> Run | None:
-        """A child run for ``command``, or None (after telling the parent) if it cannot run."""
-        if command.workflow_id in self.runs:
-            error = Error(
-                f"child workflow id {command.workflow_id!r} is already running",
-                kind=ErrorKind.ALREADY_EXISTS,
-                details={"workflow_id": command.workflow_id},
-            )
-            pid = Pid.trusted(self.node.name, self.host, command.workflow_id)
-            self.process_exited(parent.pid, Exit(pid, None, error, at))
-            return None
-        entry = self.node.app.resolve(command.entry)
-        started = Started(
-            workflow_id=command.workflow_id,
-            run_id=os.urandom(8).hex(),
-            workflow_type=entry.id,
-            args=list(command.args),
-            seed=int.from_bytes(os.urandom(8), "big"),
-            context=dict(parent.context),
-            task_queue=parent.record.task_queue,
-            parent=parent.pid,
-        )
-        record = RunRecord(
-            workflow_id=command.workflow_id,
-            run_id=started.run_id,
-            workflow_type=entry.id,
-            status=RunStatus.RUNNING,
-            started_at=at,
-            task_queue=started.task_queue,
-            parent=parent.pid,
-        )
-        child = Run(
-            record=record,
-            entry=entry,
-            pid=Pid.trusted(self.node.name, self.host, command.workflow_id),
-            context=dict(parent.context),
-        )
-        child.watchers.add(parent.pid)
-        child.pending_start = [(*self.stage(child, started), started)]
-        return child
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         """See ``NodeHandle.describe``."""
@@ -762,237 +615,3 @@ class WorkflowManager:
             else:
                 chan._try_send(ExitResult(record.result, record.error))
         return chan
-
-
-_START_OPTIONS: dict[str, type | tuple[str, ...]] = {
-    "id": str,
-    "name": str,
-    "task_queue": str,
-    "id_conflict_policy": ("fail", "use_existing", "terminate_existing"),
-    "id_reuse_policy": ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate"),
-    "execution_error_when_already_started": bool,
-    "search_attributes": dict,
-    "memo": dict,
-}
-
-
-def check_start_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Validate workflow start options (all or nothing, before anything is stored).
-
-    Raises:
-        roost.Error: kind Invalid for a bad value or an option this version does not
-            implement yet (rather than ignoring it silently).
-    """
-    for name, value in options.items():
-        rule = _START_OPTIONS.get(name)
-        if rule is None:
-            raise invalid(
-                f"workflow start option {name!r} is not supported yet; supported: "
-                f"{', '.join(sorted(_START_OPTIONS))}",
-                option=name,
-            )
-        if isinstance(rule, tuple):
-            if value not in rule:
-                raise invalid(f"{name} must be one of {', '.join(rule)}, got {value!r}")
-        elif not isinstance(value, rule) or (rule is str and not value):
-            raise invalid(f"{name} must be a non-empty {rule.__name__}, got {value!r}")
-    if "search_attributes" in options:
-        check_attributes(options["search_attributes"], "search attribute")
-    workflow_id = options.get("id") or options.get("name")
-    if workflow_id is not None and (not workflow_id or "|" in workflow_id):
-        raise invalid(f"a workflow id must be a non-empty string without '|', got {workflow_id!r}")
-    return options
-
-
-def _already(workflow_id: str, pid: Pid | None, why: str) -> Error:
-    return Error(
-        f"workflow {workflow_id!r} {why}; pick another id or change the id policy",
-        kind=ErrorKind.ALREADY_EXISTS,
-        details={"workflow_id": workflow_id, "existing_pid": str(pid) if pid else None},
-    )
-
-
-class _Effects:
-    """The writes and post-commit actions of one activation."""
-
-    def __init__(self, manager: WorkflowManager, run: Run, at: dt.datetime) -> None:
-        self.m = manager
-        self.run = run
-        self.at = at
-        self.tasks: list[ActivityTask] = []
-        self.timers: list[TimerTask] = []
-        self.local_sends: list[SendMessage] = []
-        self.spawns: list[SpawnProcess] = []
-        self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
-        self.record = run.record
-        self.final = False
-        self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
-        self.children: list[Run] = []
-        self.moved: set[bytes] = set()
-
-    def add(self, command: Any) -> None:
-        record = self.run.record
-        match command:
-            case ScheduleActivity(seq=seq, entry=entry, args=args, options=options):
-                self.tasks.append(
-                    ActivityTask(
-                        workflow_id=record.workflow_id,
-                        run_id=record.run_id,
-                        seq=seq,
-                        entry=entry,
-                        args=args,
-                        options=options,
-                        scheduled_at=self.at,
-                    )
-                )
-            case StartTimer(seq=seq, seconds=seconds):
-                due = self.at + dt.timedelta(seconds=seconds)
-                self.timers.append(
-                    TimerTask(
-                        workflow_id=record.workflow_id, run_id=record.run_id, seq=seq, due=due
-                    )
-                )
-            case SendMessage(dest=dest, topic=topic, payload=payload):
-                self._send(dest, topic, payload)
-            case SpawnProcess():
-                self.spawns.append(command)
-            case UpsertAttributes(search=search, memo=memo):
-                self.record = attrs.evolve(
-                    self.record,
-                    search={**self.record.search, **search},
-                    memo={**self.record.memo, **memo},
-                )
-            case Complete(value=value):
-                self._close(RunStatus.COMPLETED, value, None)
-            case Fail(error=error):
-                self._close(RunStatus.FAILED, None, error)
-            case ContinueAsNew():
-                self.continued = self.m.successor(self.run, command, self.at, self.record)
-            case StartChild(workflow_id=child_id, parent_close_policy=policy):
-                child = self.m.start_child(self.run, command, self.at)
-                if child is not None:
-                    self.children.append(child)
-                    self.record = attrs.evolve(
-                        self.record, child_policies={**self.record.child_policies, child_id: policy}
-                    )
-
-    def _send(self, dest: Any, topic: str, payload: Any) -> None:
-        pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
-        target = self.m.runs.get(pid.id) if pid is not None and pid.host == self.m.host else None
-        if target is not None:
-            event = MessageArrived(topic=topic, payload=payload, sender=self.run.pid)
-            k, v = self.m.stage(target, event)
-            self.workflow_sends.append((target, k, v, event))
-        else:
-            self.local_sends.append(SendMessage(seq=0, dest=dest, topic=topic, payload=payload))
-
-    def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
-        self.final = True
-        self.record = attrs.evolve(
-            self.record, status=status, result=value, error=error, closed_at=self.at
-        )
-
-    def writer(self, act: Activation, consumed: list[bytes]) -> Callable[[WriteTxn], None]:
-        codec, record = self.m.codec, self.record
-        act_bytes = codec.encode(act)
-        self.record = record = attrs.evolve(
-            record,
-            children=sorted(self.run.driver.children, key=str) if self.run.driver else [],
-            activations=act.index,
-            history_length=record.history_length + len(act.events) + len(act.commands),
-            history_size=record.history_size + len(act_bytes),
-        )
-        record_bytes = codec.encode(record)
-        tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
-        timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
-        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
-        run_id = record.run_id
-        closing = self.final or self.continued is not None
-        child_rows = [
-            (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
-            for c in self.children
-        ]
-        successor: list[tuple[str, bytes, bytes | None]] = []
-        if self.continued is not None:
-            new_run, staged = self.continued
-            record_bytes = codec.encode(new_run.record)  # the id now names the new run
-            successor = [("inbox", k, v) for k, v, _ in staged]
-            successor += [("inbox", k, None) for k, _ in self.run.pending]  # moved over
-            self.moved = {k for k, _ in self.run.pending}
-
-        def write(txn: WriteTxn) -> None:
-            txn.put("histories", history_key(run_id, act.index), act_bytes)
-            for k in consumed:
-                txn.delete("inbox", k)
-            for k, v in tasks:
-                txn.put("tasks", k, v)
-            for k, v in timers:
-                txn.put("timers", k, v)
-            for k, v in sends:
-                txn.put("inbox", k, v)
-            for table, k, value in successor:
-                if value is None:
-                    txn.delete(table, k)
-                else:
-                    txn.put(table, k, value)
-            for child_key, child_record, start in child_rows:  # started with this step
-                txn.put("runs", child_key, child_record)
-                for k, v, _ in start:
-                    txn.put("inbox", k, v)
-            if closing:  # activities still scheduled would only run again after a restart
-                for k, _ in list(txn.prefix("tasks", key(run_id))):
-                    txn.delete("tasks", k)
-            txn.put("runs", record.workflow_id.encode(), record_bytes)
-
-        return write
-
-    def dispatch(self) -> None:
-        m = self.m
-        for task in self.tasks:
-            m.activities.submit(task)
-        for timer in self.timers:
-            m.timers.add(timer)
-        for target, k, _, event in self.workflow_sends:
-            m.accept(target, [(k, event)])
-        for send in self.local_sends:
-            _deliver_local(m.node, self.run.pid, send)
-        for spawn in self.spawns:
-            _spawn_child(m, self.run, spawn)
-        for child in self.children:
-            m.runs[child.record.workflow_id] = child
-            start, child.pending_start = child.pending_start, []
-            m.accept(child, [(k, event) for k, _, event in start])
-        if self.continued is not None:
-            m.hand_over(self.run, *self.continued, moved=self.moved)
-        elif self.final:
-            m.closed(self.run)
-
-
-def _spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
-    node = m.node
-    req = SpawnRequest(context=run.context, pid=spawn.pid, watcher=run.pid)
-    try:
-        entry = node.app.resolve(spawn.entry)
-        node.spawn(None, entry, tuple(spawn.args), req)
-    except Error as exc:
-        # The workflow learns of a failed start the way it learns of any exit.
-        m.process_exited(run.pid, Exit(spawn.pid, None, exc, node.now()))
-
-
-def _lost(pid: Pid) -> Error:
-    return Error(
-        f"process {pid} was lost when the node stopped",
-        kind=ErrorKind.UNAVAILABLE,
-        details={"reason": "node restart", "pid": str(pid)},
-    )
-
-
-def _deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:
-    # Inside a workflow a send never raises for its target: a failed delivery is logged.
-    try:
-        target = node.live(send.dest)
-        target.get_mailbox().deliver(send.topic, send.payload, sender)
-    except Error as exc:
-        log.warning(
-            "workflow %s: message %r to %s not delivered: %s", sender, send.topic, send.dest, exc
-        )

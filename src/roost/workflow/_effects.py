@@ -1,0 +1,232 @@
+"""The writes and post-commit actions of one activation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from roost._errors import Error, ErrorKind
+from roost._pid import Pid
+from roost.actors._events import Exit
+from roost.actors._node import Node, SpawnRequest
+from roost.storage import WriteTxn, key
+from roost.workflow._family import hand_over, start_child, successor
+from roost.workflow._history import (
+    Activation,
+    Complete,
+    ContinueAsNew,
+    Fail,
+    MessageArrived,
+    ScheduleActivity,
+    SendMessage,
+    SpawnProcess,
+    StartChild,
+    StartTimer,
+    UpsertAttributes,
+)
+from roost.workflow._records import (
+    ActivityTask,
+    RunStatus,
+    TimerTask,
+    history_key,
+    task_key,
+    timer_key,
+)
+from roost.workflow._run import Run
+
+if TYPE_CHECKING:
+    from roost.workflow._manager import WorkflowManager
+
+__all__ = ["Effects", "deliver_local", "lost_error", "spawn_child"]
+
+log = logging.getLogger("roost.workflow")
+
+
+class Effects:
+    """The writes and post-commit actions of one activation."""
+
+    def __init__(self, manager: WorkflowManager, run: Run, at: dt.datetime) -> None:
+        self.m = manager
+        self.run = run
+        self.at = at
+        self.tasks: list[ActivityTask] = []
+        self.timers: list[TimerTask] = []
+        self.local_sends: list[SendMessage] = []
+        self.spawns: list[SpawnProcess] = []
+        self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
+        self.record = run.record
+        self.final = False
+        self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
+        self.children: list[Run] = []
+        self.moved: set[bytes] = set()
+
+    def add(self, command: Any) -> None:
+        record = self.run.record
+        match command:
+            case ScheduleActivity(seq=seq, entry=entry, args=args, options=options):
+                self.tasks.append(
+                    ActivityTask(
+                        workflow_id=record.workflow_id,
+                        run_id=record.run_id,
+                        seq=seq,
+                        entry=entry,
+                        args=args,
+                        options=options,
+                        scheduled_at=self.at,
+                    )
+                )
+            case StartTimer(seq=seq, seconds=seconds):
+                due = self.at + dt.timedelta(seconds=seconds)
+                self.timers.append(
+                    TimerTask(
+                        workflow_id=record.workflow_id, run_id=record.run_id, seq=seq, due=due
+                    )
+                )
+            case SendMessage(dest=dest, topic=topic, payload=payload):
+                self._send(dest, topic, payload)
+            case SpawnProcess():
+                self.spawns.append(command)
+            case UpsertAttributes(search=search, memo=memo):
+                self.record = attrs.evolve(
+                    self.record,
+                    search={**self.record.search, **search},
+                    memo={**self.record.memo, **memo},
+                )
+            case Complete(value=value):
+                self._close(RunStatus.COMPLETED, value, None)
+            case Fail(error=error):
+                self._close(RunStatus.FAILED, None, error)
+            case ContinueAsNew():
+                self.continued = successor(self.m, self.run, command, self.at, self.record)
+            case StartChild(workflow_id=child_id, parent_close_policy=policy):
+                child = start_child(self.m, self.run, command, self.at)
+                if child is not None:
+                    self.children.append(child)
+                    self.record = attrs.evolve(
+                        self.record, child_policies={**self.record.child_policies, child_id: policy}
+                    )
+
+    def _send(self, dest: Any, topic: str, payload: Any) -> None:
+        pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
+        target = self.m.runs.get(pid.id) if pid is not None and pid.host == self.m.host else None
+        if target is not None:
+            event = MessageArrived(topic=topic, payload=payload, sender=self.run.pid)
+            k, v = self.m.stage(target, event)
+            self.workflow_sends.append((target, k, v, event))
+        else:
+            self.local_sends.append(SendMessage(seq=0, dest=dest, topic=topic, payload=payload))
+
+    def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
+        self.final = True
+        self.record = attrs.evolve(
+            self.record, status=status, result=value, error=error, closed_at=self.at
+        )
+
+    def writer(self, act: Activation, consumed: list[bytes]) -> Callable[[WriteTxn], None]:
+        codec, record = self.m.codec, self.record
+        act_bytes = codec.encode(act)
+        self.record = record = attrs.evolve(
+            record,
+            children=sorted(self.run.driver.children, key=str) if self.run.driver else [],
+            activations=act.index,
+            history_length=record.history_length + len(act.events) + len(act.commands),
+            history_size=record.history_size + len(act_bytes),
+        )
+        record_bytes = codec.encode(record)
+        tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
+        timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
+        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
+        run_id = record.run_id
+        closing = self.final or self.continued is not None
+        child_rows = [
+            (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
+            for c in self.children
+        ]
+        successor: list[tuple[str, bytes, bytes | None]] = []
+        if self.continued is not None:
+            new_run, staged = self.continued
+            record_bytes = codec.encode(new_run.record)  # the id now names the new run
+            successor = [("inbox", k, v) for k, v, _ in staged]
+            successor += [("inbox", k, None) for k, _ in self.run.pending]  # moved over
+            self.moved = {k for k, _ in self.run.pending}
+
+        def write(txn: WriteTxn) -> None:
+            txn.put("histories", history_key(run_id, act.index), act_bytes)
+            for k in consumed:
+                txn.delete("inbox", k)
+            for k, v in tasks:
+                txn.put("tasks", k, v)
+            for k, v in timers:
+                txn.put("timers", k, v)
+            for k, v in sends:
+                txn.put("inbox", k, v)
+            for table, k, value in successor:
+                if value is None:
+                    txn.delete(table, k)
+                else:
+                    txn.put(table, k, value)
+            for child_key, child_record, start in child_rows:  # started with this step
+                txn.put("runs", child_key, child_record)
+                for k, v, _ in start:
+                    txn.put("inbox", k, v)
+            if closing:  # activities still scheduled would only run again after a restart
+                for k, _ in list(txn.prefix("tasks", key(run_id))):
+                    txn.delete("tasks", k)
+            txn.put("runs", record.workflow_id.encode(), record_bytes)
+
+        return write
+
+    def dispatch(self) -> None:
+        m = self.m
+        for task in self.tasks:
+            m.activities.submit(task)
+        for timer in self.timers:
+            m.timers.add(timer)
+        for target, k, _, event in self.workflow_sends:
+            m.accept(target, [(k, event)])
+        for send in self.local_sends:
+            deliver_local(m.node, self.run.pid, send)
+        for spawn in self.spawns:
+            spawn_child(m, self.run, spawn)
+        for child in self.children:
+            m.runs[child.record.workflow_id] = child
+            start, child.pending_start = child.pending_start, []
+            m.accept(child, [(k, event) for k, _, event in start])
+        if self.continued is not None:
+            hand_over(m, self.run, *self.continued, moved=self.moved)
+        elif self.final:
+            m.closed(self.run)
+
+
+def spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
+    node = m.node
+    req = SpawnRequest(context=run.context, pid=spawn.pid, watcher=run.pid)
+    try:
+        entry = node.app.resolve(spawn.entry)
+        node.spawn(None, entry, tuple(spawn.args), req)
+    except Error as exc:
+        # The workflow learns of a failed start the way it learns of any exit.
+        m.process_exited(run.pid, Exit(spawn.pid, None, exc, node.now()))
+
+
+def lost_error(pid: Pid) -> Error:
+    return Error(
+        f"process {pid} was lost when the node stopped",
+        kind=ErrorKind.UNAVAILABLE,
+        details={"reason": "node restart", "pid": str(pid)},
+    )
+
+
+def deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:
+    # Inside a workflow a send never raises for its target: a failed delivery is logged.
+    try:
+        target = node.live(send.dest)
+        target.get_mailbox().deliver(send.topic, send.payload, sender)
+    except Error as exc:
+        log.warning(
+            "workflow %s: message %r to %s not delivered: %s", sender, send.topic, send.dest, exc
+        )

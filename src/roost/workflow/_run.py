@@ -1,0 +1,39 @@
+"""An open workflow run, as the runtime keeps it in memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from roost._errors import Error
+from roost._pid import Pid
+from roost.actors._app import Entry
+from roost.actors._node import ExitResult
+from roost.mailbox._channel import Channel
+from roost.workflow._driver import Driver
+from roost.workflow._records import RunRecord
+
+__all__ = ["Run"]
+
+
+@attrs.define(eq=False)
+class Run:
+    """An open run, loaded in memory (its driver is rebuilt by replay when missing)."""
+
+    record: RunRecord
+    entry: Entry
+    pid: Pid
+    context: dict[str, Any]
+    driver: Driver | None = None
+    pending: list[tuple[bytes, Any]] = attrs.field(factory=list)
+    inbox_seq: int = 0
+    next_index: int = 1
+    queued: bool = False
+    active: bool = False
+    broken: Error | None = None
+    exits_reported: set[Pid] = attrs.field(factory=set)
+    pending_start: list[tuple[bytes, bytes, Any]] = attrs.field(factory=list)
+    watchers: set[Pid] = attrs.field(factory=set)
+    links: set[Pid] = attrs.field(factory=set)
+    exit_chans: list[Channel[ExitResult]] = attrs.field(factory=list)

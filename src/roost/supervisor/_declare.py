@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from roost._duration import Duration, parse_duration
-from roost._errors import Error, invalid
+from roost._errors import invalid
 from roost.actors._app import ENTRY_ATTR, App, EntryKind, register_extension
-from roost.supervisor._runtime import run_supervisor
+from roost.supervisor._runtime import resolve_child, run_supervisor
 from roost.supervisor._spec import (
     ChildSpec,
     Restart,
@@ -46,19 +46,7 @@ def _check_children(children: object) -> tuple[ChildSpec, ...]:
 def _validate_entries(spec: SupervisorSpec, app: App) -> None:
     children = (*spec.children, spec.template) if spec.template else spec.children
     for child in children:
-        try:
-            entry = app.resolve(child.entry)
-        except Error as exc:
-            raise invalid(
-                f"supervisor {spec.name!r}: child {child.id!r} has a bad entry: {exc.message}",
-                supervisor=spec.name,
-                child_id=child.id,
-            ) from exc
-        if entry.kind not in (EntryKind.PROCESS, EntryKind.SUPERVISOR):
-            raise invalid(
-                f"supervisor {spec.name!r}: child {child.id!r} entry {entry.id!r} is an "
-                f"{entry.kind.value}; children must be processes or supervisors",
-            )
+        resolve_child(app, spec.name, child)
 
 
 def _register(

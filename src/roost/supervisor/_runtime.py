@@ -12,7 +12,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.actors._app import Entry, EntryKind
+from roost.actors._app import App, Entry, EntryKind
 from roost.actors._events import Cancel, Exit, LinkDown
 from roost.actors._node import Node, SpawnRequest, terminated_error
 from roost.actors._process import Process, current_process
@@ -66,7 +66,7 @@ class SupervisorState:
         self.node: Node = proc.node
         self.flags = Flags(strategy=spec.strategy, intensity=spec.intensity, period=spec.period)
         self.children: list[Child] = [
-            Child(spec=c, entry=_resolve(self.node, spec.name, c)) for c in children
+            Child(spec=c, entry=resolve_child(self.node.app, spec.name, c)) for c in children
         ]
         self.by_pid: dict[Pid, Child] = {}
         # Children that ended with an error still owe us a LINK_DOWN (posted right after
@@ -93,7 +93,7 @@ class SupervisorState:
         if template is None:
             raise invalid(f"supervisor {self.spec.name!r} is not dynamic: it has no template")
         spec = attrs.evolve(template, args=(*template.args, *args))
-        child = Child(spec=spec, entry=_resolve(self.node, self.spec.name, spec))
+        child = Child(spec=spec, entry=resolve_child(self.node.app, self.spec.name, spec))
         self.children.append(child)
         return self.start(child)
 
@@ -274,9 +274,10 @@ class SupervisorState:
             await trio.lowlevel.checkpoint()
 
 
-def _resolve(node: Node, sup_name: str, spec: ChildSpec) -> Entry:
+def resolve_child(app: App, sup_name: str, spec: ChildSpec) -> Entry:
+    """The entry a child spec names; Invalid unless it is a process or a supervisor."""
     try:
-        entry = node.app.resolve(spec.entry)
+        entry = app.resolve(spec.entry)
     except Error as exc:
         raise invalid(
             f"supervisor {sup_name!r}: child {spec.id!r} has a bad entry: {exc.message}",

@@ -15,7 +15,6 @@ import trio
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
 from roost.actors._process import activity_context, set_current
-from roost.storage import WriteTxn
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
 from roost.workflow._retry import next_retry
@@ -233,28 +232,14 @@ class ActivityWorker:
         return await trio.to_thread.run_sync(ctx.run, fn, *task.args, abandon_on_cancel=True)
 
     async def _resolve(self, task: ActivityTask, value: Any, error: Error | None) -> None:
-        m = self.m
-        run = m.runs.get(task.workflow_id)
-        if run is not None and run.record.run_id != task.run_id:
-            run = None  # a newer run of the same id: this result belongs to nobody
-        event = ActivityResolved(seq=task.seq, value=value, error=error)
-        staged = None
-        if run is not None:
-            try:
-                staged = m.stage(run, event)
-            except Error as exc:  # the result cannot be encoded: resolve with that error
-                event = ActivityResolved(seq=task.seq, error=exc)
-                staged = m.stage(run, event)
-        key = task_key(task.run_id, task.seq)
-
-        def write(txn: WriteTxn) -> None:
-            txn.delete("tasks", key)
-            if staged is not None:
-                txn.put("inbox", *staged)
-
-        await m.transact(write)
-        if staged is not None and run is not None:
-            m.accept(run, [(staged[0], event)])
+        await self.m.settle(
+            "tasks",
+            task_key(task.run_id, task.seq),
+            (task.workflow_id, task.run_id),
+            ActivityResolved(seq=task.seq, value=value, error=error),
+            # A result that cannot be recorded resolves the activity with that error.
+            on_unencodable=lambda exc: ActivityResolved(seq=task.seq, error=exc),
+        )
 
     async def _reschedule(self, task: ActivityTask, error: Error, delay: float) -> ActivityTask:
         errors = [*task.errors, error]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
+from roost.actors._app import Entry
 from roost.actors._events import Exit
 from roost.mailbox._mailbox import EVENTS
 from roost.workflow._history import ContinueAsNew, MessageArrived, StartChild, Started
@@ -17,7 +18,47 @@ from roost.workflow._run import Run
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["apply_close_policies", "hand_over", "start_child", "successor"]
+__all__ = ["apply_close_policies", "hand_over", "new_run", "start_child", "successor"]
+
+
+def new_run(
+    *,
+    entry: Entry,
+    pid: Pid,
+    args: list[Any],
+    context: dict[str, Any],
+    parent: Pid | None,
+    task_queue: str,
+    at: dt.datetime,
+    search: dict[str, Any] | None = None,
+    memo: dict[str, Any] | None = None,
+) -> tuple[Run, Started]:
+    """A run about to begin (not yet stored) and the ``Started`` event that begins it.
+
+    Every way a run begins goes through here: a start, continue-as-new, a child workflow.
+    """
+    started = Started(
+        workflow_id=pid.id,
+        run_id=os.urandom(8).hex(),
+        workflow_type=entry.id,
+        args=list(args),
+        seed=int.from_bytes(os.urandom(8), "big"),
+        context=dict(context),
+        task_queue=task_queue,
+        parent=parent,
+    )
+    record = RunRecord(
+        workflow_id=pid.id,
+        run_id=started.run_id,
+        workflow_type=entry.id,
+        status=RunStatus.RUNNING,
+        started_at=at,
+        task_queue=task_queue,
+        parent=parent,
+        search=dict(search or {}),
+        memo=dict(memo or {}),
+    )
+    return Run(record=record, entry=entry, pid=pid, context=dict(context)), started
 
 
 def successor(
@@ -28,37 +69,25 @@ def successor(
     ``old`` is the closing run's record as of this step (attributes set in the same
     step included).
     """
-    entry = m.node.app.resolve(command.entry)
-    started = Started(
-        workflow_id=old.workflow_id,
-        run_id=os.urandom(8).hex(),
-        workflow_type=entry.id,
-        args=list(command.args),
-        seed=int.from_bytes(os.urandom(8), "big"),
-        context=dict(run.context),
-        task_queue=old.task_queue,
+    new, started = new_run(
+        entry=m.node.app.resolve(command.entry),
+        pid=run.pid,
+        args=command.args,
+        context=run.context,
         parent=old.parent,
-    )
-    record = RunRecord(
-        workflow_id=old.workflow_id,
-        run_id=started.run_id,
-        workflow_type=entry.id,
-        status=RunStatus.RUNNING,
-        started_at=at,
         task_queue=old.task_queue,
-        parent=old.parent,
-        search=dict(old.search),
-        memo=dict(old.memo),
+        at=at,
+        search=old.search,
+        memo=old.memo,
     )
-    new = Run(record=record, entry=entry, pid=run.pid, context=dict(run.context))
     # Unread messages follow the workflow into its new run: those delivered to the old
     # run's mailbox but not read yet, then those not even delivered. Nothing is lost.
     unread = run.driver.mailbox.take_unread() if run.driver is not None else []
     carried: list[Any] = [started]
     carried += [
-        MessageArrived(topic=m.topic, payload=m.payload, sender=m.sender)
-        for m in unread
-        if m.topic != EVENTS
+        MessageArrived(topic=msg.topic, payload=msg.payload, sender=msg.sender)
+        for msg in unread
+        if msg.topic != EVENTS
     ]
     carried += [e for _, e in run.pending if isinstance(e, MessageArrived)]
     staged = [(*m.stage(new, event), event) for event in carried]
@@ -110,31 +139,14 @@ def start_child(
         pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
         m.process_exited(parent.pid, Exit(pid, None, error, at))
         return None
-    entry = m.node.app.resolve(command.entry)
-    started = Started(
-        workflow_id=command.workflow_id,
-        run_id=os.urandom(8).hex(),
-        workflow_type=entry.id,
-        args=list(command.args),
-        seed=int.from_bytes(os.urandom(8), "big"),
-        context=dict(parent.context),
-        task_queue=parent.record.task_queue,
-        parent=parent.pid,
-    )
-    record = RunRecord(
-        workflow_id=command.workflow_id,
-        run_id=started.run_id,
-        workflow_type=entry.id,
-        status=RunStatus.RUNNING,
-        started_at=at,
-        task_queue=started.task_queue,
-        parent=parent.pid,
-    )
-    child = Run(
-        record=record,
-        entry=entry,
+    child, started = new_run(
+        entry=m.node.app.resolve(command.entry),
         pid=Pid.trusted(m.node.name, m.host, command.workflow_id),
-        context=dict(parent.context),
+        args=command.args,
+        context=parent.context,
+        parent=parent.pid,
+        task_queue=parent.record.task_queue,
+        at=at,
     )
     child.watchers.add(parent.pid)
     child.pending_start = [(*m.stage(child, started), started)]

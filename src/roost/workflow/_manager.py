@@ -32,7 +32,7 @@ from roost.storage import Codec, Store, WriteTxn, key
 from roost.workflow import _inspect
 from roost.workflow._driver import Driver
 from roost.workflow._effects import Effects, lost_error
-from roost.workflow._family import apply_close_policies
+from roost.workflow._family import apply_close_policies, new_run
 from roost.workflow._history import (
     Activation,
     CancelRequested,
@@ -194,30 +194,19 @@ class WorkflowManager:
         self.codec.encode(opts.get("memo", {}), what="memo")
         for topic, payload in messages:
             self.codec.encode(payload, what=f"start message {topic!r}")
-        now = self.node.now()
-        started = Started(
-            workflow_id=workflow_id,
-            run_id=os.urandom(8).hex(),
-            workflow_type=entry.id,
+        run, started = new_run(
+            entry=entry,
+            pid=Pid.trusted(self.node.name, self.host, workflow_id),
             args=list(args),
-            seed=int.from_bytes(os.urandom(8), "big"),
             context={**parent.context, **context},
             parent=parent.pid,
             task_queue=opts.get("task_queue", "default"),
+            at=self.node.now(),
+            search=opts.get("search_attributes"),
+            memo=opts.get("memo"),
         )
-        record = RunRecord(
-            workflow_id=workflow_id,
-            run_id=started.run_id,
-            workflow_type=entry.id,
-            status=RunStatus.RUNNING,
-            started_at=now,
-            parent=parent.pid,
-            task_queue=started.task_queue,
-            search=dict(opts.get("search_attributes", {})),
-            memo=dict(opts.get("memo", {})),
-        )
-        run = self._load(record)
-        run.context = started.context
+        record = run.record
+        self.runs[workflow_id] = run
         events: list[Any] = [started]
         events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
         try:
@@ -258,6 +247,42 @@ class WorkflowManager:
             await trio.lowlevel.checkpoint()
             return result
         return await self.store.transact(fn)
+
+    async def settle(
+        self,
+        table: str,
+        row: bytes,
+        task: tuple[str, str],
+        event: Any,
+        on_unencodable: Callable[[Error], Any] | None = None,
+    ) -> None:
+        """Delete a finished task or timer row and hand its event to its run, in one txn.
+
+        The event goes only to ``task`` (workflow id, run id) if that is still the current
+        run; ``on_unencodable`` turns an event that cannot be recorded into one that can.
+        """
+        workflow_id, run_id = task
+        run = self.runs.get(workflow_id)
+        if run is not None and run.record.run_id != run_id:
+            run = None  # a newer run of the same id: this belongs to nobody
+        staged = None
+        if run is not None:
+            try:
+                staged = self.stage(run, event)
+            except Error as exc:
+                if on_unencodable is None:
+                    raise
+                event = on_unencodable(exc)
+                staged = self.stage(run, event)
+
+        def write(txn: WriteTxn) -> None:
+            txn.delete(table, row)
+            if staged is not None:
+                txn.put("inbox", *staged)
+
+        await self.transact(write)
+        if staged is not None and run is not None:
+            self.accept(run, [(staged[0], event)])
 
     # -- incoming events -----------------------------------------------------------------
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.storage import WriteTxn
 from roost.workflow._history import TimerFired
 from roost.workflow._records import TimerTask, timer_key
 
@@ -49,19 +48,9 @@ class DurableTimers:
             await trio.lowlevel.checkpoint()
 
     async def _fire(self, timer: TimerTask) -> None:
-        m = self.m
-        run = m.runs.get(timer.workflow_id)
-        if run is not None and run.record.run_id != timer.run_id:
-            run = None
-        event = TimerFired(seq=timer.seq)
-        staged = m.stage(run, event) if run is not None else None
-        key = timer_key(timer.due, timer.run_id, timer.seq)
-
-        def write(txn: WriteTxn) -> None:
-            txn.delete("timers", key)
-            if staged is not None:
-                txn.put("inbox", *staged)
-
-        await m.transact(write)
-        if staged is not None and run is not None:
-            m.accept(run, [(staged[0], event)])
+        await self.m.settle(
+            "timers",
+            timer_key(timer.due, timer.run_id, timer.seq),
+            (timer.workflow_id, timer.run_id),
+            TimerFired(seq=timer.seq),
+        )

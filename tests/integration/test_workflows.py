@@ -818,3 +818,17 @@ async def test_process_call_request_response(autojump_clock):
         with pytest.raises(roost.Error) as info:
             await process.call(silent, "hello", timeout="2s")
         assert info.value.kind is roost.ErrorKind.TIMEOUT
+
+
+async def test_bad_input_does_not_terminate_the_existing_run(autojump_clock):
+    async with roost.open_node(app) as node:
+        await process.with_options(id="keep").spawn("wf:forever")
+        replace = process.with_options(id="keep", id_conflict_policy="terminate_existing")
+        with pytest.raises(roost.Error) as info:
+            await replace.spawn("wf:counter", {1, 2})  # a set cannot be recorded
+        assert info.value.kind is roost.ErrorKind.INVALID
+        with pytest.raises(roost.Error):
+            await replace.with_message("m", object()).spawn("wf:counter", 1)
+        await roost.sleep(1)
+        assert node.describe("keep")["status"] == "running"
+        assert node.describe("keep")["workflow_type"] == "wf:forever"

@@ -177,6 +177,12 @@ class WorkflowManager:
         explicit = workflow_id is not None
         if workflow_id is None:
             workflow_id = f"{self.node.app.name}-{os.urandom(8).hex()}"
+        # Every input check comes first: bad input changes nothing, not even a running
+        # workflow that terminate_existing would replace.
+        self.codec.encode(list(args), what=f"input of workflow {entry.id!r}")
+        self.codec.encode(opts.get("memo", {}), what="memo")
+        for topic, payload in messages:
+            self.codec.encode(payload, what=f"start message {topic!r}")
         existing = self.runs.get(workflow_id)
         if existing is not None:
             policy = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
@@ -190,10 +196,6 @@ class WorkflowManager:
             await self._terminate(existing)
         else:
             self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
-        self.codec.encode(list(args), what=f"input of workflow {entry.id!r}")
-        self.codec.encode(opts.get("memo", {}), what="memo")
-        for topic, payload in messages:
-            self.codec.encode(payload, what=f"start message {topic!r}")
         run, started = new_run(
             entry=entry,
             pid=Pid.trusted(self.node.name, self.host, workflow_id),

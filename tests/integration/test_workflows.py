@@ -832,3 +832,30 @@ async def test_bad_input_does_not_terminate_the_existing_run(autojump_clock):
         await roost.sleep(1)
         assert node.describe("keep")["status"] == "running"
         assert node.describe("keep")["workflow_type"] == "wf:forever"
+
+
+@app.workflow
+async def reports_info():
+    await funcs.call("wf:note", "x")
+    info = workflow.info()
+    return {
+        "ids": (info.workflow_id, info.workflow_type, info.task_queue, info.namespace),
+        "attempt": info.attempt,
+        "length": (info.history_length, workflow.history_length()),
+        "size_grew": workflow.history_size() > 0,
+        "run_id": info.run_id,
+    }
+
+
+async def test_workflow_info_and_fast_durability(autojump_clock, tmp_path):
+    async with roost.open_node(app, tmp_path, durability="fast") as node:
+        result = await process.with_options(id="info-1", task_queue="q1").exec("wf:reports_info")
+        assert result["ids"] == ("info-1", "wf:reports_info", "q1", "default")
+        assert result["attempt"] == 1
+        assert result["length"][0] == result["length"][1] > 0
+        assert result["size_grew"]
+        assert result["run_id"] == node.describe("info-1")["run_id"]
+    assert workflow.info() is None
+    assert (workflow.history_length(), workflow.history_size()) == (0, 0)
+    async with roost.open_node(app, tmp_path) as node:  # the fast commits were kept
+        assert node.describe("info-1")["status"] == "completed"

@@ -8,11 +8,10 @@ from typing import Any
 import trio
 
 from roost._duration import Duration, parse_duration
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR
 from roost.actors._events import Event
-from roost.actors._node import terminated_error
 from roost.actors._process import (
     Upgrade,
     activity_context,
@@ -171,6 +170,12 @@ async def call(
     """
     check_topic(topic)
     seconds = parse_duration(timeout, what="call timeout", allow_zero=False)
+    caller = current_any("process.call")
+    if caller.workflow is not None:  # durable: the request and replies are recorded
+        reply = await caller.workflow.call(_workflow_dest(dest), topic, payload, seconds)
+        if reply is None:
+            raise _call_timeout(dest, topic, seconds)
+        return _reply_value(dest, topic, reply)
     proc = current_process("process.call")
     node = proc.node
     alias = node.attach(proc.context)  # a mailbox-only process: the reply address
@@ -187,16 +192,20 @@ async def call(
                 reply = await replies.receive()
                 if reply.topic != "ack":
                     return _reply_value(target, topic, reply)
-        raise Error(
-            f"no reply to {topic!r} from {target} within {seconds:g}s",
-            kind=ErrorKind.TIMEOUT,
-            details={"dest": str(target), "topic": topic, "timeout": seconds},
-        )
+        raise _call_timeout(target, topic, seconds)
     finally:
         node.exit(alias, None, None)
 
 
-def _reply_value(target: Pid, topic: str, reply: Message) -> Any:
+def _call_timeout(target: object, topic: str, seconds: float) -> Error:
+    return Error(
+        f"no reply to {topic!r} from {target} within {seconds:g}s",
+        kind=ErrorKind.TIMEOUT,
+        details={"dest": str(target), "topic": topic, "timeout": seconds},
+    )
+
+
+def _reply_value(target: object, topic: str, reply: Message) -> Any:
     match reply.topic:
         case "nak":
             raise Error(
@@ -277,14 +286,11 @@ def terminate(dest: Pid | str) -> None:
     Raises:
         roost.Error: NotFound when ``dest`` is not alive.
     """
-    proc = current_process("process.terminate")
-    pid_ = proc.node.resolve(dest)
-    virtual = proc.node.virtual.get(pid_.host)
-    if virtual is not None:
-        virtual.terminate(pid_)
+    proc = current_any("process.terminate")
+    if proc.workflow is not None:
+        proc.workflow.stop(_workflow_dest(dest), None, hard=True)
         return
-    target = proc.node.live(pid_)
-    proc.node.kill(target, terminated_error(target.pid))
+    proc.node.stop(dest, hard=True)
 
 
 def cancel(dest: Pid | str, reason: str | None = None) -> None:
@@ -295,13 +301,11 @@ def cancel(dest: Pid | str, reason: str | None = None) -> None:
     """
     if reason is not None and not isinstance(reason, str):
         raise invalid(f"cancel reason must be a string or None, got {reason!r}")
-    proc = current_process("process.cancel")
-    pid_ = proc.node.resolve(dest)
-    virtual = proc.node.virtual.get(pid_.host)
-    if virtual is not None:
-        virtual.cancel(pid_, reason)
+    proc = current_any("process.cancel")
+    if proc.workflow is not None:
+        proc.workflow.stop(_workflow_dest(dest), reason, hard=False)
         return
-    proc.node.cancel(proc.node.live(pid_), reason)
+    proc.node.stop(dest, reason, hard=False)
 
 
 _OPTION_KEYS = frozenset({"trap_links"})
@@ -372,11 +376,13 @@ class Registry:
         proc = current_process("process.registry.register")
         check_name(name)
         node = proc.node
-        target = proc if pid is None else node.live(pid)
+        target = proc.pid if pid is None else node.resolve(pid)
+        if not node.alive(target):
+            raise not_found(f"process {target} is not alive", pid=str(target))
         holder = node.registry.lookup(name)
-        if holder is not None and holder not in node.procs:
+        if holder is not None and not node.alive(holder):
             node.registry.unregister(name)
-        node.registry.register(name, target.pid)
+        node.registry.register(name, target)
         return True
 
     @staticmethod

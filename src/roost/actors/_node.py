@@ -87,6 +87,7 @@ class VirtualHost(Protocol):
     host: str
 
     def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event: ...
+    def running(self, pid: Pid) -> bool: ...
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event: ...
     def terminate(self, pid: Pid) -> None: ...
     def monitor(self, watcher: Process, pid: Pid) -> None: ...
@@ -446,6 +447,33 @@ class Node:
     def cancel(self, proc: Process, reason: str | None) -> None:
         """Ask ``proc`` to stop (a CANCEL event it may act on)."""
         self.post_event(proc, Cancel(reason, self.now()))
+
+    def stop(self, dest: object, reason: str | None = None, *, hard: bool) -> None:
+        """Terminate (``hard``) or cancel ``dest``, a process or a workflow.
+
+        Raises:
+            roost.Error: NotFound when ``dest`` is not alive.
+        """
+        pid = self.resolve(dest)
+        virtual = self.virtual.get(pid.host)
+        if virtual is not None:
+            if hard:
+                virtual.terminate(pid)
+            else:
+                virtual.cancel(pid, reason)
+            return
+        target = self.live(pid)
+        if hard:
+            self.kill(target, terminated_error(target.pid))
+        else:
+            self.cancel(target, reason)
+
+    def alive(self, pid: Pid) -> bool:
+        """Whether ``pid`` is a live process or an open workflow on this node."""
+        if pid in self.procs:
+            return True
+        virtual = self.virtual.get(pid.host)
+        return virtual is not None and virtual.running(pid)
 
     def monitor(self, watcher: Process, dest: object) -> None:
         """Watch ``dest``: one EXIT when it ends (at once, "noproc", if it is not alive)."""

@@ -19,7 +19,7 @@ from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
 from roost.workflow._driver import Driver, Status
-from roost.workflow._history import Activation, SpawnProcess, Started, unflatten
+from roost.workflow._history import Activation, SendMessage, SpawnProcess, Started, unflatten
 
 __all__ = ["Replayer", "history_to_json", "load_history", "save_history"]
 
@@ -62,6 +62,12 @@ class Replayer:
             for cmd in act.commands
             if isinstance(cmd, SpawnProcess)
         }
+        reply_to = {
+            cmd.seq: cmd.reply_to
+            for act in acts
+            for cmd in act.commands
+            if isinstance(cmd, SendMessage) and cmd.reply_to is not None
+        }
 
         # Workflow code resolves entries through its node's app; replay must resolve them
         # exactly as the live run did (an unknown entry fails at the same line).
@@ -83,6 +89,10 @@ class Replayer:
             check=lambda value, what: None,
             spawn_pid=spawn_pid,
             child_pid=lambda child_id: Pid("local", f"{self.app.name}:workflows", child_id),
+            reply_pid=lambda seq: (
+                reply_to.get(seq)
+                or Pid("local", f"{self.app.name}:replies", f"{started.run_id}.{seq}")
+            ),
         )
         try:
             for act in acts:

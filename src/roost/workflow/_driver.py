@@ -30,8 +30,8 @@ from roost._pid import Pid
 from roost.actors._events import Cancel, Exit
 from roost.actors._process import Upgrade
 from roost.mailbox._backend import Waiter
-from roost.mailbox._channel import Channel
-from roost.mailbox._mailbox import EVENTS, Mailbox
+from roost.mailbox._channel import Channel, select
+from roost.mailbox._mailbox import EVENTS, Mailbox, Message
 from roost.workflow._history import (
     ActivityResolved,
     CancelRequested,
@@ -46,6 +46,7 @@ from roost.workflow._history import (
     StartChild,
     Started,
     StartTimer,
+    StopProcess,
     TimerFired,
     UpsertAttributes,
     VersionMarker,
@@ -229,8 +230,11 @@ class Driver:
         check: Callable[[Any, str], None] = lambda value, what: None,
         spawn_pid: Callable[[int], Pid] | None = None,
         child_pid: Callable[[str], Pid] | None = None,
+        reply_pid: Callable[[int], Pid] | None = None,
     ) -> None:
         self._fn = fn
+        self._reply_pid = reply_pid
+        self._calls: dict[int, Channel[Message]] = {}
         self._make_context = make_context
         self._check = check
         self._spawn_pid = spawn_pid
@@ -297,6 +301,10 @@ class Driver:
                 self._pending.pop(seq).resolve(value, error)
             case TimerFired(seq=seq):
                 self._timer_fired(seq)
+            case MessageArrived(call=int() as seq, topic=topic, payload=payload, sender=sender):
+                replies = self._calls.get(seq)
+                if replies is not None:  # a late reply (after a timeout) is dropped
+                    replies._try_send(Message(topic, payload, sender))
             case MessageArrived(topic=topic, payload=payload, sender=sender):
                 self.mailbox.deliver(topic, payload, sender, force=True)
             case CancelRequested(reason=reason):
@@ -534,6 +542,38 @@ class Driver:
         """Record an outgoing message (delivered by the runtime after the commit)."""
         self._validate(payload, f"payload of message {topic!r}")
         self._issue(SendMessage(seq=self._next_seq(), dest=dest, topic=topic, payload=payload))
+
+    async def call(self, dest: Any, topic: str, payload: Any, seconds: float) -> Message | None:
+        """Send a request from a private reply address; the final reply, None on timeout.
+
+        Replies to that address come back as recorded events for this call only, so
+        concurrent calls never mix; ``ack`` replies are skipped.
+        """
+        if self._reply_pid is None:
+            raise Error("this driver cannot make calls", kind=ErrorKind.INVALID_STATE)
+        self._validate(payload, f"payload of call {topic!r}")
+        seq = self._next_seq()
+        reply_to = self._reply_pid(seq)
+        replies: Channel[Message] = Channel(64)
+        self._calls[seq] = replies
+        self._issue(
+            SendMessage(seq=seq, dest=dest, topic=topic, payload=payload, reply_to=reply_to)
+        )
+        deadline = self.after(seconds)
+        try:
+            while True:
+                chosen = await select(replies.case_receive(), deadline.case_receive())
+                if chosen.index == 1:
+                    return None
+                if chosen.value.topic != "ack":
+                    reply: Message = chosen.value
+                    return reply
+        finally:
+            del self._calls[seq]
+
+    def stop(self, dest: Any, reason: str | None, *, hard: bool) -> None:
+        """Record a cancel (or, ``hard``, a terminate) of ``dest``, done after the commit."""
+        self._issue(StopProcess(seq=self._next_seq(), dest=dest, reason=reason, hard=hard))
 
     def spawn_process(self, entry: str, args: tuple[Any, ...]) -> Pid:
         """Record the start of a plain process; its PID is derived from the run and seq.

@@ -14,7 +14,7 @@ from roost._pid import Pid
 from roost.actors._events import Exit
 from roost.actors._node import Node, SpawnRequest
 from roost.storage import WriteTxn, key
-from roost.workflow._family import hand_over, start_child, successor
+from roost.workflow._family import apply_close_policies, hand_over, start_child, successor
 from roost.workflow._history import (
     Activation,
     Complete,
@@ -26,6 +26,7 @@ from roost.workflow._history import (
     SpawnProcess,
     StartChild,
     StartTimer,
+    StopProcess,
     UpsertAttributes,
 )
 from roost.workflow._records import (
@@ -41,7 +42,7 @@ from roost.workflow._run import Run
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["Effects", "deliver_local", "lost_error", "spawn_child"]
+__all__ = ["Effects", "deliver_local", "lost_error", "spawn_child", "stop_process"]
 
 log = logging.getLogger("roost.workflow")
 
@@ -55,7 +56,8 @@ class Effects:
         self.at = at
         self.tasks: list[ActivityTask] = []
         self.timers: list[TimerTask] = []
-        self.local_sends: list[SendMessage] = []
+        self.local_sends: list[tuple[Pid, SendMessage]] = []
+        self.stops: list[StopProcess] = []
         self.spawns: list[SpawnProcess] = []
         self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
         self.record = run.record
@@ -86,8 +88,10 @@ class Effects:
                         workflow_id=record.workflow_id, run_id=record.run_id, seq=seq, due=due
                     )
                 )
-            case SendMessage(dest=dest, topic=topic, payload=payload):
-                self._send(dest, topic, payload)
+            case SendMessage():
+                self._send(command)
+            case StopProcess():
+                self.stops.append(command)
             case SpawnProcess():
                 self.spawns.append(command)
             case UpsertAttributes(search=search, memo=memo):
@@ -110,15 +114,18 @@ class Effects:
                         self.record, child_policies={**self.record.child_policies, child_id: policy}
                     )
 
-    def _send(self, dest: Any, topic: str, payload: Any) -> None:
+    def _send(self, send: SendMessage) -> None:
+        dest = send.dest
+        sender = send.reply_to or self.run.pid
         pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
-        target = self.m.runs.get(pid.id) if pid is not None and pid.host == self.m.host else None
-        if target is not None:
-            event = MessageArrived(topic=topic, payload=payload, sender=self.run.pid)
+        found = self.m.route(pid) if pid is not None else None
+        if found is not None:  # a workflow (or a workflow's reply address): same commit
+            target, call = found
+            event = MessageArrived(topic=send.topic, payload=send.payload, sender=sender, call=call)
             k, v = self.m.stage(target, event)
             self.workflow_sends.append((target, k, v, event))
         else:
-            self.local_sends.append(SendMessage(seq=0, dest=dest, topic=topic, payload=payload))
+            self.local_sends.append((sender, send))
 
     def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
         self.final = True
@@ -188,16 +195,19 @@ class Effects:
             m.timers.add(timer)
         for target, k, _, event in self.workflow_sends:
             m.accept(target, [(k, event)])
-        for send in self.local_sends:
-            deliver_local(m.node, self.run.pid, send)
-        for spawn in self.spawns:
+        for spawn in self.spawns:  # first: messages may go to processes started here
             spawn_child(m, self.run, spawn)
+        for sender, send in self.local_sends:
+            deliver_local(m.node, sender, send)
+        for stop in self.stops:
+            stop_process(m.node, self.run.pid, stop)
         for child in self.children:
             m.runs[child.record.workflow_id] = child
             start, child.pending_start = child.pending_start, []
             m.accept(child, [(k, event) for k, _, event in start])
         if self.continued is not None:
             hand_over(m, self.run, *self.continued, moved=self.moved)
+            apply_close_policies(m, self.run)  # the old run's children, as at any close
         elif self.final:
             m.closed(self.run)
 
@@ -211,6 +221,15 @@ def spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
     except Error as exc:
         # The workflow learns of a failed start the way it learns of any exit.
         m.process_exited(run.pid, Exit(spawn.pid, None, exc, node.now()))
+
+
+def stop_process(node: Node, sender: Pid, stop: StopProcess) -> None:
+    # Like a send, a workflow's cancel or terminate never raises for its target.
+    try:
+        node.stop(stop.dest, stop.reason, hard=stop.hard)
+    except Error as exc:
+        what = "terminate" if stop.hard else "cancel"
+        log.warning("workflow %s: %s of %s not done: %s", sender, what, stop.dest, exc)
 
 
 def lost_error(pid: Pid) -> Error:

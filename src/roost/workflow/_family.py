@@ -32,6 +32,7 @@ def new_run(
     at: dt.datetime,
     search: dict[str, Any] | None = None,
     memo: dict[str, Any] | None = None,
+    name: str | None = None,
 ) -> tuple[Run, Started]:
     """A run about to begin (not yet stored) and the ``Started`` event that begins it.
 
@@ -57,6 +58,7 @@ def new_run(
         parent=parent,
         search=dict(search or {}),
         memo=dict(memo or {}),
+        name=name,
     )
     return Run(record=record, entry=entry, pid=pid, context=dict(context)), started
 
@@ -79,6 +81,7 @@ def successor(
         at=at,
         search=old.search,
         memo=old.memo,
+        name=old.name,
     )
     # Unread messages follow the workflow into its new run: those delivered to the old
     # run's mailbox but not read yet, then those not even delivered. Nothing is lost.

@@ -34,6 +34,7 @@ __all__ = [
     "StartChild",
     "StartTimer",
     "Started",
+    "StopProcess",
     "TimerFired",
     "UpsertAttributes",
     "VersionMarker",
@@ -89,6 +90,7 @@ class MessageArrived:
     topic: str
     payload: Any = None
     sender: Pid | None = None
+    call: int | None = None  # a reply to the workflow's ``process.call`` with this seq
 
 
 @record("wf.cancel_requested")
@@ -144,6 +146,18 @@ class SendMessage:
     dest: Pid
     topic: str
     payload: Any = None
+    reply_to: Pid | None = None  # the sender the receiver sees (a call's reply address)
+
+
+@record("wf.stop_process")
+@attrs.frozen(kw_only=True)
+class StopProcess:
+    """Cancel (cooperative) or terminate (``hard``) a process or workflow."""
+
+    seq: int
+    dest: Pid
+    reason: str | None = None
+    hard: bool = False
 
 
 @record("wf.spawn_process")
@@ -221,6 +235,7 @@ Command = (
     ScheduleActivity
     | StartTimer
     | SendMessage
+    | StopProcess
     | SpawnProcess
     | StartChild
     | VersionMarker
@@ -286,6 +301,7 @@ _COMMANDS = (
     ScheduleActivity,
     StartTimer,
     SendMessage,
+    StopProcess,
     SpawnProcess,
     StartChild,
     VersionMarker,
@@ -307,6 +323,8 @@ def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind
             return f"#{seq} send {topic!r} to {dest}"
         case SpawnProcess(seq=seq, entry=entry):
             return f"#{seq} spawn process {entry!r}"
+        case StopProcess(seq=seq, dest=dest, hard=hard):
+            return f"#{seq} {'terminate' if hard else 'cancel'} {dest}"
         case StartChild(seq=seq, entry=entry, workflow_id=child):
             return f"#{seq} start child workflow {entry!r} as {child!r}"
         case VersionMarker(seq=seq, change_id=change_id):
@@ -328,17 +346,16 @@ def same_command(issued: Any, recorded: Any) -> bool:
     """Whether replayed code issued what the history recorded (identity, not arguments)."""
     if type(issued) is not type(recorded):
         return False
-    match issued:
-        case ScheduleActivity():
-            return bool(issued.seq == recorded.seq and issued.entry == recorded.entry)
-        case SendMessage():
-            return bool(
-                issued.seq == recorded.seq
-                and issued.dest == recorded.dest
-                and issued.topic == recorded.topic
-            )
-        case SpawnProcess() | StartChild():
-            return bool(issued.seq == recorded.seq and issued.entry == recorded.entry)
-        case VersionMarker():
-            return bool(issued.seq == recorded.seq and issued.change_id == recorded.change_id)
-    return bool(issued.seq == recorded.seq)
+    fields = _IDENTITY.get(type(issued), ("seq",))
+    return all(getattr(issued, name) == getattr(recorded, name) for name in fields)
+
+
+# What makes a replayed command "the same" as the recorded one; arguments may change.
+_IDENTITY: dict[type, tuple[str, ...]] = {
+    ScheduleActivity: ("seq", "entry"),
+    SendMessage: ("seq", "dest", "topic"),
+    SpawnProcess: ("seq", "entry"),
+    StartChild: ("seq", "entry"),
+    VersionMarker: ("seq", "change_id"),
+    StopProcess: ("seq", "dest", "hard"),
+}

@@ -62,6 +62,7 @@ class WorkflowManager:
 
     def __init__(self, node: Node, store: Store, nursery: trio.Nursery) -> None:
         from roost.workflow._activities import ActivityWorker  # noqa: PLC0415 - cycle
+        from roost.workflow._replies import ReplyHost  # noqa: PLC0415 - cycle
         from roost.workflow._timers import DurableTimers  # noqa: PLC0415 - cycle
 
         self.node = node
@@ -73,6 +74,7 @@ class WorkflowManager:
         self._send_ready, self._recv_ready = trio.open_memory_channel[Run](math.inf)
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
+        self.replies = ReplyHost(self)
         # Runs whose driver is in memory, least recently activated first. Past the limit
         # the oldest idle one is evicted and rebuilt by replay when its next event comes.
         self.cached: OrderedDict[str, Run] = OrderedDict()
@@ -93,6 +95,7 @@ class WorkflowManager:
             return
         manager = cls(node, node.store, nursery)
         node.virtual[manager.host] = manager
+        node.virtual[manager.replies.host] = manager.replies
         node.kind_hosts[EntryKind.WORKFLOW] = manager
         node.ext["workflows"] = manager
         await manager.start()
@@ -152,6 +155,8 @@ class WorkflowManager:
         if record.parent is not None and record.parent.host == self.host:
             run.watchers.add(record.parent)  # a child workflow reports to its parent
         self.runs[record.workflow_id] = run
+        if record.name is not None:
+            self.node.registry.register(record.name, pid)
         return run
 
     # -- starting ------------------------------------------------------------------------
@@ -196,9 +201,16 @@ class WorkflowManager:
             await self._terminate(existing)
         else:
             self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
+        name = opts.get("name")
+        pid = Pid.trusted(self.node.name, self.host, workflow_id)
+        if name is not None:
+            holder = self.node.registry.lookup(name)
+            if holder is not None and holder != pid and not self.node.alive(holder):
+                self.node.registry.unregister(name)
+            self.node.registry.register(name, pid)  # AlreadyExists if a live process has it
         run, started = new_run(
             entry=entry,
-            pid=Pid.trusted(self.node.name, self.host, workflow_id),
+            pid=pid,
             args=list(args),
             context={**parent.context, **context},
             parent=parent.pid,
@@ -206,6 +218,7 @@ class WorkflowManager:
             at=self.node.now(),
             search=opts.get("search_attributes"),
             memo=opts.get("memo"),
+            name=name,
         )
         record = run.record
         self.runs[workflow_id] = run
@@ -215,6 +228,8 @@ class WorkflowManager:
             await self._commit_incoming(run, events, put_record=record)
         except BaseException:
             self.runs.pop(workflow_id, None)
+            if name is not None:
+                self.node.registry.unregister(name)
             raise
         return run.pid
 
@@ -363,9 +378,13 @@ class WorkflowManager:
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.codec.encode(payload, what=f"payload of message {topic!r}")
-        return self._from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
+        return self.from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
 
-    def _from_outside(self, run: Run, event: Any) -> trio.Event:
+    def from_outside(self, run: Run, event: Any) -> trio.Event:
+        """Queue ``event`` for ``run``'s inbox; the returned event is set once it is durable.
+
+        Events from outside commit in arrival order, so per-sender order survives.
+        """
         done = trio.Event()
         k, data = self.stage(run, event)
         self._outside.append((run, k, data, event, done))
@@ -394,7 +413,7 @@ class WorkflowManager:
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
-        return self._from_outside(run, CancelRequested(reason=reason))
+        return self.from_outside(run, CancelRequested(reason=reason))
 
     # -- activations ---------------------------------------------------------------------
 
@@ -456,6 +475,7 @@ class WorkflowManager:
             check=self._check,
             spawn_pid=spawn_pid,
             child_pid=lambda workflow_id: Pid.trusted(self.node.name, self.host, workflow_id),
+            reply_pid=lambda seq: self.replies.pid(run, seq),
         )
 
     def _rebuild(self, run: Run) -> Driver:
@@ -521,6 +541,7 @@ class WorkflowManager:
             elif watcher.host == self.host:  # a parent workflow: into its history
                 self.process_exited(watcher, Exit(run.pid, record.result, error, at))
         apply_close_policies(self, run)
+        self.node.registry.release(run.pid)
         if error is not None:
             for linked in run.links:
                 proc = self.node.procs.get(linked)
@@ -553,9 +574,14 @@ class WorkflowManager:
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """A plain process a workflow spawned ended: record its EXIT in the history."""
         run = self.runs.get(watcher.id)
-        if run is None or event.pid in run.exits_reported or self.node.stopping:
-            # At node shutdown nothing is written to workflows: the next start reports
-            # the children as lost in the restart.
+        if (
+            run is None
+            or event.pid in run.exits_reported
+            or self.node.stopping  # nothing is written now: the restart reports them lost
+            or event.pid not in (run.driver.children if run.driver else run.record.children)
+        ):
+            # An exit nobody in this run waits for (a child of a run that continued as
+            # new, say) is not recorded.
             return
         run.exits_reported.add(event.pid)
         incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
@@ -563,7 +589,20 @@ class WorkflowManager:
             self.codec.encode(incoming)
         except Error as exc:  # the exit value cannot be recorded: record why instead
             incoming = ProcessExited(pid=event.pid, error=exc)
-        self._from_outside(run, incoming)
+        self.from_outside(run, incoming)
+
+    def running(self, pid: Pid) -> bool:
+        """Whether a run of workflow ``pid`` is open."""
+        return pid.id in self.runs
+
+    def route(self, pid: Pid) -> tuple[Run, int | None] | None:
+        """The open run a message to ``pid`` goes to, with the call seq for reply addresses."""
+        if pid.host == self.host:
+            run = self.runs.get(pid.id)
+            return (run, None) if run is not None else None
+        if pid.host == self.replies.host:
+            return self.replies.route(pid)
+        return None
 
     def terminate(self, pid: Pid) -> None:
         """Stop a running workflow at once: no more of its code runs; it closes as Canceled.

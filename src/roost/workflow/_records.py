@@ -66,6 +66,7 @@ class RunRecord:
     search: dict[str, Any] = attrs.field(factory=dict)
     memo: dict[str, Any] = attrs.field(factory=dict)
     child_policies: dict[str, str] = attrs.field(factory=dict)
+    name: str | None = None  # registered while the workflow is open
 
 
 @record("wf.activity_task")

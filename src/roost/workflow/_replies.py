@@ -1,0 +1,106 @@
+"""Reply addresses of ``process.call`` made inside workflows.
+
+A workflow's call sends its request from a private address, ``{node@<app>:replies|<run
+id>.<seq>.<workflow id>}``. What is sent there is recorded in that run's history as a
+``MessageArrived`` marked with the call's seq, so concurrent calls never mix and a replay
+sees the same replies. The address is not a process: it can only receive.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from roost._errors import invalid, not_found
+from roost._pid import Pid
+from roost.actors._app import Entry
+from roost.actors._events import Exit
+from roost.actors._node import ExitResult, noproc_error
+from roost.actors._process import Process
+from roost.mailbox._channel import Channel
+from roost.workflow._history import MessageArrived
+
+if TYPE_CHECKING:
+    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._run import Run
+
+__all__ = ["ReplyHost"]
+
+
+class ReplyHost:
+    """The virtual host of workflow reply addresses (see the module docstring)."""
+
+    def __init__(self, manager: WorkflowManager) -> None:
+        self.m = manager
+        self.host = f"{manager.node.app.name}:replies"
+
+    def pid(self, run: Run, seq: int) -> Pid:
+        """The reply address of call ``seq`` of ``run``."""
+        record = run.record
+        address = f"{record.run_id}.{seq}.{record.workflow_id}"
+        return Pid.trusted(self.m.node.name, self.host, address)
+
+    def route(self, pid: Pid) -> tuple[Run, int] | None:
+        """The open run and call seq a reply address belongs to, if it is still open."""
+        run_id, _, rest = pid.id.partition(".")
+        seq, _, workflow_id = rest.partition(".")
+        run = self.m.runs.get(workflow_id)
+        if run is None or run.record.run_id != run_id or not seq.isdigit():
+            return None
+        return run, int(seq)
+
+    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
+        """Record a reply into the calling run's history."""
+        found = self.route(pid)
+        if found is None:
+            raise not_found(f"reply address {pid} belongs to no open workflow run", pid=str(pid))
+        run, seq = found
+        self.m.codec.encode(payload, what=f"payload of reply {topic!r}")
+        event = MessageArrived(topic=topic, payload=payload, sender=sender, call=seq)
+        return self.m.from_outside(run, event)
+
+    def running(self, pid: Pid) -> bool:
+        """Reply addresses are not processes."""
+        return False
+
+    def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
+        """Raises NotFound: a reply address cannot be cancelled."""
+        raise not_found(f"{pid} is a reply address, not a process", pid=str(pid))
+
+    def terminate(self, pid: Pid) -> None:
+        """Raises NotFound: a reply address cannot be terminated."""
+        raise not_found(f"{pid} is a reply address, not a process", pid=str(pid))
+
+    def monitor(self, watcher: Process, pid: Pid) -> None:
+        """An immediate noproc EXIT, as for any PID that is not a process."""
+        self.m.node.post_event(watcher, Exit(pid, None, noproc_error(pid), self.m.node.now()))
+
+    def link(self, proc: Process, pid: Pid) -> None:
+        """An immediate noproc LINK_DOWN."""
+        self.m.node.link_down(proc, pid, noproc_error(pid), self.m.node.now())
+
+    def unwatch(self, proc: Process, pid: Pid) -> None:
+        """Nothing to drop."""
+
+    def exit_channel(self, pid: Pid) -> Channel[ExitResult]:
+        """A channel holding a noproc result."""
+        chan: Channel[ExitResult] = Channel(1)
+        chan._try_send(ExitResult(None, noproc_error(pid)))
+        return chan
+
+    def process_exited(self, watcher: Pid, event: Exit) -> None:
+        """Reply addresses watch nothing."""
+
+    async def spawn(
+        self,
+        parent: Process,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid:
+        """Raises Invalid: nothing runs on the reply host."""
+        raise invalid("nothing can be started on a workflow reply address host")

@@ -1,9 +1,10 @@
-"""Re-record the golden histories: ``.venv/bin/python tests/replay/record.py``.
+"""Re-record the golden histories: ``.venv/bin/python tests/replay/record.py [example ...]``.
 
 Runs each example's scenario on a temporary data dir, then saves the history of every
 workflow it left behind to ``tests/replay/histories/<example>--<workflow id>.cbor``. Do it
 only on purpose (a deliberate, versioned change of an example workflow): the point of the
-committed files is to catch changes that would break runs recorded by older code.
+committed files is to catch changes that would break runs recorded by older code. Name
+examples (``record.py saga``) to record only those and leave the others' files alone.
 """
 
 import importlib.util
@@ -18,7 +19,7 @@ from roost.testing import save_history
 
 ROOT = Path(__file__).resolve().parents[2]
 HISTORIES = Path(__file__).resolve().parent / "histories"
-EXAMPLES = ("order_workflow", "signals")
+EXAMPLES = ("order_workflow", "signals", "saga", "worker_pool")
 
 
 def load_example(name):
@@ -46,5 +47,5 @@ async def record(name):
 
 if __name__ == "__main__":
     HISTORIES.mkdir(exist_ok=True)
-    for example in EXAMPLES:
+    for example in sys.argv[1:] or EXAMPLES:
         trio.run(record, example)

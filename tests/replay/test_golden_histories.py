@@ -7,7 +7,7 @@ Re-record (tests/replay/record.py) only for a deliberate, versioned change.
 from pathlib import Path
 
 import pytest
-from record import HISTORIES, load_example
+from record import EXAMPLES, HISTORIES, load_example
 
 import roost
 from roost.testing import Replayer, load_history
@@ -36,7 +36,7 @@ def replayed_outcome(app, history):
 
 
 def test_there_are_golden_histories():
-    assert {path.name.split("--")[0] for path in FILES} == {"order_workflow", "signals"}
+    assert {path.name.split("--")[0] for path in FILES} == set(EXAMPLES)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[path.name for path in FILES])

@@ -253,6 +253,7 @@ class Driver:
         self._expected: deque[Any] | None = None
         self._seq = 0
         self._rng: random.Random | None = None
+        self._divergence: NondeterminismError | None = None
         self.mailbox = Mailbox()
         self.started: Started | None = None
         self.now = dt.datetime.fromtimestamp(0, dt.UTC)
@@ -287,6 +288,8 @@ class Driver:
         while self._ready and self.status == Status.RUNNING:
             task, exc = self._ready.popleft()
             self._step(task, exc)
+            if self._divergence is not None:  # raised even if workflow code caught it
+                raise self._divergence
         if self._expected:
             self._diverged(None, self._expected[0], "<the workflow blocked instead>")
         commands, self._commands = self._commands, []
@@ -428,19 +431,31 @@ class Driver:
     def _diverged(self, issued: Any, recorded: Any, where: str) -> None:
         started = self.started
         workflow = started.workflow_id if started else "?"
-        raise NondeterminismError(
-            f"workflow {workflow!r} diverged from its history in activation "
-            f"{self.activations}: the code issued {describe(issued)} at {where}, but the "
-            f"history recorded {describe(recorded)}. A code change altered the order or "
-            "kind of steps of a running workflow; guard it with workflow.version()",
-            details={
-                "workflow_id": workflow,
-                "activation": self.activations,
-                "issued": describe(issued),
-                "recorded": describe(recorded),
-                "location": where,
-            },
+        self._stop_replay(
+            NondeterminismError(
+                f"workflow {workflow!r} diverged from its history in activation "
+                f"{self.activations}: the code issued {describe(issued)} at {where}, but the "
+                f"history recorded {describe(recorded)}. A code change altered the order or "
+                "kind of steps of a running workflow; guard it with workflow.version()",
+                details={
+                    "workflow_id": workflow,
+                    "activation": self.activations,
+                    "issued": describe(issued),
+                    "recorded": describe(recorded),
+                    "location": where,
+                },
+            )
         )
+
+    def _stop_replay(self, error: NondeterminismError) -> None:
+        """Raise ``error``, and remember the first one for ``activate``.
+
+        ``activate`` raises it again after the step, so workflow code that catches
+        ``roost.Error`` cannot swallow a divergence.
+        """
+        if self._divergence is None:
+            self._divergence = error
+        raise error
 
     async def call_activity(
         self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
@@ -509,11 +524,13 @@ class Driver:
             # Only a replay can hit this: the code dropped support for this run. Like a
             # divergence, it stops the replay (the run stays open until the code is fixed)
             # instead of recording a failure into the run's history.
-            raise NondeterminismError(
-                f"workflow.version({change_id!r}): this run recorded version {chosen}, "
-                f"outside the supported range {min_supported}..{max_supported}; keep the "
-                "code for that version until such runs have finished",
-                details={"change_id": change_id, "recorded": chosen, "location": _call_site()},
+            self._stop_replay(
+                NondeterminismError(
+                    f"workflow.version({change_id!r}): this run recorded version {chosen}, "
+                    f"outside the supported range {min_supported}..{max_supported}; keep the "
+                    "code for that version until such runs have finished",
+                    details={"change_id": change_id, "recorded": chosen, "location": _call_site()},
+                )
             )
         return chosen
 

@@ -459,7 +459,10 @@ async def test_id_policies(autojump_clock):
         await process.with_options(id="p-1").spawn("wf:counter", 0)  # allow_duplicate
         for bad in (
             {"id_conflict_policy": "sometimes"},
-            {"cron_schedule": "* * * * *"},
+            {"cron_schedule": "* * * *"},
+            {"run_timeout": "soon"},
+            {"retry_policy": {"backoff_coefficient": 0.5}},
+            {"parent_close_policy": "never"},
             {"id": ""},
             {"task_queue": 3},
         ):

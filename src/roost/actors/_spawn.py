@@ -148,8 +148,7 @@ class Spawner:
             resolved_entry = caller.node.app.resolve(entry) if caller.node else None
             if resolved_entry is None or resolved_entry.kind is not EntryKind.WORKFLOW:
                 raise invalid("inside a workflow, process.exec runs a child workflow entry")
-            workflow_id, policy = self._child_options()
-            return await caller.workflow.exec_child(resolved_entry.id, args, workflow_id, policy)
+            return await caller.workflow.exec_child(resolved_entry.id, args, self._child_options())
         parent = current_process("process.exec")
         await trio.lowlevel.checkpoint()
         node = parent.node
@@ -205,8 +204,7 @@ class Spawner:
         node = caller.node
         resolved = node.app.resolve(entry) if node is not None else None
         if resolved is not None and resolved.kind is EntryKind.WORKFLOW:
-            workflow_id, policy = self._child_options()
-            child: Pid = caller.workflow.start_child(resolved.id, args, workflow_id, policy)
+            child: Pid = caller.workflow.start_child(resolved.id, args, self._child_options())
             return child
         if self.options or self.name is not None or self.messages or self.context:
             raise invalid("spawn options are not supported for processes spawned by workflows")
@@ -222,16 +220,16 @@ class Spawner:
         pid: Pid = caller.workflow.spawn_process(entry_id, args)
         return pid
 
-    def _child_options(self) -> tuple[str | None, str]:
-        allowed = {"id", "name", "parent_close_policy"}
-        extra = set(self.options) - allowed
-        if extra or self.messages or self.context:
+    def _child_options(self) -> dict[str, Any]:
+        if self.messages or self.context:
             raise invalid(
-                f"child workflows take the options id and parent_close_policy; got "
-                f"{sorted(extra) or 'start messages or context'}"
+                "child workflows take start options, not start messages or context "
+                "(they inherit the parent's context)"
             )
-        workflow_id = self.options.get("id") or self.options.get("name") or self.name
-        return workflow_id, self.options.get("parent_close_policy", "terminate")
+        options = dict(self.options)
+        if self.name is not None:
+            options.setdefault("id", self.name)
+        return options
 
     async def _start_workflow(
         self, parent: Any, entry: Entry, args: tuple[Any, ...], *, link: bool, monitor: bool

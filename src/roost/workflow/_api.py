@@ -138,7 +138,9 @@ async def exec(entry: Any, *args: Any, **options: Any) -> Any:  # noqa: A001 - A
     """Run a child workflow and wait for it: its result, or its error raised here.
 
     Options: ``id`` (default: derived from the parent's id), ``parent_close_policy``
-    (``"terminate"`` default, ``"abandon"``, ``"request_cancel"``).
+    (``"terminate"`` default, ``"abandon"``, ``"request_cancel"``), and the start options
+    a child may take: timeouts, ``retry_policy``, ``cron_schedule``, ``start_delay``,
+    ``search_attributes``, ``memo``, ``summary``, ``details``.
 
     Raises:
         roost.Error: the child's error (kind, retryable, message and details kept);
@@ -157,8 +159,4 @@ async def exec(entry: Any, *args: Any, **options: Any) -> Any:  # noqa: A001 - A
     entry_id = resolved.id if resolved is not None else str(entry)
     if resolved is not None and resolved.kind.value != "workflow":
         raise invalid(f"workflow.exec runs workflow entries; {entry_id!r} is not one")
-    extra = set(options) - {"id", "parent_close_policy"}
-    if extra:
-        raise invalid(f"workflow.exec takes the options id and parent_close_policy, not {extra}")
-    policy = options.get("parent_close_policy", "terminate")
-    return await driver.exec_child(entry_id, args, options.get("id"), policy)
+    return await driver.exec_child(entry_id, args, options)

@@ -53,6 +53,7 @@ from roost.workflow._history import (
     describe,
     same_command,
 )
+from roost.workflow._options import check_child_options
 from roost.workflow._retry import activity_options
 
 __all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Status"]
@@ -606,16 +607,15 @@ class Driver:
         self.children.add(pid)
         return pid
 
-    def start_child(
-        self, entry: str, args: tuple[Any, ...], workflow_id: str | None, policy: str
-    ) -> Pid:
-        """Start a child workflow; its EXIT arrives on ``events()`` (it is monitored)."""
+    def start_child(self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]) -> Pid:
+        """Start a child workflow; its EXIT arrives on ``events()`` (it is monitored).
+
+        ``options`` are child start options (``id``, ``parent_close_policy``, timeouts,
+        ``retry_policy``, ``cron_schedule``, ...), checked here.
+        """
         if self._child_pid is None or self.started is None:
             raise Error("this driver cannot start child workflows", kind=ErrorKind.INVALID_STATE)
-        if policy not in ("terminate", "abandon", "request_cancel"):
-            raise invalid(
-                f"parent_close_policy must be terminate, abandon or request_cancel, got {policy!r}"
-            )
+        workflow_id, policy, child_options = check_child_options(options)
         self._validate(list(args), f"input of child workflow {entry!r}")
         seq = self._next_seq()
         child_id = workflow_id or f"{self.started.workflow_id}.{seq}"
@@ -626,6 +626,7 @@ class Driver:
                 args=list(args),
                 workflow_id=child_id,
                 parent_close_policy=policy,
+                options=child_options,
             )
         )
         pid = self._child_pid(child_id)
@@ -633,10 +634,10 @@ class Driver:
         return pid
 
     async def exec_child(
-        self, entry: str, args: tuple[Any, ...], workflow_id: str | None, policy: str
+        self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]
     ) -> Any:
         """Run a child workflow to its end: its result, or its error raised here."""
-        pid = self.start_child(entry, args, workflow_id, policy)
+        pid = self.start_child(entry, args, options)
         future = _Future(self)
         self._child_waits[pid] = future
         return await future

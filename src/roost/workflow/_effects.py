@@ -14,9 +14,10 @@ from roost._pid import Pid
 from roost.actors._events import Exit
 from roost.actors._node import Node, SpawnRequest
 from roost.storage import WriteTxn, key
-from roost.workflow._family import apply_close_policies, hand_over, start_child, successor
+from roost.workflow._family import chain_next, hand_over, start_child, successor
 from roost.workflow._history import (
     Activation,
+    CancelRequested,
     Complete,
     ContinueAsNew,
     Fail,
@@ -50,7 +51,9 @@ log = logging.getLogger("roost.workflow")
 class Effects:
     """The writes and post-commit actions of one activation."""
 
-    def __init__(self, manager: WorkflowManager, run: Run, at: dt.datetime) -> None:
+    def __init__(
+        self, manager: WorkflowManager, run: Run, at: dt.datetime, events: list[Any]
+    ) -> None:
         self.m = manager
         self.run = run
         self.at = at
@@ -61,6 +64,11 @@ class Effects:
         self.spawns: list[SpawnProcess] = []
         self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
         self.record = run.record
+        if any(isinstance(e, CancelRequested) for e in events):
+            self.record = attrs.evolve(self.record, cancel_requested=True)
+        if self.record.task_failure is not None:  # this task succeeded
+            self.record = attrs.evolve(self.record, task_failure=None)
+            run.task_failures = 0
         self.final = False
         self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
         self.children: list[Run] = []
@@ -104,8 +112,10 @@ class Effects:
                 self._close(RunStatus.COMPLETED, value, None)
             case Fail(error=error):
                 self._close(RunStatus.FAILED, None, error)
-            case ContinueAsNew():
-                self.continued = successor(self.m, self.run, command, self.at, self.record)
+            case ContinueAsNew(entry=entry, args=args):
+                self.continued = successor(
+                    self.m, self.run, self.at, self.record, entry=entry, args=args
+                )
             case StartChild(workflow_id=child_id, parent_close_policy=policy):
                 child = start_child(self.m, self.run, command, self.at)
                 if child is not None:
@@ -128,9 +138,25 @@ class Effects:
             self.local_sends.append((sender, send))
 
     def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
-        self.final = True
+        if status is RunStatus.COMPLETED and self.record.cancel_requested:
+            status = RunStatus.CANCELED  # it returned after a cancel request
         self.record = attrs.evolve(
             self.record, status=status, result=value, error=error, closed_at=self.at
+        )
+        following = chain_next(self.record, self.at)
+        if following is None:
+            self.final = True
+            return
+        attempt, not_before = following  # a retry or the next cron run
+        self.continued = successor(
+            self.m,
+            self.run,
+            self.at,
+            self.record,
+            entry=self.run.entry.id,
+            args=self.m.input_of(self.run),
+            attempt=attempt,
+            not_before=not_before,
         )
 
     def writer(self, act: Activation, consumed: list[bytes]) -> Callable[[WriteTxn], None]:
@@ -153,11 +179,20 @@ class Effects:
             (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
             for c in self.children
         ]
+        timers += [
+            (timer_key(t.due, t.run_id, t.seq), codec.encode(t))
+            for c in self.children
+            for t in c.timers
+        ]
         successor: list[tuple[str, bytes, bytes | None]] = []
         if self.continued is not None:
             new_run, staged = self.continued
             record_bytes = codec.encode(new_run.record)  # the id now names the new run
             successor = [("inbox", k, v) for k, v, _ in staged]
+            successor += [
+                ("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t))
+                for t in new_run.timers
+            ]
             successor += [("inbox", k, None) for k, _ in self.run.pending]  # moved over
             self.moved = {k for k, _ in self.run.pending}
 
@@ -203,11 +238,11 @@ class Effects:
             stop_process(m.node, self.run.pid, stop)
         for child in self.children:
             m.runs[child.record.workflow_id] = child
+            m.arm(child)
             start, child.pending_start = child.pending_start, []
             m.accept(child, [(k, event) for k, _, event in start])
         if self.continued is not None:
             hand_over(m, self.run, *self.continued, moved=self.moved)
-            apply_close_policies(m, self.run)  # the old run's children, as at any close
         elif self.final:
             m.closed(self.run)
 

@@ -1,4 +1,4 @@
-"""A workflow's lineage: continue-as-new runs and child workflows."""
+"""A workflow's lineage: the runs of one id (continue-as-new, retries, cron) and children."""
 
 from __future__ import annotations
 
@@ -6,19 +6,71 @@ import datetime as dt
 import os
 from typing import TYPE_CHECKING, Any
 
+from roost._cron import parse_cron
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.actors._events import Exit
 from roost.mailbox._mailbox import EVENTS
-from roost.workflow._history import ContinueAsNew, MessageArrived, StartChild, Started
-from roost.workflow._records import RunRecord, RunStatus
+from roost.workflow._history import MessageArrived, StartChild, Started
+from roost.workflow._options import CHAIN_OPTIONS
+from roost.workflow._records import RunRecord, RunStatus, TimerTask
+from roost.workflow._retry import next_retry
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["apply_close_policies", "hand_over", "new_run", "start_child", "successor"]
+__all__ = [
+    "SYSTEM_SEQ",
+    "apply_close_policies",
+    "chain_next",
+    "hand_over",
+    "new_run",
+    "record_for_start",
+    "start_child",
+    "successor",
+]
+
+# Seqs of the runtime's own timers, far above any seq workflow code reaches.
+SYSTEM_SEQ = {"start": 1 << 62, "run_timeout": (1 << 62) + 1, "execution_timeout": (1 << 62) + 2}
+
+# What every run of a workflow id takes over from the run before it.
+_INHERITED = (
+    "parent",
+    "task_queue",
+    "search",
+    "memo",
+    "name",
+    "options",
+    "execution_deadline",
+    "summary",
+    "details",
+)
+
+
+def record_for_start(
+    options: dict[str, Any], *, parent: Pid | None, at: dt.datetime
+) -> dict[str, Any]:
+    """RunRecord fields for a workflow starting now with these (checked) start options."""
+    delay = options.get("start_delay", 0.0)
+    cron = options.get("cron_schedule")
+    not_before = at + dt.timedelta(seconds=delay) if delay else None
+    if cron is not None:  # the first run waits for the first fire time, as Temporal's does
+        not_before = parse_cron(cron).next_after(not_before or at)
+    timeout = options.get("execution_timeout")
+    return {
+        "parent": parent,
+        "task_queue": options.get("task_queue", "default"),
+        "search": dict(options.get("search_attributes") or {}),
+        "memo": dict(options.get("memo") or {}),
+        "name": options.get("name"),
+        "options": {k: v for k, v in options.items() if k in CHAIN_OPTIONS},
+        "execution_deadline": at + dt.timedelta(seconds=timeout) if timeout else None,
+        "summary": options.get("summary"),
+        "details": options.get("details"),
+        "not_before": not_before,
+    }
 
 
 def new_run(
@@ -27,61 +79,121 @@ def new_run(
     pid: Pid,
     args: list[Any],
     context: dict[str, Any],
-    parent: Pid | None,
-    task_queue: str,
     at: dt.datetime,
-    search: dict[str, Any] | None = None,
-    memo: dict[str, Any] | None = None,
-    name: str | None = None,
+    inherit: RunRecord | None = None,
+    **fields: Any,
 ) -> tuple[Run, Started]:
     """A run about to begin (not yet stored) and the ``Started`` event that begins it.
 
-    Every way a run begins goes through here: a start, continue-as-new, a child workflow.
+    Every way a run begins goes through here: a start, continue-as-new, a retry, a cron
+    run, a child workflow. ``inherit`` is the previous run of the same id, whose lasting
+    settings carry over; ``fields`` set ``RunRecord`` fields.
     """
+    base: dict[str, Any] = {}
+    if inherit is not None:
+        base = {name: getattr(inherit, name) for name in _INHERITED}
+    record = RunRecord(
+        **{
+            **base,
+            **fields,
+            "workflow_id": pid.id,
+            "run_id": os.urandom(8).hex(),
+            "workflow_type": entry.id,
+            "status": RunStatus.RUNNING,
+            "started_at": at,
+        }
+    )
     started = Started(
         workflow_id=pid.id,
-        run_id=os.urandom(8).hex(),
+        run_id=record.run_id,
         workflow_type=entry.id,
         args=list(args),
         seed=int.from_bytes(os.urandom(8), "big"),
         context=dict(context),
-        task_queue=task_queue,
-        parent=parent,
+        task_queue=record.task_queue,
+        parent=record.parent,
+        attempt=record.attempt,
     )
-    record = RunRecord(
-        workflow_id=pid.id,
-        run_id=started.run_id,
-        workflow_type=entry.id,
-        status=RunStatus.RUNNING,
-        started_at=at,
-        task_queue=task_queue,
-        parent=parent,
-        search=dict(search or {}),
-        memo=dict(memo or {}),
-        name=name,
-    )
-    return Run(record=record, entry=entry, pid=pid, context=dict(context)), started
+    run = Run(record=record, entry=entry, pid=pid, context=dict(context))
+    run.timers = _run_timers(record, at)
+    run.held = record.not_before is not None and record.not_before > at
+    return run, started
+
+
+def _run_timers(record: RunRecord, at: dt.datetime) -> list[TimerTask]:
+    timers = []
+
+    def timer(kind: str, due: dt.datetime, run_id: str = record.run_id) -> None:
+        seq = SYSTEM_SEQ[kind]
+        timers.append(
+            TimerTask(workflow_id=record.workflow_id, run_id=run_id, seq=seq, due=due, kind=kind)
+        )
+
+    begins = record.not_before if record.not_before is not None and record.not_before > at else at
+    if begins > at:
+        timer("start", begins)
+    run_timeout = record.options.get("run_timeout")
+    if run_timeout:
+        timer("run_timeout", begins + dt.timedelta(seconds=run_timeout))
+    if record.execution_deadline is not None:
+        # One per run: it closes whichever run of the chain is open at the deadline.
+        timer("execution_timeout", record.execution_deadline)
+    return timers
+
+
+def chain_next(record: RunRecord, at: dt.datetime) -> tuple[int, dt.datetime] | None:
+    """After a run closed as ``record``: (attempt, start time) of the next run, or None.
+
+    A failed or timed-out run is retried per its retry policy; otherwise a cron workflow
+    schedules its next run (a failure does not stop a schedule). Nothing follows a
+    cancel, a terminate or the execution timeout, or goes past the execution deadline.
+    """
+    if record.status not in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT):
+        return None
+    error = record.error
+    if error is not None and error.details.get("timeout_type") == "execution":
+        return None
+    deadline = record.execution_deadline
+    policy = record.options.get("retry_policy")
+    if record.status is not RunStatus.COMPLETED and policy is not None and error is not None:
+        delay = next_retry({"retry_policy": policy}, record.attempt, error)
+        if delay is not None:
+            when = at + dt.timedelta(seconds=delay)
+            if deadline is None or when < deadline:
+                return record.attempt + 1, when
+    cron = record.options.get("cron_schedule")
+    if cron is not None:
+        fire = parse_cron(cron).next_after(at)
+        if fire is not None and (deadline is None or fire < deadline):
+            return 1, fire
+    return None
 
 
 def successor(
-    m: WorkflowManager, run: Run, command: ContinueAsNew, at: dt.datetime, old: RunRecord
+    m: WorkflowManager,
+    run: Run,
+    at: dt.datetime,
+    old: RunRecord,
+    *,
+    entry: str,
+    args: list[Any],
+    attempt: int = 1,
+    not_before: dt.datetime | None = None,
 ) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
-    """The next run of a workflow that continues as new, and its staged inbox.
+    """The next run of a workflow id (continue-as-new, retry, cron) and its staged inbox.
 
     ``old`` is the closing run's record as of this step (attributes set in the same
     step included).
     """
     new, started = new_run(
-        entry=m.node.app.resolve(command.entry),
+        entry=m.node.app.resolve(entry),
         pid=run.pid,
-        args=command.args,
+        args=args,
         context=run.context,
-        parent=old.parent,
-        task_queue=old.task_queue,
         at=at,
-        search=old.search,
-        memo=old.memo,
-        name=old.name,
+        inherit=old,
+        attempt=attempt,
+        not_before=not_before,
     )
     # Unread messages follow the workflow into its new run: those delivered to the old
     # run's mailbox but not read yet, then those not even delivered. Nothing is lost.
@@ -92,7 +204,7 @@ def successor(
         for msg in unread
         if msg.topic != EVENTS
     ]
-    carried += [e for _, e in run.pending if isinstance(e, MessageArrived)]
+    carried += [e for _, e in run.pending if isinstance(e, MessageArrived) and e.call is None]
     staged = [(*m.stage(new, event), event) for event in carried]
     return new, staged
 
@@ -114,8 +226,10 @@ def hand_over(
     if old.driver is not None:
         old.driver.close()
         old.driver = None
+    m.arm(new)
     m.accept(new, [(k, event) for k, _, event in staged])
     m.accept(old, late)  # arrived during the hand-over's commit: re-homed
+    apply_close_policies(m, old)  # the old run's children, as at any close
 
 
 def apply_close_policies(m: WorkflowManager, run: Run) -> None:
@@ -133,23 +247,26 @@ def start_child(
     m: WorkflowManager, parent: Run, command: StartChild, at: dt.datetime
 ) -> Run | None:
     """A child run for ``command``, or None (after telling the parent) if it cannot run."""
+    pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
     if command.workflow_id in m.runs:
         error = Error(
             f"child workflow id {command.workflow_id!r} is already running",
             kind=ErrorKind.ALREADY_EXISTS,
             details={"workflow_id": command.workflow_id},
         )
-        pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
         m.process_exited(parent.pid, Exit(pid, None, error, at))
         return None
+    fields = record_for_start(
+        {"task_queue": parent.record.task_queue, **command.options}, parent=parent.pid, at=at
+    )
+    fields["name"] = None  # a child's name option is its id, not a registered name
     child, started = new_run(
         entry=m.node.app.resolve(command.entry),
-        pid=Pid.trusted(m.node.name, m.host, command.workflow_id),
+        pid=pid,
         args=command.args,
         context=parent.context,
-        parent=parent.pid,
-        task_queue=parent.record.task_queue,
         at=at,
+        **fields,
     )
     child.watchers.add(parent.pid)
     child.pending_start = [(*m.stage(child, started), started)]

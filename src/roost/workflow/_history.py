@@ -219,6 +219,7 @@ class StartChild:
     args: list[Any]
     workflow_id: str
     parent_close_policy: str = "terminate"
+    options: dict[str, Any] = attrs.field(factory=dict)  # checked child start options
 
 
 @record("wf.continue_as_new")

@@ -31,6 +31,14 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
         "parent": record.parent,
         "search_attributes": dict(record.search),
         "memo": dict(record.memo),
+        "attempt": record.attempt,
+        "start_at": record.not_before,
+        "execution_deadline": record.execution_deadline,
+        "options": dict(record.options),
+        "summary": record.summary,
+        "details": record.details,
+        "name": record.name,
+        "task_failure": record.task_failure,
     }
 
 

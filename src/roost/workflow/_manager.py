@@ -17,7 +17,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import trio
 
 from roost._errors import Error, NondeterminismError, not_found
@@ -28,11 +27,12 @@ from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
 from roost.actors._process import Process, WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._channel import Channel
-from roost.storage import Codec, Store, WriteTxn, key
+from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
+from roost.workflow._closing import close_from_outside
 from roost.workflow._driver import Driver
 from roost.workflow._effects import Effects, lost_error
-from roost.workflow._family import apply_close_policies, new_run
+from roost.workflow._family import apply_close_policies, new_run, record_for_start
 from roost.workflow._history import (
     Activation,
     CancelRequested,
@@ -46,8 +46,11 @@ from roost.workflow._records import (
     RunStatus,
     history_key,
     inbox_key,
+    timer_key,
 )
 from roost.workflow._run import Run
+from roost.workflow._task_failure import DEFAULT_TASK_TIMEOUT, task_timed_out
+from roost.workflow._watchdog import TaskTimeout, guard
 
 __all__ = ["Run", "WorkflowManager"]
 
@@ -130,7 +133,7 @@ class WorkflowManager:
             tasks = [self.codec.decode(v) for _, v in txn.range("tasks")]
             timers = [self.codec.decode(v) for _, v in txn.range("timers")]
         for run in list(self.runs.values()):
-            self._ready(run)
+            self.ready(run)
             reported = {e.pid for _, e in run.pending if isinstance(e, ProcessExited)}
             for pid in run.record.children:
                 if pid in reported:
@@ -152,6 +155,7 @@ class WorkflowManager:
         pid = Pid.trusted(self.node.name, self.host, record.workflow_id)
         run = Run(record=record, entry=entry, pid=pid, context={})
         run.next_index = record.activations + 1
+        run.held = record.not_before is not None and record.not_before > self.node.now()
         if record.parent is not None and record.parent.host == self.host:
             run.watchers.add(record.parent)  # a child workflow reports to its parent
         self.runs[record.workflow_id] = run
@@ -198,40 +202,59 @@ class WorkflowManager:
             if policy == "use_existing":
                 await self._signal_many(existing, messages, parent.pid)
                 return existing.pid
-            await self._terminate(existing)
+            self.runs.pop(workflow_id)
+            error = terminated_error(existing.pid)
+            await close_from_outside(self, existing, RunStatus.TERMINATED, error)
         else:
             self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
-        name = opts.get("name")
         pid = Pid.trusted(self.node.name, self.host, workflow_id)
+        name = opts.get("name")
         if name is not None:
-            holder = self.node.registry.lookup(name)
-            if holder is not None and holder != pid and not self.node.alive(holder):
-                self.node.registry.unregister(name)
-            self.node.registry.register(name, pid)  # AlreadyExists if a live process has it
+            self._claim_name(name, pid)
+        at = self.node.now()
         run, started = new_run(
             entry=entry,
             pid=pid,
             args=list(args),
             context={**parent.context, **context},
-            parent=parent.pid,
-            task_queue=opts.get("task_queue", "default"),
-            at=self.node.now(),
-            search=opts.get("search_attributes"),
-            memo=opts.get("memo"),
-            name=name,
+            at=at,
+            **record_for_start(opts, parent=parent.pid, at=at),
         )
-        record = run.record
         self.runs[workflow_id] = run
         events: list[Any] = [started]
         events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
         try:
-            await self._commit_incoming(run, events, put_record=record)
+            await self._commit_incoming(run, events, put_record=run.record)
         except BaseException:
             self.runs.pop(workflow_id, None)
             if name is not None:
                 self.node.registry.unregister(name)
             raise
+        self.arm(run)
         return run.pid
+
+    def _claim_name(self, name: str, pid: Pid) -> None:
+        holder = self.node.registry.lookup(name)
+        if holder is not None and holder != pid and not self.node.alive(holder):
+            self.node.registry.unregister(name)
+        self.node.registry.register(name, pid)  # AlreadyExists if a live process has it
+
+    def arm(self, run: Run) -> None:
+        """Arm the runtime timers stored with ``run``'s start (after that commit)."""
+        timers, run.timers = run.timers, []
+        for timer in timers:
+            self.timers.add(timer)
+
+    def input_of(self, run: Run) -> list[Any]:
+        """The input ``run`` started with (for a retry or the next cron run)."""
+        if run.driver is not None and run.driver.started is not None:
+            return list(run.driver.started.args)
+        with self.store.read() as txn:
+            first = txn.get("histories", history_key(run.record.run_id, 1))
+        if first is None:
+            return []
+        started = self.codec.decode(first).events[0]
+        return list(started.args) if isinstance(started, Started) else []
 
     def _check_reuse(self, workflow_id: str, policy: str) -> None:
         record = self.stored_record(workflow_id)
@@ -315,10 +338,13 @@ class WorkflowManager:
     ) -> None:
         staged = [self.stage(run, event) for event in events]
         record_bytes = self.codec.encode(put_record) if put_record is not None else None
+        timers = [(timer_key(t.due, t.run_id, t.seq), self.codec.encode(t)) for t in run.timers]
 
         def write(txn: WriteTxn) -> None:
             if record_bytes is not None:
                 txn.put("runs", run.record.workflow_id.encode(), record_bytes)
+            for k, v in timers:
+                txn.put("timers", k, v)
             for k, v in staged:
                 txn.put("inbox", k, v)
 
@@ -337,7 +363,7 @@ class WorkflowManager:
         current = self.runs.get(run.record.workflow_id)
         if current is run:
             run.pending.extend(items)
-            self._ready(run)
+            self.ready(run)
             return
         moved = [(k, e) for k, e in items if isinstance(e, MessageArrived)]
         if current is not None and moved:
@@ -417,8 +443,16 @@ class WorkflowManager:
 
     # -- activations ---------------------------------------------------------------------
 
-    def _ready(self, run: Run) -> None:
-        if not run.queued and not run.active and run.pending and run.broken is None:
+    def ready(self, run: Run) -> None:
+        if (
+            not run.queued
+            and not run.active
+            and run.pending
+            and run.broken is None
+            and not run.held
+            and not run.closing
+            and not run.backoff
+        ):
             run.queued = True
             self._send_ready.send_nowait(run)
 
@@ -432,7 +466,10 @@ class WorkflowManager:
                 await self._activate(run)
             finally:
                 run.active = False
-            self._ready(run)
+                if run.idle is not None:  # a close from outside waits for this
+                    run.idle.set()
+                    run.idle = None
+            self.ready(run)
 
     def _context_factory(self, run: Run) -> Callable[[Driver], contextvars.Context]:
         def make(driver: Driver) -> contextvars.Context:
@@ -505,16 +542,21 @@ class WorkflowManager:
         self._touch(run)
         batch, run.pending = run.pending, []
         at = self.node.now()
+        seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
         try:
-            commands = driver.activate(at, [event for _, event in batch])
+            with guard(seconds) as watch:
+                commands = driver.activate(at, [event for _, event in batch])
         except NondeterminismError as exc:
             run.broken = exc
             log.exception("workflow %s diverged", run.pid)
             return
+        except TaskTimeout:
+            self.spawn_task(task_timed_out, self, run, batch, watch)
+            return
         act = Activation(
             index=run.next_index, at=at, events=[e for _, e in batch], commands=commands
         )
-        effects = Effects(self, run, at)
+        effects = Effects(self, run, at, act.events)
         for command in commands:
             effects.add(command)
         await self.transact(effects.writer(act, [k for k, _ in batch]))
@@ -614,28 +656,8 @@ class WorkflowManager:
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.runs.pop(pid.id)  # no further activations, signals or results
-        self._nursery.start_soon(self._terminate, run, name="roost.workflow.terminate")
-
-    async def _terminate(self, run: Run) -> None:
-        self.runs.pop(run.record.workflow_id, None)
-        record = attrs.evolve(
-            run.record,
-            status=RunStatus.TERMINATED,
-            error=terminated_error(run.pid),
-            closed_at=self.node.now(),
-        )
-        run.record = record
-        data = self.codec.encode(record)
-        run_id = record.run_id
-
-        def write(txn: WriteTxn) -> None:
-            txn.put("runs", record.workflow_id.encode(), data)
-            for table in ("inbox", "tasks"):
-                for k, _ in list(txn.prefix(table, key(run_id))):
-                    txn.delete(table, k)
-
-        await self.transact(write)
-        self.closed(run)
+        run.closing = True
+        self.spawn_task(close_from_outside, self, run, RunStatus.TERMINATED, terminated_error(pid))
 
     def monitor(self, watcher: Process, pid: Pid) -> None:
         """EXIT to ``watcher`` when the workflow closes (at once if it already has)."""

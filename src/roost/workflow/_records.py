@@ -41,6 +41,8 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     TERMINATED = "terminated"
+    CANCELED = "canceled"  # returned after a cancel request
+    TIMED_OUT = "timed_out"  # run_timeout or execution_timeout
 
 
 @record("wf.run")
@@ -67,6 +69,18 @@ class RunRecord:
     memo: dict[str, Any] = attrs.field(factory=dict)
     child_policies: dict[str, str] = attrs.field(factory=dict)
     name: str | None = None  # registered while the workflow is open
+    # Carried from run to run (retries, cron, continue-as-new): the normalised start
+    # options retry_policy, cron_schedule, run_timeout, task_timeout, execution_timeout.
+    options: dict[str, Any] = attrs.field(factory=dict)
+    execution_deadline: dt.datetime | None = None
+    summary: str | None = None
+    details: str | None = None
+    # This run's own: its attempt (retries count up), when it may start (start_delay, a
+    # retry's backoff, the next cron time) and whether a cancel was requested.
+    attempt: int = 1
+    not_before: dt.datetime | None = None
+    cancel_requested: bool = False
+    task_failure: Error | None = None  # the last failed workflow task, until one succeeds
 
 
 @record("wf.activity_task")
@@ -89,12 +103,17 @@ class ActivityTask:
 @record("wf.timer")
 @attrs.frozen(kw_only=True)
 class TimerTask:
-    """A durable timer: fires ``TimerFired(seq)`` into its run at ``due``."""
+    """A durable timer: fires ``TimerFired(seq)`` into its run at ``due``.
+
+    The runtime's own timers have another ``kind``: ``start`` (a delayed run may begin),
+    ``run_timeout`` and ``execution_timeout`` (the run is closed as timed out).
+    """
 
     workflow_id: str
     run_id: str
     seq: int
     due: dt.datetime
+    kind: str = "timer"
 
 
 def history_key(run_id: str, index: int) -> bytes:

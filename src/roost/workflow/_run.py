@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import trio
 
 from roost._errors import Error
 from roost._pid import Pid
@@ -12,7 +13,7 @@ from roost.actors._app import Entry
 from roost.actors._node import ExitResult
 from roost.mailbox._channel import Channel
 from roost.workflow._driver import Driver
-from roost.workflow._records import RunRecord
+from roost.workflow._records import RunRecord, TimerTask
 
 __all__ = ["Run"]
 
@@ -37,3 +38,9 @@ class Run:
     watchers: set[Pid] = attrs.field(factory=set)
     links: set[Pid] = attrs.field(factory=set)
     exit_chans: list[Channel[ExitResult]] = attrs.field(factory=list)
+    timers: list[TimerTask] = attrs.field(factory=list)  # its own, stored with its start
+    held: bool = False  # waiting for its start time (start_delay, retry backoff, cron)
+    closing: bool = False  # closed from outside (terminate, a timeout): no activations
+    idle: trio.Event | None = None  # set when an activation in flight has finished
+    backoff: bool = False  # a failed workflow task waits before its retry
+    task_failures: int = 0

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._history import TimerFired
-from roost.workflow._records import TimerTask, timer_key
+from roost.workflow._records import TimerTask
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -48,9 +47,6 @@ class DurableTimers:
             await trio.lowlevel.checkpoint()
 
     async def _fire(self, timer: TimerTask) -> None:
-        await self.m.settle(
-            "timers",
-            timer_key(timer.due, timer.run_id, timer.seq),
-            (timer.workflow_id, timer.run_id),
-            TimerFired(seq=timer.seq),
-        )
+        from roost.workflow._closing import fire_timer  # noqa: PLC0415 - cycle
+
+        await fire_timer(self.m, timer)

@@ -1,0 +1,63 @@
+"""Cron expressions (UTC): 5-field standard cron, or 6/7 fields with seconds first.
+
+Shared by workflow ``cron_schedule`` and queue cron triggers. The matching itself is
+croniter's; this module fixes the field layout roost documents and the error a bad
+expression gets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+from croniter import croniter
+
+from roost._errors import invalid
+
+__all__ = ["CronSchedule", "parse_cron"]
+
+_LAYOUTS = {
+    5: "minute hour day-of-month month day-of-week",
+    6: "second minute hour day-of-month month day-of-week",
+    7: "second minute hour day-of-month month day-of-week year",
+}
+
+
+@attrs.frozen
+class CronSchedule:
+    """A parsed cron expression; ``next_after`` gives fire times in UTC."""
+
+    expression: str
+    seconds_first: bool
+
+    def next_after(self, at: dt.datetime) -> dt.datetime | None:
+        """The first fire time strictly after ``at`` (None if the schedule has ended)."""
+        start = at.astimezone(dt.UTC)
+        try:
+            fire: dt.datetime = croniter(
+                self.expression, start, second_at_beginning=self.seconds_first
+            ).get_next(dt.datetime)
+        except (StopIteration, ValueError, KeyError):  # croniter's "no more matches"
+            return None
+        return fire.astimezone(dt.UTC)
+
+
+def parse_cron(expression: object) -> CronSchedule:
+    """Validate a cron expression.
+
+    Raises:
+        roost.Error: kind Invalid, naming the expected fields, for a malformed expression.
+    """
+    if not isinstance(expression, str) or not expression.strip():
+        raise invalid(f"a cron expression must be a non-empty string, got {expression!r}")
+    text = " ".join(expression.split())
+    count = len(text.split(" "))
+    layout = _LAYOUTS.get(count)
+    seconds_first = count > 5
+    if layout is None or not croniter.is_valid(text, second_at_beginning=seconds_first):
+        expected = "; or ".join(f"{n} fields: {fields}" for n, fields in _LAYOUTS.items())
+        raise invalid(
+            f"bad cron expression {expression!r} (UTC); expected {expected}",
+            expression=expression,
+        )
+    return CronSchedule(text, seconds_first)

@@ -1,0 +1,127 @@
+"""Closing a run from outside its code: terminate, run and execution timeouts.
+
+Workflow code closes its run through an activation (``Effects``); these paths close it
+without running any more of its code. Either way the closing record, the next run of
+the chain (a retry or a cron run, when the close allows one) and the removal of the old
+run's pending work commit in one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from roost._errors import Error, ErrorKind
+from roost.actors._node import terminated_error
+from roost.storage import WriteTxn, key
+from roost.workflow._family import chain_next, hand_over, successor
+from roost.workflow._history import TimerFired
+from roost.workflow._records import RunStatus, TimerTask, timer_key
+from roost.workflow._run import Run
+
+if TYPE_CHECKING:
+    from roost.workflow._manager import WorkflowManager
+
+__all__ = ["close_from_outside", "fire_timer", "timeout_error"]
+
+
+async def fire_timer(m: WorkflowManager, timer: TimerTask) -> None:
+    """A stored timer fell due: a workflow timer, or one of the runtime's own."""
+    row = timer_key(timer.due, timer.run_id, timer.seq)
+    task = (timer.workflow_id, timer.run_id)
+    if timer.kind == "timer":
+        await m.settle("timers", row, task, TimerFired(seq=timer.seq))
+        return
+    await m.transact(lambda txn: txn.delete("timers", row))
+    run = m.runs.get(timer.workflow_id)
+    if run is None or run.record.run_id != timer.run_id:
+        return  # the run has closed or moved on since
+    match timer.kind:
+        case "start":
+            run.held = False
+            m.ready(run)
+        case "run_timeout" | "execution_timeout":
+            kind = timer.kind.removesuffix("_timeout")
+            error = timeout_error(run, kind, run.record.options.get(timer.kind, 0.0))
+            await close_from_outside(m, run, RunStatus.TIMED_OUT, error)
+
+
+def timeout_error(run: Run, kind: str, seconds: float) -> Error:
+    """The error of a run closed by its run or execution timeout."""
+    return Error(
+        f"workflow {run.record.workflow_id!r} exceeded its {kind}_timeout of {seconds:g}s",
+        kind=ErrorKind.TIMEOUT,
+        details={"timeout_type": kind, "timeout": seconds, "workflow_id": run.pid.id},
+    )
+
+
+def terminate_soon(m: WorkflowManager, run: Run) -> None:
+    """Stop ``run`` now: it takes no more activations; the close commits shortly."""
+    run.closing = True
+    error = terminated_error(run.pid)
+    m.spawn_task(close_from_outside, m, run, RunStatus.TERMINATED, error)
+
+
+async def close_from_outside(m: WorkflowManager, run: Run, status: RunStatus, error: Error) -> None:
+    """Close ``run`` (after an activation in flight finishes) without running its code."""
+    run.closing = True
+    while run.active:
+        if run.idle is None:
+            run.idle = trio.Event()
+        await run.idle.wait()
+    current = m.runs.get(run.record.workflow_id)
+    if current is not None and current is not run and status is RunStatus.TERMINATED:
+        run = current  # it continued as new meanwhile: terminate stops the new run
+        run.closing = True
+    elif run.record.status is not RunStatus.RUNNING:
+        return  # its own last activation closed it meanwhile
+    at = m.node.now()
+    closing = attrs.evolve(run.record, status=status, error=error, closed_at=at)
+    following = chain_next(closing, at)
+    nxt = None
+    if following is not None:
+        attempt, not_before = following
+        nxt = successor(
+            m,
+            run,
+            at,
+            closing,
+            entry=run.entry.id,
+            args=m.input_of(run),
+            attempt=attempt,
+            not_before=not_before,
+        )
+    await m.transact(_close_writer(m, run, closing, nxt))
+    run.record = closing
+    if nxt is None:
+        m.runs.pop(run.record.workflow_id, None)
+        m.closed(run)
+    else:
+        hand_over(m, run, *nxt, moved={k for k, _ in run.pending})
+
+
+def _close_writer(
+    m: WorkflowManager,
+    run: Run,
+    closing: Any,
+    nxt: tuple[Run, list[tuple[bytes, bytes, Any]]] | None,
+) -> Any:
+    codec = m.codec
+    record = nxt[0].record if nxt is not None else closing
+    rows = [("runs", record.workflow_id.encode(), codec.encode(record))]
+    if nxt is not None:
+        new, staged = nxt
+        rows += [("inbox", k, v) for k, v, _ in staged]
+        rows += [("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in new.timers]
+    run_id = closing.run_id
+
+    def write(txn: WriteTxn) -> None:
+        for table in ("inbox", "tasks"):
+            for k, _ in list(txn.prefix(table, key(run_id))):
+                txn.delete(table, k)
+        for table, k, v in rows:
+            txn.put(table, k, v)
+
+    return write

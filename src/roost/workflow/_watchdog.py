@@ -1,0 +1,118 @@
+"""``task_timeout``: an activation that does not yield in time is stopped and retried.
+
+Workflow code runs on the node's trio thread, so an activation stuck in a loop would
+stall every process of the node. One daemon thread per interpreter watches the
+activations in flight; when one passes its deadline it records where the workflow code
+is (file:line) and raises ``TaskTimeout`` in the stuck thread (CPython's
+``PyThreadState_SetAsyncExc``; like a KeyboardInterrupt, it lands at the next bytecode,
+so code blocked inside a C call is stopped when that call returns). The runtime then
+discards the activation: nothing of it is committed, and the task is retried later by
+replay, as Temporal retries a failed workflow task.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import sysconfig
+import threading
+import time
+import types
+from pathlib import Path
+
+__all__ = ["TaskTimeout", "guard"]
+
+_ROOST_DIR = str(Path(__file__).resolve().parents[1])
+_STDLIB_DIR = sysconfig.get_paths()["stdlib"]
+_POLL = 0.05
+
+
+class TaskTimeout(BaseException):
+    """Raised inside an activation that ran past its task_timeout.
+
+    A BaseException, so that workflow code catching ``Exception`` does not swallow it.
+    """
+
+
+class Guard:
+    """One activation under watch: its deadline, and where it was stuck if it fired."""
+
+    __slots__ = ("deadline", "fired", "location", "seconds", "thread")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.thread = threading.get_ident()
+        self.deadline = time.monotonic() + seconds
+        self.fired = False
+        self.location = "<unknown>"
+
+    def __enter__(self) -> Guard:
+        with _LOCK:
+            _ACTIVE[self.thread] = self
+        _ensure_thread()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        with _LOCK:
+            _ACTIVE.pop(self.thread, None)
+            fired = self.fired
+        if fired and exc_type is not TaskTimeout:
+            # The activation finished (or swallowed the exception) as the watchdog
+            # fired: take the pending exception here, then report the timeout anyway.
+            try:
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:
+                    pass
+            except TaskTimeout:
+                pass
+            raise TaskTimeout
+
+
+def guard(seconds: float) -> Guard:
+    """A context manager that raises ``TaskTimeout`` if its body runs over ``seconds``."""
+    return Guard(seconds)
+
+
+_LOCK = threading.Lock()
+_ACTIVE: dict[int, Guard] = {}
+_THREAD: list[threading.Thread] = []
+
+
+def _ensure_thread() -> None:
+    if _THREAD and _THREAD[0].is_alive():
+        return
+    with _LOCK:
+        if _THREAD and _THREAD[0].is_alive():
+            return
+        thread = threading.Thread(target=_watch, name="roost.workflow.watchdog", daemon=True)
+        _THREAD[:] = [thread]
+        thread.start()
+
+
+def _watch() -> None:
+    while True:
+        time.sleep(_POLL)
+        now = time.monotonic()
+        with _LOCK:
+            for ident, active in _ACTIVE.items():
+                if active.fired or now < active.deadline:
+                    continue
+                active.fired = True
+                active.location = _where(ident)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(ident), ctypes.py_object(TaskTimeout)
+                )
+
+
+def _where(ident: int) -> str:
+    """file:line in function of the innermost frame of user code in thread ``ident``."""
+    frame: types.FrameType | None = sys._current_frames().get(ident)
+    fallback = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        here = f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        fallback = fallback or here
+        if not filename.startswith((_ROOST_DIR, _STDLIB_DIR)):
+            return here
+        frame = frame.f_back
+    return fallback or "<unknown>"

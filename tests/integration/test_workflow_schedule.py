@@ -289,3 +289,23 @@ async def test_summary_and_details_are_described(autojump_clock):
         described = node.describe("sd")
         assert (described["summary"], described["details"]) == ("nightly report", "for ops")
         await trio.testing.wait_all_tasks_blocked()
+
+
+@app.workflow
+async def grows(round_):
+    before = workflow.is_continue_as_new_suggested()
+    for i in range(10_000):  # cheap recorded commands, to grow the history
+        workflow.version(f"change-{i}", 1, 1)
+    await roost.sleep(1)
+    after = workflow.is_continue_as_new_suggested()
+    if round_ == 0 and after:
+        await process.upgrade(None, 1)
+    return {"round": round_, "before": before, "after": after}
+
+
+async def test_continue_as_new_is_suggested_for_long_histories(autojump_clock):
+    assert workflow.is_continue_as_new_suggested() is False  # outside a workflow
+    async with roost.open_node(app) as node:
+        result = await process.with_options(id="grows").exec("sched:grows", 0)
+        assert result == {"round": 1, "before": False, "after": True}
+        assert Replayer(app).replay(node.history("grows")) == result

@@ -110,7 +110,13 @@ def test_other_namespaces():
     assert set(roost.ctx.__all__) == {"get", "all"}
     assert set(roost.coroutine.__all__) == {"spawn"}
     assert set(roost.funcs.__all__) == {"call", "new", "Executor"}
-    assert {"info", "history_length", "history_size", "RetryPolicy"} <= set(roost.workflow.__all__)
+    assert {
+        "info",
+        "history_length",
+        "history_size",
+        "is_continue_as_new_suggested",
+        "RetryPolicy",
+    } <= set(roost.workflow.__all__)
 
 
 @pytest.mark.parametrize("module", list(public_modules()), ids=lambda m: m.__name__)

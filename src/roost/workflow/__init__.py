@@ -10,6 +10,7 @@ from roost.workflow._api import (
     history_length,
     history_size,
     info,
+    is_continue_as_new_suggested,
     version,
 )
 from roost.workflow._manager import WorkflowManager as _WorkflowManager
@@ -31,5 +32,6 @@ __all__ = [
     "history_length",
     "history_size",
     "info",
+    "is_continue_as_new_suggested",
     "version",
 ]

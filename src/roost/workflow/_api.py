@@ -12,6 +12,7 @@ from roost._errors import Error, ErrorKind, invalid
 from roost.actors._process import maybe_current_process
 
 __all__ = [
+    "CONTINUE_AS_NEW_SUGGESTED_AT",
     "WorkflowInfo",
     "attrs",
     "check_attributes",
@@ -19,6 +20,7 @@ __all__ = [
     "history_length",
     "history_size",
     "info",
+    "is_continue_as_new_suggested",
     "version",
 ]
 
@@ -70,6 +72,21 @@ def history_size() -> int:
     """Bytes of the run's history so far (0 outside a workflow)."""
     driver = _driver()
     return int(driver.history_size) if driver is not None else 0
+
+
+# Wippy's guide suggests continue-as-new past 10,000 history events. The length (not the
+# byte size) decides because replay recomputes it exactly, so the answer replays.
+CONTINUE_AS_NEW_SUGGESTED_AT = 10_000
+
+
+def is_continue_as_new_suggested() -> bool:
+    """Whether this run's history is long enough to continue as new (False outside one).
+
+    True once the history holds ``CONTINUE_AS_NEW_SUGGESTED_AT`` (10,000) events; a long-
+    lived workflow checks it in its loop and calls ``process.upgrade(...)``.
+    """
+    driver = _driver()
+    return driver is not None and int(driver.history_length) >= CONTINUE_AS_NEW_SUGGESTED_AT
 
 
 def version(change_id: str, min_supported: int, max_supported: int) -> int:

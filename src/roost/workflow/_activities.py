@@ -219,6 +219,10 @@ class ActivityWorker:
     async def _call(self, fn: Any, is_async: bool, task: ActivityTask, info: ActivityInfo) -> Any:
         # An activity is a function, not a process: it sees its workflow's context values
         # (ctx.get) and its own info (roost.activity_info()), and no current process.
+        faults = self.m.node.ext.get("activity_faults")  # roost.testing's fail_activity
+        failure = faults.take(task.entry) if faults is not None else None
+        if failure is not None:
+            raise failure
         run = self.m.runs.get(task.workflow_id)
         set_current(None)
         activity_context.set(dict(run.context) if run is not None else {})

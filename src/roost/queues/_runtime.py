@@ -1,0 +1,377 @@
+"""The queues of a node: durable enqueue, dispatch, retries with backoff, the DLQ.
+
+A message is stored when enqueued and deleted when its handler finishes without an error
+(the acknowledgement). Messages a handler enqueues commit in that acknowledgement's
+transaction (exactly-once hand-off between steps). A failed attempt is written back with
+its error and the time of its retry; the last one moves the message to the DLQ in one
+transaction. Messages still stored when a node starts (in flight at a crash, or waiting)
+are delivered again: at-least-once, with ``roost.queue_info()`` to stay idempotent.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import logging
+import math
+import os
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import attrs
+import trio
+
+from roost._errors import Error, ErrorKind, invalid, not_found
+from roost.actors._app import EntryKind, register_extension, register_node_service
+from roost.actors._node import Node
+from roost.actors._process import reset_current, set_current
+from roost.actors._spawn import Spawner
+from roost.queues._dispatch import QueueState
+from roost.queues._records import DeadLetter, QueueInfo, QueueMessage, message_key
+from roost.queues._spec import QueueSpec, declare_queue, queue_specs, retry_delay
+from roost.storage import Codec, Store, WriteTxn
+
+__all__ = ["DELIVERY", "Delivery", "QueueRuntime"]
+
+log = logging.getLogger("roost.queues")
+
+
+@attrs.define
+class Delivery:
+    """The handler call in progress in this context (for queue_info and hand-off)."""
+
+    info: QueueInfo
+    runtime: QueueRuntime
+    handoff: list[QueueMessage] = attrs.field(factory=list)
+    open: bool = True
+
+
+DELIVERY: ContextVar[Delivery | None] = ContextVar("roost_queue_delivery", default=None)
+
+
+class QueueRuntime:
+    """Every queue of one node."""
+
+    def __init__(self, node: Node, store: Store, nursery: trio.Nursery) -> None:
+        self.node = node
+        self.store = store
+        self.codec = Codec()
+        self.specs: dict[str, QueueSpec] = queue_specs(node.app)
+        self.states = {name: QueueState(spec) for name, spec in self.specs.items()}
+        self._wake = {name: trio.Event() for name in self.specs}
+        self._nursery = nursery
+        self._seq = 0
+        self.dlq = DeadLetters(self)
+
+    @classmethod
+    async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
+        """The node service: recover stored messages and start a dispatcher per queue."""
+        if node.store is None:
+            return
+        runtime = cls(node, node.store, nursery)
+        node.ext["queues"] = runtime
+        runtime._recover()
+        for name in runtime.specs:
+            nursery.start_soon(runtime._dispatch, name, name=f"roost.queue.{name}")
+
+    def _recover(self) -> None:
+        with self.store.read() as txn:
+            messages = [self.codec.decode(v) for _, v in txn.range("queue_messages")]
+            dead = [self.codec.decode(v) for _, v in txn.range("dlq")]
+        self._seq = max([m.seq for m in messages] + [d.seq for d in dead] + [0])
+        for message in messages:
+            state = self.states.get(message.queue)
+            if state is None:
+                log.error(
+                    "message %s is stored for queue %r, which this app does not declare; it "
+                    "stays stored until a node that declares the queue opens",
+                    message.receipt_id,
+                    message.queue,
+                )
+                continue
+            state.add(message)
+
+    async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
+        """Commit; inline under a MockClock (see ``WorkflowManager.transact``)."""
+        if self.node.mock_time:
+            result = self.store.transact_sync(fn)
+            await trio.lowlevel.checkpoint()
+            return result
+        return await self.store.transact(fn)
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def new_message(self, queue: str, entry: str, payload: Any) -> QueueMessage:
+        """A checked, encodable message for ``queue`` (not stored yet).
+
+        Raises:
+            roost.Error: Invalid for an undeclared queue, a FIFO payload without its group
+                field, or a payload the codec cannot encode.
+        """
+        spec = self.specs.get(queue)
+        if spec is None:
+            raise invalid(
+                f"queue {queue!r} is not declared; declare it with app.queue({queue!r}, ...) "
+                f"(declared: {', '.join(sorted(self.specs))})",
+                queue=queue,
+            )
+        group = None
+        if spec.fifo:
+            field = spec.message_group_field
+            value = payload.get(field) if isinstance(payload, dict) else None
+            if value is None:
+                raise invalid(
+                    f"fifo queue {queue!r} groups messages by payload[{field!r}], which this "
+                    "payload lacks (or is null); send a dict with that field",
+                    queue=queue,
+                )
+            group = str(value)
+        self.codec.encode(payload, what=f"payload for queue {queue!r}")
+        self._seq += 1
+        return QueueMessage(
+            receipt_id=os.urandom(12).hex(),
+            queue=queue,
+            seq=self._seq,
+            entry=entry,
+            payload=payload,
+            group=group,
+            enqueued_at=self.node.now(),
+        )
+
+    async def enqueue(self, message: QueueMessage) -> None:
+        """Store ``message``; it is acknowledged (returns) only once committed."""
+        data = self.codec.encode(message)
+        row = message_key(message.queue, message.seq)
+        await self.transact(lambda txn: txn.put("queue_messages", row, data))
+        self.accept([message])
+
+    def accept(self, messages: list[QueueMessage]) -> None:
+        """Committed messages: hand them to their queues' dispatchers."""
+        for message in messages:
+            self.states[message.queue].add(message)
+            self._wake[message.queue].set()
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    async def _dispatch(self, name: str) -> None:
+        state = self.states[name]
+        while True:
+            for message in state.take_ready(self.node.now()):
+                self._nursery.start_soon(self._deliver, message, name=f"roost.queue.{name}")
+            wakeup = state.next_wakeup()
+            delay = math.inf if wakeup is None else (wakeup - self.node.now()).total_seconds()
+            with trio.move_on_after(max(delay, 0.0)):
+                await self._wake[name].wait()
+            self._wake[name] = trio.Event()
+
+    async def _deliver(self, message: QueueMessage) -> None:
+        spec = self.specs[message.queue]
+        delivery = Delivery(
+            QueueInfo(receipt_id=message.receipt_id, attempt=message.attempt, queue=spec.name),
+            self,
+        )
+        error = await self._invoke(message, spec, delivery)
+        delivery.open = False
+        if error is None:
+            await self._acknowledge(message, delivery.handoff)
+            retry = None
+        else:
+            retry = await self._failed(message, spec, error)
+        self.states[message.queue].finished(message, retry)
+        self._wake[message.queue].set()
+
+    async def _invoke(
+        self, message: QueueMessage, spec: QueueSpec, delivery: Delivery
+    ) -> Error | None:
+        node = self.node
+        token = DELIVERY.set(delivery)
+        parent = node.attach()
+        current = set_current(parent)
+        try:
+            with trio.move_on_after(spec.timeout):
+                await invoke(node, message.entry, message.payload, delivery.info)
+                return None
+            return Error(
+                f"queue {spec.name!r}: {message.entry!r} did not finish within its "
+                f"timeout of {spec.timeout:g}s",
+                kind=ErrorKind.TIMEOUT,
+                details={"timeout": spec.timeout},
+            )
+        except Error as exc:
+            return exc
+        except Exception as exc:  # noqa: BLE001 - a handler's error fails the attempt
+            return Error.from_exception(exc)
+        finally:
+            reset_current(current)
+            DELIVERY.reset(token)
+            node.exit(parent, None, None)
+
+    async def _acknowledge(self, message: QueueMessage, handoff: list[QueueMessage]) -> None:
+        rows = [(message_key(m.queue, m.seq), self.codec.encode(m)) for m in handoff]
+        done = message_key(message.queue, message.seq)
+
+        def write(txn: WriteTxn) -> None:
+            txn.delete("queue_messages", done)
+            for k, v in rows:
+                txn.put("queue_messages", k, v)
+
+        await self.transact(write)
+        self.accept(handoff)
+
+    async def _failed(
+        self, message: QueueMessage, spec: QueueSpec, error: Error
+    ) -> QueueMessage | None:
+        now = self.node.now()
+        noted = error.clone()
+        noted.details = {**error.details, "attempt": message.attempt, "at": now}
+        errors = [*message.errors, noted]
+        row = message_key(message.queue, message.seq)
+        if message.attempt <= spec.max_retries:
+            delay = retry_delay(spec, message.attempt)
+            retry = attrs.evolve(
+                message,
+                attempt=message.attempt + 1,
+                not_before=now + dt.timedelta(seconds=delay),
+                errors=errors,
+            )
+            data = self.codec.encode(retry)
+            await self.transact(lambda txn: txn.put("queue_messages", row, data))
+            log.info(
+                "queue %s: %s attempt %d failed (%s); retrying in %.3gs",
+                spec.name,
+                message.receipt_id,
+                message.attempt,
+                error,
+                delay,
+            )
+            return retry
+        dead = DeadLetter(
+            receipt_id=message.receipt_id,
+            queue=message.queue,
+            seq=message.seq,
+            entry=message.entry,
+            payload=message.payload,
+            group=message.group,
+            errors=errors,
+            enqueued_at=message.enqueued_at,
+            failed_at=now,
+        )
+        data = self.codec.encode(dead)
+
+        def write(txn: WriteTxn) -> None:
+            txn.delete("queue_messages", row)
+            txn.put("dlq", row, data)
+
+        await self.transact(write)
+        log.warning(
+            "queue %s: %s failed %d attempts; moved to the DLQ (last error: %s)",
+            spec.name,
+            message.receipt_id,
+            message.attempt,
+            error,
+        )
+        return None
+
+
+async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo) -> Any:
+    """Call a queue, cron, HTTP or subscription target with its one argument.
+
+    An activity is called directly (a sync one in a worker thread, inline under a
+    MockClock); a process or workflow entry is run to its end like ``process.exec``.
+    """
+    entry = node.app.resolve(entry_id)
+    if entry.kind is EntryKind.ACTIVITY:
+        if entry.is_async:
+            return await entry.fn(payload)
+        if node.mock_time:
+            return entry.fn(payload)
+        return await trio.to_thread.run_sync(entry.fn, payload)
+    spawner = Spawner()
+    if entry.kind is EntryKind.WORKFLOW:
+        spawner = spawner.with_context({"roost.queue_info": attrs.asdict(info)})
+    return await spawner.exec(entry, payload)
+
+
+class DeadLetters:
+    """``node.dlq``: list, redrive and discard dead letters of a queue."""
+
+    def __init__(self, runtime: QueueRuntime) -> None:
+        self._rt = runtime
+
+    def _check(self, queue: str) -> None:
+        if queue not in self._rt.specs:
+            raise not_found(f"queue {queue!r} is not declared", queue=queue)
+
+    def _all(self, queue: str) -> builtins.list[DeadLetter]:
+        from roost.storage import key  # noqa: PLC0415 - keys of one queue
+
+        with self._rt.store.read() as txn:
+            return [self._rt.codec.decode(v) for _, v in txn.prefix("dlq", key(queue))]
+
+    def list(self, queue: str, offset: int = 0, limit: int = 50) -> builtins.list[DeadLetter]:
+        """Dead letters of ``queue``, oldest first."""
+        self._check(queue)
+        if offset < 0 or limit < 0:
+            raise invalid("offset and limit must be >= 0")
+        return self._all(queue)[offset : offset + limit]
+
+    def _find(self, queue: str, receipt_id: str) -> DeadLetter:
+        self._check(queue)
+        for dead in self._all(queue):
+            if dead.receipt_id == receipt_id:
+                return dead
+        raise not_found(
+            f"no dead letter {receipt_id!r} in queue {queue!r}", queue=queue, receipt_id=receipt_id
+        )
+
+    async def redrive(self, queue: str, receipt_id: str) -> None:
+        """Enqueue a dead letter again, same receipt id, with a fresh retry budget."""
+        await self._redrive([self._find(queue, receipt_id)])
+
+    async def redrive_all(self, queue: str) -> int:
+        """Redrive every dead letter of ``queue``; returns how many."""
+        self._check(queue)
+        dead = self._all(queue)
+        await self._redrive(dead)
+        return len(dead)
+
+    async def discard(self, queue: str, receipt_id: str) -> None:
+        """Delete a dead letter for good."""
+        dead = self._find(queue, receipt_id)
+        row = message_key(dead.queue, dead.seq)
+        await self._rt.transact(lambda txn: txn.delete("dlq", row))
+
+    async def _redrive(self, dead: builtins.list[DeadLetter]) -> None:
+        rt = self._rt
+        # A redriven message goes to the back of its queue (a new seq), keeping its
+        # receipt id; its attempts start over.
+        fresh = []
+        for d in dead:
+            rt._seq += 1
+            fresh.append(
+                QueueMessage(
+                    receipt_id=d.receipt_id,
+                    queue=d.queue,
+                    seq=rt._seq,
+                    entry=d.entry,
+                    payload=d.payload,
+                    group=d.group,
+                    enqueued_at=d.enqueued_at,
+                )
+            )
+        old = [message_key(d.queue, d.seq) for d in dead]
+        rows = [(message_key(m.queue, m.seq), rt.codec.encode(m)) for m in fresh]
+
+        def write(txn: WriteTxn) -> None:
+            for k in old:
+                txn.delete("dlq", k)
+            for k, v in rows:
+                txn.put("queue_messages", k, v)
+
+        await rt.transact(write)
+        rt.accept(fresh)
+
+
+register_extension("queue", declare_queue)
+register_node_service(QueueRuntime.start_on)

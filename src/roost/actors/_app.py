@@ -72,6 +72,16 @@ def node_services() -> list[Callable[..., Any]]:
     return list(_NODE_SERVICES)
 
 
+# Whole-app checks of higher layers (HTTP routes naming entries by id), run by validate().
+_APP_CHECKS: list[Callable[[App], None]] = []
+
+
+def register_app_check(check: Callable[[App], None]) -> None:
+    """Run ``check(app)`` in every ``App.validate()`` (it raises Invalid for a bad app)."""
+    if check not in _APP_CHECKS:
+        _APP_CHECKS.append(check)
+
+
 def _extension(name: str) -> Callable[..., Any]:
     declare = _EXTENSIONS.get(name)
     if declare is None:
@@ -102,6 +112,8 @@ class App:
         self.name = _check_name("app name", name)
         self._entries: dict[str, Entry] = {}
         self._hosts: dict[str, HostSpec] = {}
+        # What extensions declare on the app (queues, routes, ...), by extension name.
+        self.declared: dict[str, dict[str, Any]] = {}
         self.host("processes")
 
     def __repr__(self) -> str:
@@ -179,6 +191,64 @@ class App:
         children are added at run time with ``supervisor.start_child``.
         """
         return _extension("dynamic_supervisor")(self, name, **options)
+
+    def queue(self, name: str, /, **settings: Any) -> Any:
+        """Declare (or redeclare) a named durable queue; see ``roost.queues``.
+
+        ``app.queue("order-payment", max_retries=5, backoff="2s", concurrency=2,
+        type="fifo", message_group_field="order_id")``. A ``default`` queue always exists.
+
+        Raises:
+            roost.Error: kind Invalid for an unknown setting or a bad value.
+        """
+        return _extension("queue")(self, name, **settings)
+
+    def load_config(self, path: Any) -> Any:
+        """Declare the queues of a ``roost.toml`` file (its ``[queues.<name>]`` tables).
+
+        Raises:
+            roost.Error: kind Invalid for a missing or malformed file or a bad setting;
+                nothing is declared then.
+        """
+        return _extension("config")(self, path)
+
+    def cron(self, expression: str, entry: Any, catch_up: str = "skip") -> Any:
+        """Run ``entry`` with a ``roost.CronTick`` on a cron schedule (UTC).
+
+        5 fields (minute first) or 6/7 fields (seconds first, optional year);
+        ``catch_up`` is "skip", "one" or "all" for fire times missed while down.
+
+        Raises:
+            roost.Error: kind Invalid for a bad expression or catch_up.
+        """
+        return _extension("cron")(self, expression, entry, catch_up)
+
+    def subscribe(
+        self, topic: str, entry: Any, *, durable: bool = False, queue: str | None = None
+    ) -> Any:
+        """Run ``entry`` with the data of every ``roost.publish`` on ``topic``.
+
+        In memory by default; ``durable=True`` feeds it through ``queue`` (default: the
+        ``default`` queue), at least once, with that queue's retries and DLQ.
+
+        Raises:
+            roost.Error: kind Invalid for a bad topic or option.
+        """
+        return _extension("subscribe")(self, topic, entry, durable=durable, queue=queue)
+
+    def http(self, method: str, path: str, entry: Any) -> Any:
+        """Declare an HTTP trigger: ``method`` on ``path`` runs ``entry``; see ``roost.http``.
+
+        ``app.http("GET", "/orders/{id}", get_order)``: the entry (an activity, process or
+        workflow) gets one ``roost.http.Request`` and returns a value (sent as JSON) or a
+        ``roost.http.Response``. Served by nodes opened with ``open_node(..., http=...)``.
+
+        Raises:
+            roost.Error: kind Invalid for an unknown method, a path not starting with '/',
+                a duplicate method and path, or an entry that cannot serve requests (by id:
+                checked by ``validate()``).
+        """
+        return _extension("http")(self, method, path, entry)
 
     def _decorate(
         self,
@@ -265,6 +335,8 @@ class App:
             check = entry.options.get("validate")
             if check is not None:
                 check(self)
+        for app_check in _APP_CHECKS:
+            app_check(self)
 
     def resolve_host(self, host: str | None) -> HostSpec:
         """Find a host by id (``"app:workers"``) or short name; None means the default."""

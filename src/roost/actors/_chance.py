@@ -16,7 +16,13 @@ import trio
 
 from roost._duration import Duration, parse_duration
 from roost._errors import invalid
-from roost.actors._process import Process, WorkflowOps, current_process, maybe_current_process
+from roost.actors._process import (
+    Process,
+    WorkflowOps,
+    bound_node,
+    current_process,
+    maybe_current_process,
+)
 from roost.mailbox._channel import Channel
 
 __all__ = ["after", "now", "random", "random_bytes", "sleep", "ticker", "uuid4", "uuid7"]
@@ -61,7 +67,8 @@ def now() -> dt.datetime:
     """The current time as an aware UTC datetime (the node's clock inside a node)."""
     proc = maybe_current_process()
     if proc is None:
-        return dt.datetime.now(dt.UTC)
+        node = bound_node()  # an activity or a queue step: its node's clock
+        return node.now() if node is not None else dt.datetime.now(dt.UTC)
     if proc.workflow is not None:
         return proc.workflow.now  # type: ignore[no-any-return]
     assert isinstance(proc, Process)

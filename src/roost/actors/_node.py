@@ -468,6 +468,25 @@ class Node:
         else:
             self.cancel(target, reason)
 
+    async def transact(self, fn: Callable[[Any], Any]) -> Any:
+        """Commit ``fn(txn)`` to the node's store (its group-committing writer thread).
+
+        Under a trio MockClock the commit runs inline instead: an autojumping clock counts a
+        task waiting on a thread as idle and would skip virtual time while the commit is in
+        flight, so tests would see timers fire before the writes that armed them.
+
+        Raises:
+            roost.Error: InvalidState when the node has no store.
+        """
+        store = self.store
+        if store is None:
+            raise Error("this node has no store", kind=ErrorKind.INVALID_STATE)
+        if self.mock_time:
+            result = store.transact_sync(fn)
+            await trio.lowlevel.checkpoint()
+            return result
+        return await store.transact(fn)
+
     def alive(self, pid: Pid) -> bool:
         """Whether ``pid`` is a live process or an open workflow on this node."""
         if pid in self.procs:

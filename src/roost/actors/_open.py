@@ -15,8 +15,8 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.actors._app import App, Entry, node_services
-from roost.actors._node import Node, SpawnRequest
+from roost.actors._app import App, Entry, _extension, node_services
+from roost.actors._node import Node, SpawnRequest, _is_mock_clock
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import exec as _exec
 from roost.storage import open_lmdb_store
@@ -78,9 +78,26 @@ class NodeHandle:
             raise Error("this node has no workflow runtime", kind=ErrorKind.INVALID_STATE)
         return getattr(manager, what)(arg)
 
+    @property
+    def http_url(self) -> str | None:
+        """The base URL of the HTTP triggers, e.g. ``"http://127.0.0.1:8123"``.
+
+        The real port when 0 was asked; None when the node was opened without ``http=``.
+        """
+        server = self._node.ext.get("http")
+        return None if server is None else server.url
+
     def process_count(self) -> int:
         """Live processes, the attached one included."""
         return len(self._node.procs)
+
+    @property
+    def dlq(self) -> Any:
+        """Dead letters of this node's queues (``list``, ``redrive``, ``discard``, ...)."""
+        runtime = self._node.ext.get("queues")
+        if runtime is None:
+            raise Error("this node runs no queues", kind=ErrorKind.INVALID_STATE)
+        return runtime.dlq
 
     def __repr__(self) -> str:
         return f"<roost node {self.name!r} incarnation={self.incarnation} dir={self.data_dir}>"
@@ -104,6 +121,7 @@ async def open_node(
     shutdown_grace: Duration = "10s",
     root: Any = None,
     workflow_cache: int = 10_000,
+    http: Any = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -120,6 +138,9 @@ async def open_node(
             the block is stopped and ``open_node`` raises its error.
         workflow_cache: how many workflows keep their state in memory; others are
             rebuilt from their history (replay) when their next event arrives.
+        http: serve the app's HTTP triggers (``app.http``): True or a port (on
+            127.0.0.1), or ``"host:port"``; port 0 picks a free one (see ``http_url``).
+            None (the default) serves nothing.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts.
@@ -134,6 +155,7 @@ async def open_node(
         raise invalid(f"workflow_cache must be an int >= 1, got {workflow_cache!r}")
     if workflow_cache < 1:
         raise invalid(f"workflow_cache must be >= 1, got {workflow_cache}")
+    http_bind = _extension("http_bind")(http) if http is not None else None
     app.validate()
     root_entry = app.resolve(root) if root is not None else None
     temp = data_dir is None
@@ -148,14 +170,17 @@ async def open_node(
                 "name": name,
                 "incarnation": incarnation,
                 "store": store,
-                "settings": {"workflow_cache": workflow_cache},
+                "settings": {"workflow_cache": workflow_cache, "http": http_bind},
             }
             async with _running(
                 app, node_args=node_args, grace=grace, path=path, root=root_entry
             ) as handle:
                 yield handle
         finally:
-            await store.aclose()
+            if _is_mock_clock(trio.lowlevel.current_clock()):
+                store.close()  # a worker thread would let an autojumping clock skip ahead
+            else:
+                await store.aclose()
     finally:
         if temp:
             shutil.rmtree(path, ignore_errors=True)

@@ -223,3 +223,20 @@ def set_current(proc: Process | WorkflowProcess | None) -> object:
 def reset_current(token: Any) -> None:
     """Undo ``set_current``."""
     _current.reset(token)
+
+
+# The node code reaches when no process is current: set in activity tasks run by a
+# workflow (whose current process is deliberately None) and in queue deliveries, so that
+# roost.now, roost.state, roost.enqueue and roost.publish work there. A process, when
+# there is one, always wins.
+_bound_node: ContextVar[Node | None] = ContextVar("roost_bound_node", default=None)
+
+
+def bind_node(node: Node) -> Any:
+    """Let roost calls in this task (and the tasks and threads it starts) reach ``node``."""
+    return _bound_node.set(node)
+
+
+def bound_node() -> Node | None:
+    """The node bound by ``bind_node`` in this context, if any."""
+    return _bound_node.get()

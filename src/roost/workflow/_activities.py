@@ -14,7 +14,7 @@ import trio
 
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
-from roost.actors._process import activity_context, set_current
+from roost.actors._process import activity_context, bind_node, set_current
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
 from roost.workflow._retry import next_retry
@@ -225,6 +225,7 @@ class ActivityWorker:
             raise failure
         run = self.m.runs.get(task.workflow_id)
         set_current(None)
+        bind_node(self.m.node)  # roost.state works here though no process is current
         activity_context.set(dict(run.context) if run is not None else {})
         _info.set(info)
         if is_async:

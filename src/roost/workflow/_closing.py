@@ -66,6 +66,15 @@ def terminate_soon(m: WorkflowManager, run: Run) -> None:
 
 async def close_from_outside(m: WorkflowManager, run: Run, status: RunStatus, error: Error) -> None:
     """Close ``run`` (after an activation in flight finishes) without running its code."""
+    try:
+        await _close(m, run, status, error)
+    finally:
+        if m.closing.get(run.record.workflow_id) is run:
+            del m.closing[run.record.workflow_id]
+        run.mark_closed()
+
+
+async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) -> None:
     run.closing = True
     while run.active:
         if run.idle is None:

@@ -17,21 +17,26 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import random
-import sys
-import types
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._pid import Pid
 from roost.actors._events import Cancel, Exit
 from roost.actors._process import Upgrade
-from roost.mailbox._backend import Waiter
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
+from roost.workflow._driver_parts import (
+    DriverBackend,
+    Future,
+    Park,
+    Task,
+    call_site,
+    foreign_error,
+    trio_misuse,
+)
 from roost.workflow._history import (
     ActivityResolved,
     CancelRequested,
@@ -60,8 +65,6 @@ __all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Status"]
 
 DEFAULT_VERSION = -1
 
-_ROOST_DIR = str(Path(__file__).resolve().parents[1])
-
 
 class Status:
     """Run states."""
@@ -70,146 +73,6 @@ class Status:
     COMPLETED = "completed"
     FAILED = "failed"
     CONTINUED = "continued"
-
-
-class _Park:
-    """The one thing workflow coroutines yield to the driver."""
-
-    __slots__ = ("waiter",)
-
-    def __init__(self, waiter: _DriverWaiter) -> None:
-        self.waiter = waiter
-
-    def __await__(self) -> Generator[Any, None, None]:
-        yield self
-
-
-class _Task:
-    __slots__ = ("coro", "ctx", "main", "name")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], ctx: contextvars.Context, name: str) -> None:
-        self.coro = coro
-        self.ctx = ctx
-        self.name = name
-        self.main = False
-
-
-class _DriverWaiter(Waiter):
-    __slots__ = ("driver", "task")
-
-    def __init__(self, driver: Driver) -> None:
-        super().__init__()
-        self.driver = driver
-        self.task: _Task | None = None
-
-    def wake(self) -> None:
-        assert self.task is not None
-        self.driver._ready.append((self.task, None))
-
-
-async def _no_yield() -> None:
-    return None
-
-
-class DriverBackend:
-    """Channel backend for workflow code: parking yields to the driver, checkpoints are free."""
-
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-
-    def checkpoint_if_cancelled(self) -> Coroutine[Any, Any, None]:
-        """Workflows are never trio-cancelled: a no-op."""
-        return _no_yield()
-
-    def cancel_shielded_checkpoint(self) -> Coroutine[Any, Any, None]:
-        """Scheduling is the driver's FIFO queue: a no-op."""
-        return _no_yield()
-
-    def new_waiter(self) -> Waiter:
-        """A waiter that requeues the parked coroutine on the driver."""
-        return _DriverWaiter(self.driver)
-
-    def park(self, waiter: Waiter) -> Awaitable[Any]:
-        """Yield to the driver until the waiter is woken."""
-        assert isinstance(waiter, _DriverWaiter)
-        return _Park(waiter)
-
-
-class _Future:
-    """A command's result: parked on until the matching event arrives."""
-
-    __slots__ = ("driver", "error", "resolved", "value", "waiter")
-
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-        self.waiter: _DriverWaiter | None = None
-        self.resolved = False
-        self.value: Any = None
-        self.error: Error | None = None
-
-    def resolve(self, value: Any, error: Error | None) -> None:
-        self.resolved = True
-        self.value, self.error = value, error
-        if self.waiter is not None:
-            self.waiter.wake()
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        if not self.resolved:
-            self.waiter = _DriverWaiter(self.driver)
-            yield _Park(self.waiter)
-        if self.error is not None:
-            raise self.error.clone()
-        return self.value
-
-
-def _call_site() -> str:
-    """file:line of the innermost frame outside roost (where the workflow issued a command)."""
-    frame: types.FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_ROOST_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>"
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-_ADVICE = (
-    "inside workflows await only roost calls: roost.sleep instead of trio.sleep, "
-    "roost.channel instead of trio memory channels, coroutine.spawn instead of nurseries, "
-    "funcs.call (an activity) for any I/O"
-)
-
-
-_FOREIGN_LOOPS = frozenset({"trio", "asyncio", "anyio", "sniffio"})
-
-
-def _trio_misuse(error: BaseException) -> Error | None:
-    """Turn trio's "must be called from async context" into advice on the roost call."""
-    if isinstance(error, Error):
-        return None
-    tb = error.__traceback__
-    culprit = None
-    while tb is not None:
-        module = tb.tb_frame.f_globals.get("__name__", "")
-        if module.split(".")[0] in _FOREIGN_LOOPS and culprit is None:
-            culprit = f"{module.split('.')[0]}: {tb.tb_frame.f_code.co_qualname}"
-        tb = tb.tb_next
-    if culprit is None:
-        return None
-    return invalid(f"a workflow called {culprit}, which cannot run there; {_ADVICE}")
-
-
-def _foreign_error(task: _Task, yielded: object) -> Error:
-    culprit = type(yielded).__module__.split(".")[0]
-    chain: list[str] = []
-    coro: Any = task.coro
-    while coro is not None:
-        chain.append(getattr(coro, "__qualname__", type(coro).__name__))
-        coro = getattr(coro, "cr_await", None)
-    return invalid(
-        f"a workflow awaited a foreign awaitable ({culprit}: {type(yielded).__name__}, via "
-        f"{' -> '.join(chain[-3:])}); {_ADVICE}",
-        awaited=type(yielded).__qualname__,
-    )
 
 
 class Driver:
@@ -241,10 +104,10 @@ class Driver:
         self._spawn_pid = spawn_pid
         self._child_pid = child_pid
         self.children: set[Pid] = set()
-        self._child_waits: dict[Pid, _Future] = {}
-        self._ready: deque[tuple[_Task, BaseException | None]] = deque()
-        self._tasks: list[_Task] = []
-        self._pending: dict[int, _Future] = {}
+        self._child_waits: dict[Pid, Future] = {}
+        self._ready: deque[tuple[Task, BaseException | None]] = deque()
+        self._tasks: list[Task] = []
+        self._pending: dict[int, Future] = {}
         self._timers: dict[int, Channel[Any]] = {}
         self._tickers: dict[int, float] = {}
         self._versions: dict[str, int] = {}
@@ -345,17 +208,17 @@ class Driver:
         task = self._spawn(self._fn, tuple(started.args), "main")
         task.main = True
 
-    def _spawn(self, fn: Callable[..., Any], args: tuple[Any, ...], name: str) -> _Task:
+    def _spawn(self, fn: Callable[..., Any], args: tuple[Any, ...], name: str) -> Task:
         ctx = self._make_context(self)
         coro = ctx.run(fn, *args)
         if not isinstance(coro, Coroutine):
             raise invalid(f"{name} must be an async function, got {fn!r}")
-        task = _Task(coro, ctx, name)
+        task = Task(coro, ctx, name)
         self._tasks.append(task)
         self._ready.append((task, None))
         return task
 
-    def _step(self, task: _Task, exc: BaseException | None) -> None:
+    def _step(self, task: Task, exc: BaseException | None) -> None:
         try:
             if exc is None:
                 yielded = task.ctx.run(task.coro.send, None)
@@ -377,13 +240,13 @@ class Driver:
             raise
         except Exception as error:  # noqa: BLE001 - a workflow error is its result
             self._tasks.remove(task)
-            failure = _trio_misuse(error) or Error.from_exception(error)
+            failure = trio_misuse(error) or Error.from_exception(error)
             self._finish(Fail(seq=self._next_seq(), error=failure))
         else:
-            if isinstance(yielded, _Park):
+            if isinstance(yielded, Park):
                 yielded.waiter.task = task
             else:
-                self._ready.append((task, _foreign_error(task, yielded)))
+                self._ready.append((task, foreign_error(task, yielded)))
 
     def _finish(self, command: Complete | Fail | ContinueAsNew) -> None:
         try:
@@ -426,7 +289,7 @@ class Driver:
         if expected is not None:
             recorded = expected.popleft() if expected else None
             if recorded is None or not same_command(command, recorded):
-                self._diverged(command, recorded, _call_site())
+                self._diverged(command, recorded, call_site())
         self._commands.append(command)
 
     def _diverged(self, issued: Any, recorded: Any, where: str) -> None:
@@ -468,7 +331,7 @@ class Driver:
         self._validate(list(args), f"arguments of activity {entry!r}")
         merged = activity_options(*options)
         seq = self._next_seq()
-        future = _Future(self)
+        future = Future(self)
         self._pending[seq] = future
         self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
         return await future
@@ -476,7 +339,7 @@ class Driver:
     async def sleep(self, seconds: float) -> None:
         """A durable timer; returns when it fires."""
         seq = self._next_seq()
-        future = _Future(self)
+        future = Future(self)
         self._pending[seq] = future
         self._issue(StartTimer(seq=seq, seconds=seconds))
         await future
@@ -530,7 +393,7 @@ class Driver:
                     f"workflow.version({change_id!r}): this run recorded version {chosen}, "
                     f"outside the supported range {min_supported}..{max_supported}; keep the "
                     "code for that version until such runs have finished",
-                    details={"change_id": change_id, "recorded": chosen, "location": _call_site()},
+                    details={"change_id": change_id, "recorded": chosen, "location": call_site()},
                 )
             )
         return chosen
@@ -638,7 +501,7 @@ class Driver:
     ) -> Any:
         """Run a child workflow to its end: its result, or its error raised here."""
         pid = self.start_child(entry, args, options)
-        future = _Future(self)
+        future = Future(self)
         self._child_waits[pid] = future
         return await future
 

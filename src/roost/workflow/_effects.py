@@ -120,8 +120,11 @@ class Effects:
                 child = start_child(self.m, self.run, command, self.at)
                 if child is not None:
                     self.children.append(child)
+                    record = self.record
                     self.record = attrs.evolve(
-                        self.record, child_policies={**self.record.child_policies, child_id: policy}
+                        record,
+                        child_policies={**record.child_policies, child_id: policy},
+                        child_runs={**record.child_runs, child_id: child.record.run_id},
                     )
 
     def _send(self, send: SendMessage) -> None:
@@ -237,6 +240,7 @@ class Effects:
         for stop in self.stops:
             stop_process(m.node, self.run.pid, stop)
         for child in self.children:
+            self.run.exits_reported.discard(child.pid)  # an id may be run again
             m.runs[child.record.workflow_id] = child
             m.arm(child)
             start, child.pending_start = child.pending_start, []

@@ -237,6 +237,9 @@ def apply_close_policies(m: WorkflowManager, run: Run) -> None:
         child = m.runs.get(child_id)
         if child is None or policy == "abandon":
             continue
+        first = run.record.child_runs.get(child_id)
+        if first is not None and child.record.run_id != first and child.record.parent != run.pid:
+            continue  # that id now names someone else's workflow, not this run's child
         if policy == "terminate":
             m.terminate(child.pid)
         else:

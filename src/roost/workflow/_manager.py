@@ -9,7 +9,6 @@ nothing recorded and duplicates nothing; an activity that was running may run ag
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import math
 import os
@@ -24,14 +23,13 @@ from roost._pid import Pid
 from roost.actors._app import Entry, EntryKind
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
-from roost.actors._process import Process, WorkflowProcess, set_current
-from roost.mailbox._backend import use_backend
+from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
 from roost.workflow._closing import close_from_outside
-from roost.workflow._driver import Driver
-from roost.workflow._effects import Effects, lost_error
+from roost.workflow._drivers import rebuild, touch
+from roost.workflow._effects import Effects
 from roost.workflow._family import apply_close_policies, new_run, record_for_start
 from roost.workflow._history import (
     Activation,
@@ -48,6 +46,7 @@ from roost.workflow._records import (
     inbox_key,
     timer_key,
 )
+from roost.workflow._recovery import recover
 from roost.workflow._run import Run
 from roost.workflow._task_failure import DEFAULT_TASK_TIMEOUT, task_timed_out
 from roost.workflow._watchdog import TaskTimeout, guard
@@ -73,6 +72,7 @@ class WorkflowManager:
         self.codec = Codec()
         self.host = f"{node.app.name}:workflows"
         self.runs: dict[str, Run] = {}
+        self.closing: dict[str, Run] = {}  # terminated, the close not yet committed
         self._nursery = nursery
         self._send_ready, self._recv_ready = trio.open_memory_channel[Run](math.inf)
         self.activities = ActivityWorker(self, nursery)
@@ -109,59 +109,7 @@ class WorkflowManager:
             self._nursery.start_soon(self._executor, name="roost.workflow.executor")
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
         self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
-        self._recover()
-
-    def _recover(self) -> None:
-        with self.store.read() as txn:
-            records = [self.codec.decode(v) for _, v in txn.range("runs")]
-            for record in records:
-                if record.status is not RunStatus.RUNNING:
-                    continue
-                try:
-                    run = self._load(record)
-                except Error:
-                    log.exception(
-                        "workflow %s of type %s cannot resume: this app has no such entry; "
-                        "it stays stored, untouched, until a node with that entry opens",
-                        record.workflow_id,
-                        record.workflow_type,
-                    )
-                    continue
-                for k, v in txn.prefix("inbox", inbox_key(record.run_id, 0)[:-8]):
-                    run.pending.append((k, self.codec.decode(v)))
-                    run.inbox_seq = max(run.inbox_seq, int.from_bytes(k[-8:], "big"))
-            tasks = [self.codec.decode(v) for _, v in txn.range("tasks")]
-            timers = [self.codec.decode(v) for _, v in txn.range("timers")]
-        for run in list(self.runs.values()):
-            self.ready(run)
-            reported = {e.pid for _, e in run.pending if isinstance(e, ProcessExited)}
-            for pid in run.record.children:
-                if pid in reported:
-                    continue
-                if pid.host != self.host:  # plain processes do not survive a restart
-                    self.process_exited(run.pid, Exit(pid, None, lost_error(pid), self.node.now()))
-                    continue
-                child = self.stored_record(pid.id)  # a child workflow that closed just
-                if child is not None and child.status is not RunStatus.RUNNING:  # before a crash
-                    exit_event = Exit(pid, child.result, child.error, self.node.now())
-                    self.process_exited(run.pid, exit_event)
-        for task in tasks:
-            self.activities.submit(task)
-        for timer in timers:
-            self.timers.add(timer)
-
-    def _load(self, record: RunRecord) -> Run:
-        entry = self.node.app.resolve(record.workflow_type)
-        pid = Pid.trusted(self.node.name, self.host, record.workflow_id)
-        run = Run(record=record, entry=entry, pid=pid, context={})
-        run.next_index = record.activations + 1
-        run.held = record.not_before is not None and record.not_before > self.node.now()
-        if record.parent is not None and record.parent.host == self.host:
-            run.watchers.add(record.parent)  # a child workflow reports to its parent
-        self.runs[record.workflow_id] = run
-        if record.name is not None:
-            self.node.registry.register(record.name, pid)
-        return run
+        recover(self)
 
     # -- starting ------------------------------------------------------------------------
 
@@ -192,6 +140,8 @@ class WorkflowManager:
         self.codec.encode(opts.get("memo", {}), what="memo")
         for topic, payload in messages:
             self.codec.encode(payload, what=f"start message {topic!r}")
+        while workflow_id in self.closing:  # a terminate of this id is committing
+            await self.closing[workflow_id].wait_closed()
         existing = self.runs.get(workflow_id)
         if existing is not None:
             policy = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
@@ -276,17 +226,8 @@ class WorkflowManager:
     # -- commits -------------------------------------------------------------------------
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
-        """Commit through the store's group-committing writer thread.
-
-        Under a trio MockClock the commit runs inline instead: an autojumping clock counts a
-        task waiting on a thread as idle and would skip virtual time while the commit is in
-        flight, so tests would see timers fire before the writes that armed them.
-        """
-        if self.node.mock_time:
-            result = self.store.transact_sync(fn)
-            await trio.lowlevel.checkpoint()
-            return result
-        return await self.store.transact(fn)
+        """Commit through the node's store (see ``Node.transact``)."""
+        return await self.node.transact(fn)
 
     async def settle(
         self,
@@ -471,75 +412,15 @@ class WorkflowManager:
                     run.idle = None
             self.ready(run)
 
-    def _context_factory(self, run: Run) -> Callable[[Driver], contextvars.Context]:
-        def make(driver: Driver) -> contextvars.Context:
-            ctx = contextvars.copy_context()
-            proc = WorkflowProcess(run.pid, run.entry, driver, run.context, self.node)
-            ctx.run(set_current, proc)
-            ctx.run(use_backend, driver.backend)
-            return ctx
-
-        return make
-
-    def _check(self, value: Any, what: str) -> None:
-        self.codec.encode(value, what=what)
-
-    def _touch(self, run: Run) -> None:
-        cached = self.cached
-        cached[run.record.workflow_id] = run
-        cached.move_to_end(run.record.workflow_id)
-        while len(cached) > self.cache_size:
-            oldest = next(iter(cached.values()))
-            if oldest.active or oldest is run:
-                break
-            del cached[oldest.record.workflow_id]
-            if oldest.driver is not None:
-                oldest.driver.close()
-                oldest.driver = None
-            self.stats["evictions"] += 1
-
-    def _new_driver(self, run: Run) -> Driver:
-        host = self.node.app.default_host
-        prefix = f"{run.record.workflow_id}.{run.record.run_id[:6]}"
-
-        def spawn_pid(seq: int) -> Pid:
-            # Deterministic, so replay returns the same PID; unique per run and seq.
-            return Pid.trusted(self.node.name, host, f"{prefix}.{seq}")
-
-        return Driver(
-            run.entry.fn,
-            make_context=self._context_factory(run),
-            check=self._check,
-            spawn_pid=spawn_pid,
-            child_pid=lambda workflow_id: Pid.trusted(self.node.name, self.host, workflow_id),
-            reply_pid=lambda seq: self.replies.pid(run, seq),
-        )
-
-    def _rebuild(self, run: Run) -> Driver:
-        self.stats["replays"] += 1
-        driver = self._new_driver(run)
-        with self.store.read() as txn:
-            acts = [
-                self.codec.decode(v)
-                for _, v in txn.prefix("histories", history_key(run.record.run_id, 0)[:-8])
-            ]
-        for act in acts:
-            driver.activate(act.at, act.events, expected=act.commands)
-            if act.index == 1 and isinstance(act.events[0], Started):
-                run.context = act.events[0].context
-        run.next_index = len(acts) + 1
-        driver.history_size = run.record.history_size
-        return driver
-
     async def _activate(self, run: Run) -> None:
         try:
-            driver = run.driver or self._rebuild(run)
+            driver = run.driver or rebuild(self, run)
         except NondeterminismError as exc:
             run.broken = exc
             log.exception("workflow %s cannot be replayed", run.pid)
             return
         run.driver = driver
-        self._touch(run)
+        touch(self, run)
         batch, run.pending = run.pending, []
         at = self.node.now()
         seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
@@ -633,6 +514,11 @@ class WorkflowManager:
             incoming = ProcessExited(pid=event.pid, error=exc)
         self.from_outside(run, incoming)
 
+    def _open_or_closing(self, workflow_id: str) -> Run | None:
+        # A terminated run is out of ``runs`` at once but stored as closed only after its
+        # commit: until then watchers attach to it, so they get its real EXIT.
+        return self.runs.get(workflow_id) or self.closing.get(workflow_id)
+
     def running(self, pid: Pid) -> bool:
         """Whether a run of workflow ``pid`` is open."""
         return pid.id in self.runs
@@ -656,12 +542,13 @@ class WorkflowManager:
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.runs.pop(pid.id)  # no further activations, signals or results
+        self.closing[pid.id] = run
         run.closing = True
         self.spawn_task(close_from_outside, self, run, RunStatus.TERMINATED, terminated_error(pid))
 
     def monitor(self, watcher: Process, pid: Pid) -> None:
         """EXIT to ``watcher`` when the workflow closes (at once if it already has)."""
-        run = self.runs.get(pid.id)
+        run = self._open_or_closing(pid.id)
         if run is not None:
             run.watchers.add(watcher.pid)
             return
@@ -674,7 +561,7 @@ class WorkflowManager:
 
     def link(self, proc: Process, pid: Pid) -> None:
         """LINK_DOWN to ``proc`` if the workflow fails (at once if it is not running)."""
-        run = self.runs.get(pid.id)
+        run = self._open_or_closing(pid.id)
         if run is not None:
             run.links.add(proc.pid)
             return
@@ -685,7 +572,7 @@ class WorkflowManager:
 
     def unwatch(self, proc: Process, pid: Pid) -> None:
         """Drop monitors and links from ``proc``."""
-        run = self.runs.get(pid.id)
+        run = self._open_or_closing(pid.id)
         if run is not None:
             run.watchers.discard(proc.pid)
             run.links.discard(proc.pid)
@@ -693,7 +580,7 @@ class WorkflowManager:
     def exit_channel(self, pid: Pid) -> Channel[ExitResult]:
         """A channel that receives the workflow's result once it closes."""
         chan: Channel[ExitResult] = Channel(1)
-        run = self.runs.get(pid.id)
+        run = self._open_or_closing(pid.id)
         if run is not None:
             run.exit_chans.append(chan)
         else:

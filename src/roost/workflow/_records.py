@@ -68,6 +68,7 @@ class RunRecord:
     search: dict[str, Any] = attrs.field(factory=dict)
     memo: dict[str, Any] = attrs.field(factory=dict)
     child_policies: dict[str, str] = attrs.field(factory=dict)
+    child_runs: dict[str, str] = attrs.field(factory=dict)  # child id -> its run id
     name: str | None = None  # registered while the workflow is open
     # Carried from run to run (retries, cron, continue-as-new): the normalised start
     # options retry_policy, cron_schedule, run_timeout, task_timeout, execution_timeout.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -10,7 +11,7 @@ import attrs
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 
-__all__ = ["RetryPolicy", "activity_options", "next_retry"]
+__all__ = ["RetryPolicy", "activity_options", "capped_backoff", "next_retry"]
 
 
 def _seconds(value: Duration | None) -> float | None:
@@ -112,5 +113,15 @@ def next_retry(options: Mapping[str, Any], attempt: int, error: Error) -> float 
         return None
     if policy.maximum_attempts and attempt >= policy.maximum_attempts:
         return None
-    delay = policy.initial_interval * policy.backoff_coefficient ** (attempt - 1)
-    return min(delay, policy.cap)
+    return capped_backoff(
+        policy.initial_interval, policy.backoff_coefficient, attempt - 1, policy.cap
+    )
+
+
+def capped_backoff(initial: float, coefficient: float, exponent: int, cap: float) -> float:
+    """``min(initial * coefficient ** exponent, cap)``, without overflowing for long runs."""
+    if initial <= 0 or coefficient <= 1:
+        return min(initial, cap)
+    if exponent * math.log(coefficient) >= math.log(cap / initial):
+        return cap  # (an activity failing for days would overflow a float here)
+    return min(initial * coefficient**exponent, cap)

@@ -42,5 +42,18 @@ class Run:
     held: bool = False  # waiting for its start time (start_delay, retry backoff, cron)
     closing: bool = False  # closed from outside (terminate, a timeout): no activations
     idle: trio.Event | None = None  # set when an activation in flight has finished
+    closed_event: trio.Event | None = None
     backoff: bool = False  # a failed workflow task waits before its retry
     task_failures: int = 0
+
+    async def wait_closed(self) -> None:
+        """Wait until a close from outside has committed (see ``mark_closed``)."""
+        if self.closed_event is None:
+            self.closed_event = trio.Event()
+        await self.closed_event.wait()
+
+    def mark_closed(self) -> None:
+        """Wake whoever waits in ``wait_closed``."""
+        if self.closed_event is None:
+            self.closed_event = trio.Event()
+        self.closed_event.set()

@@ -1,0 +1,160 @@
+"""The awaitables the driver hands to workflow code, and its misuse reports (no trio)."""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+import types
+from collections.abc import Awaitable, Coroutine, Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from roost._errors import Error, invalid
+from roost.mailbox._backend import Waiter
+
+if TYPE_CHECKING:
+    from roost.workflow._driver import Driver
+
+__all__ = ["DriverBackend", "Future", "Park", "Task", "call_site", "foreign_error", "trio_misuse"]
+
+_ROOST_DIR = str(Path(__file__).resolve().parents[1])
+
+
+class Park:
+    """The one thing workflow coroutines yield to the driver."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, waiter: DriverWaiter) -> None:
+        self.waiter = waiter
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield self
+
+
+class Task:
+    __slots__ = ("coro", "ctx", "main", "name")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], ctx: contextvars.Context, name: str) -> None:
+        self.coro = coro
+        self.ctx = ctx
+        self.name = name
+        self.main = False
+
+
+class DriverWaiter(Waiter):
+    __slots__ = ("driver", "task")
+
+    def __init__(self, driver: Driver) -> None:
+        super().__init__()
+        self.driver = driver
+        self.task: Task | None = None
+
+    def wake(self) -> None:
+        assert self.task is not None
+        self.driver._ready.append((self.task, None))
+
+
+async def _no_yield() -> None:
+    return None
+
+
+class DriverBackend:
+    """Channel backend for workflow code: parking yields to the driver, checkpoints are free."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def checkpoint_if_cancelled(self) -> Coroutine[Any, Any, None]:
+        """Workflows are never trio-cancelled: a no-op."""
+        return _no_yield()
+
+    def cancel_shielded_checkpoint(self) -> Coroutine[Any, Any, None]:
+        """Scheduling is the driver's FIFO queue: a no-op."""
+        return _no_yield()
+
+    def new_waiter(self) -> Waiter:
+        """A waiter that requeues the parked coroutine on the driver."""
+        return DriverWaiter(self.driver)
+
+    def park(self, waiter: Waiter) -> Awaitable[Any]:
+        """Yield to the driver until the waiter is woken."""
+        assert isinstance(waiter, DriverWaiter)
+        return Park(waiter)
+
+
+class Future:
+    """A command's result: parked on until the matching event arrives."""
+
+    __slots__ = ("driver", "error", "resolved", "value", "waiter")
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.waiter: DriverWaiter | None = None
+        self.resolved = False
+        self.value: Any = None
+        self.error: Error | None = None
+
+    def resolve(self, value: Any, error: Error | None) -> None:
+        self.resolved = True
+        self.value, self.error = value, error
+        if self.waiter is not None:
+            self.waiter.wake()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if not self.resolved:
+            self.waiter = DriverWaiter(self.driver)
+            yield Park(self.waiter)
+        if self.error is not None:
+            raise self.error.clone()
+        return self.value
+
+
+def call_site() -> str:
+    """file:line of the innermost frame outside roost (where the workflow issued a command)."""
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_ROOST_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+_ADVICE = (
+    "inside workflows await only roost calls: roost.sleep instead of trio.sleep, "
+    "roost.channel instead of trio memory channels, coroutine.spawn instead of nurseries, "
+    "funcs.call (an activity) for any I/O"
+)
+
+
+_FOREIGN_LOOPS = frozenset({"trio", "asyncio", "anyio", "sniffio"})
+
+
+def trio_misuse(error: BaseException) -> Error | None:
+    """Turn trio's "must be called from async context" into advice on the roost call."""
+    if isinstance(error, Error):
+        return None
+    tb = error.__traceback__
+    culprit = None
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.split(".")[0] in _FOREIGN_LOOPS and culprit is None:
+            culprit = f"{module.split('.')[0]}: {tb.tb_frame.f_code.co_qualname}"
+        tb = tb.tb_next
+    if culprit is None:
+        return None
+    return invalid(f"a workflow called {culprit}, which cannot run there; {_ADVICE}")
+
+
+def foreign_error(task: Task, yielded: object) -> Error:
+    culprit = type(yielded).__module__.split(".")[0]
+    chain: list[str] = []
+    coro: Any = task.coro
+    while coro is not None:
+        chain.append(getattr(coro, "__qualname__", type(coro).__name__))
+        coro = getattr(coro, "cr_await", None)
+    return invalid(
+        f"a workflow awaited a foreign awaitable ({culprit}: {type(yielded).__name__}, via "
+        f"{' -> '.join(chain[-3:])}); {_ADVICE}",
+        awaited=type(yielded).__qualname__,
+    )

@@ -1,0 +1,92 @@
+"""Drivers of runs: built for new runs, rebuilt by replay, kept in an LRU cache."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from roost._pid import Pid
+from roost.actors._process import WorkflowProcess, set_current
+from roost.mailbox._backend import use_backend
+from roost.workflow._driver import Driver
+from roost.workflow._history import Started
+from roost.workflow._records import history_key
+from roost.workflow._run import Run
+
+if TYPE_CHECKING:
+    from roost.workflow._manager import WorkflowManager
+
+__all__ = ["new_driver", "rebuild", "touch"]
+
+
+def _context_factory(m: WorkflowManager, run: Run) -> Callable[[Driver], contextvars.Context]:
+    def make(driver: Driver) -> contextvars.Context:
+        ctx = contextvars.copy_context()
+        proc = WorkflowProcess(run.pid, run.entry, driver, run.context, m.node)
+        ctx.run(set_current, proc)
+        ctx.run(use_backend, driver.backend)
+        return ctx
+
+    return make
+
+
+def new_driver(m: WorkflowManager, run: Run) -> Driver:
+    """A fresh driver for ``run``, its PIDs (spawned processes, children, replies) fixed."""
+    host = m.node.app.default_host
+    prefix = f"{run.record.workflow_id}.{run.record.run_id[:6]}"
+    node_name = m.node.name
+
+    def spawn_pid(seq: int) -> Pid:
+        # Deterministic, so replay returns the same PID; unique per run and seq.
+        return Pid.trusted(node_name, host, f"{prefix}.{seq}")
+
+    def check(value: object, what: str) -> None:
+        m.codec.encode(value, what=what)
+
+    return Driver(
+        run.entry.fn,
+        make_context=_context_factory(m, run),
+        check=check,
+        spawn_pid=spawn_pid,
+        child_pid=lambda workflow_id: Pid.trusted(node_name, m.host, workflow_id),
+        reply_pid=lambda seq: m.replies.pid(run, seq),
+    )
+
+
+def rebuild(m: WorkflowManager, run: Run) -> Driver:
+    """A driver brought back to where ``run`` is, by replaying its stored history.
+
+    Raises:
+        roost.NondeterminismError: the code no longer replays the history.
+    """
+    m.stats["replays"] += 1
+    driver = new_driver(m, run)
+    with m.store.read() as txn:
+        acts = [
+            m.codec.decode(v)
+            for _, v in txn.prefix("histories", history_key(run.record.run_id, 0)[:-8])
+        ]
+    for act in acts:
+        driver.activate(act.at, act.events, expected=act.commands)
+        if act.index == 1 and isinstance(act.events[0], Started):
+            run.context = act.events[0].context
+    run.next_index = len(acts) + 1
+    driver.history_size = run.record.history_size
+    return driver
+
+
+def touch(m: WorkflowManager, run: Run) -> None:
+    """``run`` was just activated: most recently used; evict the oldest idle ones."""
+    cached = m.cached
+    cached[run.record.workflow_id] = run
+    cached.move_to_end(run.record.workflow_id)
+    while len(cached) > m.cache_size:
+        oldest = next(iter(cached.values()))
+        if oldest.active or oldest is run:
+            break
+        del cached[oldest.record.workflow_id]
+        if oldest.driver is not None:
+            oldest.driver.close()
+            oldest.driver = None
+        m.stats["evictions"] += 1

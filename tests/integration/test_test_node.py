@@ -141,3 +141,13 @@ async def test_it_works_under_pytest_trio_too(autojump_clock):
         assert info[1] == "c-3: day 30"
         assert node.list_workflows("status = 'completed'")[0]["workflow_id"] == "w-1"
     assert workflow.info() is None
+
+
+async def test_closing_a_node_takes_no_virtual_time(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.sleep, 100)  # the next deadline anywhere in the run
+        before = trio.current_time()
+        async with roost.open_node(app):
+            pass
+        assert trio.current_time() == before  # no jump while the store closed
+        nursery.cancel_scope.cancel()

@@ -1,11 +1,24 @@
-"""Testing tools: replay recorded histories, and a time-skipping node for tests."""
+"""Testing tools: replay recorded histories, a time-skipping node, workflow properties.
 
+Hypothesis strategies for generated workflow programs live in ``roost.testing.strategies``.
+"""
+
+from roost.testing._properties import (
+    CrashPoint,
+    Outcome,
+    assert_crash_equivalent,
+    assert_replay_deterministic,
+)
 from roost.testing._replayer import Replayer, history_to_json, load_history, save_history
 from roost.testing._test_node import TestNode, open_test_node
 
 __all__ = [
+    "CrashPoint",
+    "Outcome",
     "Replayer",
     "TestNode",
+    "assert_crash_equivalent",
+    "assert_replay_deterministic",
     "history_to_json",
     "load_history",
     "open_test_node",

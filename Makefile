@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/ping_pong.py
+	$(PY) examples/order_fulfillment.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks

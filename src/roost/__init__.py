@@ -1,6 +1,6 @@
 """roost: an Erlang/Wippy-style process runtime for Python on trio."""
 
-from roost import channel, coroutine, ctx, funcs, process, supervisor, workflow
+from roost import channel, coroutine, ctx, funcs, http, process, state, supervisor, workflow
 from roost._duration import Duration
 from roost._errors import ChannelClosed, Error, ErrorKind, NondeterminismError
 from roost._pid import Pid
@@ -19,6 +19,7 @@ from roost.actors import (
 )
 from roost.actors._chance import after, now, random, random_bytes, sleep, ticker, uuid4, uuid7
 from roost.mailbox import Channel, Message, Selected
+from roost.queues import CronTick, DeadLetter, QueueInfo, enqueue, publish, queue_info
 from roost.workflow import ActivityInfo, RetryPolicy, WorkflowInfo, activity_info, heartbeat
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "Cancel",
     "Channel",
     "ChannelClosed",
+    "CronTick",
+    "DeadLetter",
     "Duration",
     "Error",
     "ErrorKind",
@@ -38,6 +41,7 @@ __all__ = [
     "NodeHandle",
     "NondeterminismError",
     "Pid",
+    "QueueInfo",
     "Receipt",
     "RetryPolicy",
     "Selected",
@@ -48,15 +52,20 @@ __all__ = [
     "channel",
     "coroutine",
     "ctx",
+    "enqueue",
     "funcs",
     "heartbeat",
+    "http",
     "now",
     "open_node",
     "process",
+    "publish",
+    "queue_info",
     "random",
     "random_bytes",
     "run",
     "sleep",
+    "state",
     "supervisor",
     "ticker",
     "uuid4",

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 import roost
+import roost.testing
+import roost.testing.strategies
 
 SRC = Path(roost.__file__).parent
 
@@ -20,6 +22,8 @@ TOP_LEVEL = {
     "Cancel",
     "Channel",
     "ChannelClosed",
+    "CronTick",
+    "DeadLetter",
     "Duration",
     "Error",
     "ErrorKind",
@@ -31,6 +35,7 @@ TOP_LEVEL = {
     "NodeHandle",
     "NondeterminismError",
     "Pid",
+    "QueueInfo",
     "Receipt",
     "RetryPolicy",
     "Selected",
@@ -38,9 +43,11 @@ TOP_LEVEL = {
     "after",
     "channel",
     "coroutine",
+    "enqueue",
     "ctx",
     "funcs",
     "heartbeat",
+    "http",
     "now",
     "open_node",
     "process",
@@ -48,6 +55,7 @@ TOP_LEVEL = {
     "random_bytes",
     "run",
     "sleep",
+    "state",
     "supervisor",
     "ticker",
     "uuid4",
@@ -55,6 +63,8 @@ TOP_LEVEL = {
     "workflow",
     "WorkflowInfo",
     "activity_info",
+    "publish",
+    "queue_info",
 }
 
 PROCESS = {
@@ -110,6 +120,8 @@ def test_other_namespaces():
     assert set(roost.ctx.__all__) == {"get", "all"}
     assert set(roost.coroutine.__all__) == {"spawn"}
     assert set(roost.funcs.__all__) == {"call", "new", "Executor"}
+    assert set(roost.state.__all__) == {"get", "set", "delete", "list", "update"}
+    assert set(roost.http.__all__) == {"Request", "Response"}
     assert {
         "info",
         "history_length",
@@ -117,6 +129,25 @@ def test_other_namespaces():
         "is_continue_as_new_suggested",
         "RetryPolicy",
     } <= set(roost.workflow.__all__)
+
+
+def test_testing_namespaces():
+    assert {
+        "CrashPoint",
+        "Outcome",
+        "Replayer",
+        "assert_crash_equivalent",
+        "assert_replay_deterministic",
+        "history_to_json",
+        "load_history",
+        "save_history",
+    } <= set(roost.testing.__all__)
+    assert set(roost.testing.strategies.__all__) == {
+        "Schedule",
+        "event_schedules",
+        "program_app",
+        "workflow_programs",
+    }
 
 
 @pytest.mark.parametrize("module", list(public_modules()), ids=lambda m: m.__name__)

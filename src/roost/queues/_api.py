@@ -6,7 +6,7 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import EntryKind
-from roost.actors._process import maybe_current_process
+from roost.actors._process import bound_node, maybe_current_process
 from roost.queues._records import QueueInfo
 from roost.queues._runtime import DELIVERY, QueueRuntime
 
@@ -20,6 +20,8 @@ def _runtime() -> QueueRuntime:
     if delivery is not None:
         return delivery.runtime
     proc = maybe_current_process()
+    if proc is None and bound_node() is not None:  # an activity run by a workflow
+        return _node_runtime(bound_node())
     if proc is None:
         raise Error(
             "roost.enqueue needs a node: call it from a process, an open_node block or a "
@@ -31,7 +33,11 @@ def _runtime() -> QueueRuntime:
             "roost.enqueue is not replay-safe inside a workflow; call it from an activity "
             "(funcs.call) or a queue step"
         )
-    runtime = proc.node.ext.get("queues") if proc.node is not None else None
+    return _node_runtime(proc.node)
+
+
+def _node_runtime(node: Any) -> QueueRuntime:
+    runtime = node.ext.get("queues") if node is not None else None
     if runtime is None:
         raise Error("this node runs no queues (it has no store)", kind=ErrorKind.INVALID_STATE)
     return runtime  # type: ignore[no-any-return]

@@ -29,10 +29,10 @@ from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import Spawner
 from roost.queues._dispatch import QueueState
 from roost.queues._records import DeadLetter, QueueInfo, QueueMessage, message_key
-from roost.queues._spec import QueueSpec, declare_queue, queue_specs, retry_delay
+from roost.queues._spec import QueueSpec, declare_queue, load_config, queue_specs, retry_delay
 from roost.storage import Codec, Store, WriteTxn
 
-__all__ = ["DELIVERY", "Delivery", "QueueRuntime"]
+__all__ = ["DELIVERY", "Delivery", "QueueRuntime", "invoke", "run_target"]
 
 log = logging.getLogger("roost.queues")
 
@@ -75,6 +75,10 @@ class QueueRuntime:
         for name in runtime.specs:
             nursery.start_soon(runtime._dispatch, name, name=f"roost.queue.{name}")
 
+    def spawn_task(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` in the node's queue nursery."""
+        self._nursery.start_soon(fn, *args)
+
     def _recover(self) -> None:
         with self.store.read() as txn:
             messages = [self.codec.decode(v) for _, v in txn.range("queue_messages")]
@@ -93,12 +97,8 @@ class QueueRuntime:
             state.add(message)
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
-        """Commit; inline under a MockClock (see ``WorkflowManager.transact``)."""
-        if self.node.mock_time:
-            result = self.store.transact_sync(fn)
-            await trio.lowlevel.checkpoint()
-            return result
-        return await self.store.transact(fn)
+        """Commit through the node's store (see ``Node.transact``)."""
+        return await self.node.transact(fn)
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -184,13 +184,10 @@ class QueueRuntime:
     async def _invoke(
         self, message: QueueMessage, spec: QueueSpec, delivery: Delivery
     ) -> Error | None:
-        node = self.node
         token = DELIVERY.set(delivery)
-        parent = node.attach()
-        current = set_current(parent)
         try:
             with trio.move_on_after(spec.timeout):
-                await invoke(node, message.entry, message.payload, delivery.info)
+                await run_target(self.node, message.entry, message.payload, delivery.info)
                 return None
             return Error(
                 f"queue {spec.name!r}: {message.entry!r} did not finish within its "
@@ -203,9 +200,7 @@ class QueueRuntime:
         except Exception as exc:  # noqa: BLE001 - a handler's error fails the attempt
             return Error.from_exception(exc)
         finally:
-            reset_current(current)
             DELIVERY.reset(token)
-            node.exit(parent, None, None)
 
     async def _acknowledge(self, message: QueueMessage, handoff: list[QueueMessage]) -> None:
         rows = [(message_key(m.queue, m.seq), self.codec.encode(m)) for m in handoff]
@@ -274,11 +269,23 @@ class QueueRuntime:
         return None
 
 
-async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo) -> Any:
+async def run_target(node: Node, entry_id: str, payload: Any, info: QueueInfo | None) -> Any:
+    """``invoke`` from a fresh attached process (the caller a process target needs)."""
+    parent = node.attach()
+    current = set_current(parent)
+    try:
+        return await invoke(node, entry_id, payload, info)
+    finally:
+        reset_current(current)
+        node.exit(parent, None, None)
+
+
+async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo | None) -> Any:
     """Call a queue, cron, HTTP or subscription target with its one argument.
 
     An activity is called directly (a sync one in a worker thread, inline under a
     MockClock); a process or workflow entry is run to its end like ``process.exec``.
+    The caller must be a process (see ``run_target``).
     """
     entry = node.app.resolve(entry_id)
     if entry.kind is EntryKind.ACTIVITY:
@@ -288,7 +295,7 @@ async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo) -> An
             return entry.fn(payload)
         return await trio.to_thread.run_sync(entry.fn, payload)
     spawner = Spawner()
-    if entry.kind is EntryKind.WORKFLOW:
+    if entry.kind is EntryKind.WORKFLOW and info is not None:
         spawner = spawner.with_context({"roost.queue_info": attrs.asdict(info)})
     return await spawner.exec(entry, payload)
 
@@ -374,4 +381,5 @@ class DeadLetters:
 
 
 register_extension("queue", declare_queue)
+register_extension("config", load_config)
 register_node_service(QueueRuntime.start_on)

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import random
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from roost._duration import parse_duration
-from roost._errors import invalid
+from roost._errors import Error, invalid
+from roost.workflow._retry import capped_backoff
 
-__all__ = ["DEFAULT_QUEUE", "QueueSpec", "declare_queue", "queue_specs", "retry_delay"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "QueueSpec",
+    "declare_queue",
+    "load_config",
+    "queue_specs",
+    "retry_delay",
+]
 
 DEFAULT_QUEUE = "default"
 _TYPES = ("standard", "fifo")
@@ -88,6 +99,42 @@ def declare_queue(app: Any, name: str, /, **settings: Any) -> QueueSpec:
     return spec
 
 
+def load_config(app: Any, path: str | os.PathLike[str]) -> list[QueueSpec]:
+    """``app.load_config("roost.toml")``: declare the queues of its ``[queues.<name>]`` tables.
+
+    All tables are checked before any is declared: a bad file changes nothing.
+
+    Raises:
+        roost.Error: Invalid for a missing or malformed file, an unknown section or key,
+            or a bad value (the message names the file and the queue).
+    """
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise invalid(f"config file {str(file)!r} does not exist", path=str(file)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise invalid(f"config file {str(file)!r} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"queues"})
+    if unknown:
+        raise invalid(
+            f"config file {str(file)!r}: unknown section(s) {', '.join(unknown)}; roost reads "
+            "[queues.<name>] tables"
+        )
+    queues = data.get("queues", {})
+    specs = []
+    for name, table in queues.items():
+        if not isinstance(table, dict):
+            raise invalid(f"config file {str(file)!r}: [queues.{name}] must be a table")
+        try:
+            specs.append(make_spec(name, dict(table)))
+        except Error as exc:
+            raise invalid(f"config file {str(file)!r}: {exc.message}") from None
+    for spec in specs:
+        app.declared.setdefault("queues", {})[spec.name] = spec
+    return specs
+
+
 def queue_specs(app: Any) -> dict[str, QueueSpec]:
     """Every queue of ``app``, the ``default`` one included."""
     specs: dict[str, QueueSpec] = {DEFAULT_QUEUE: QueueSpec(name=DEFAULT_QUEUE)}
@@ -100,7 +147,7 @@ def retry_delay(spec: QueueSpec, attempt: int, rng: random.Random | None = None)
 
     ``min(backoff * 2^(attempt-1), max_backoff) * (1 ± jitter)``.
     """
-    base = float(min(spec.backoff * 2 ** (attempt - 1), spec.max_backoff))
+    base = capped_backoff(spec.backoff, 2.0, attempt - 1, spec.max_backoff)
     if not spec.jitter:
         return base
     spread = (rng or random).uniform(-spec.jitter, spec.jitter)

@@ -67,6 +67,8 @@ TABLES: Final[tuple[str, ...]] = (
     "meta",
     "outbox",
     "inbox",
+    "cron",
+    "queue_groups",
 )
 _TABLE_SET: Final = frozenset(TABLES)
 

@@ -1,0 +1,341 @@
+"""The seed's order pipeline: HTTP -> validate -> charge -> ship -> publish, on durable queues.
+
+POST /orders enqueues ``validate`` (queue order-validate, 2 retries), which hands off to
+``charge`` (order-payment: 5 retries, FIFO per order_id, 2 at a time), which hands off to
+``ship`` (order-ship: 3 retries), which publishes ``order.fulfilled``. Every step records its
+progress in ``roost.state`` (current step, status, per-step status and time, nested) and
+publishes it on the ``order.progress`` stream. An hourly cron marks orders stale after 24 h.
+
+Run it: ``make demo`` (or ``.venv/bin/python examples/order_fulfillment.py``). The demo starts
+the node in a child process, posts orders over real HTTP, SIGKILLs the node in the middle of
+the pipeline and starts it again on the same data directory (nothing is lost, nothing is
+charged twice), shows a payment that keeps failing go through its retries to the DLQ, fixes
+the card and redrives it, and prints the final state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import roost
+from roost import http, state
+
+app = roost.App("shop")
+app.queue("order-validate", max_retries=2, backoff="100ms", jitter=0)
+app.queue(
+    "order-payment",
+    max_retries=5,
+    backoff="100ms",
+    max_backoff="1s",
+    jitter=0,
+    type="fifo",
+    message_group_field="order_id",
+    concurrency=2,
+)
+app.queue("order-ship", max_retries=3, backoff="100ms", jitter=0)
+
+STEPS = ("validate", "charge", "ship")
+BAD_CARDS = Path(os.environ.get("SHOP_DIR", ".")) / "declined-cards.json"
+
+
+def log(line: str) -> None:
+    print(f"  [node] {line}", flush=True)
+
+
+async def track(order_id: str, step: str, status: str, **extra: Any) -> None:
+    """The iii trackStep pattern: one atomic state update, then a stream event."""
+    now = roost.now()
+    ops: list[dict[str, Any]] = [
+        {"type": "set", "path": "current_step", "value": step},
+        {"type": "set", "path": "status", "value": status},
+        {"type": "set", "path": ["steps", step, "status"], "value": status},
+        {"type": "set", "path": ["steps", step, "at"], "value": now},
+        {"type": "set", "path": "updated_at", "value": now},
+    ]
+    ops += [{"type": "set", "path": key, "value": value} for key, value in extra.items()]
+    await state.update("orders", order_id, ops)
+    roost.publish("order.progress", {"order_id": order_id, "step": step, "status": status})
+
+
+@app.activity
+async def create_order(request: http.Request) -> http.Response:
+    body = request.json or {}
+    items, card = body.get("items"), body.get("card")
+    if not items or not isinstance(items, list) or not isinstance(card, str):
+        raise roost.Error("an order needs a list of items and a card", kind="Invalid")
+    order_id = body.get("order_id") or f"o-{roost.uuid4().hex[:8]}"
+    order = {"order_id": order_id, "items": items, "card": card}
+    await state.set("orders", order_id, {"order": order, "created_at": roost.now()})
+    receipt = await roost.enqueue("order-validate", validate, order)
+    await track(order_id, "validate", "queued")
+    return http.Response(202, {"order_id": order_id, "receipt_id": receipt})
+
+
+@app.activity
+async def get_order(request: http.Request) -> Any:
+    order = await state.get("orders", request.path_params["id"])
+    if order is None:
+        raise roost.Error(f"no order {request.path_params['id']!r}", kind="NotFound")
+    return order
+
+
+@app.activity
+async def validate(order: dict[str, Any]) -> None:
+    await track(order["order_id"], "validate", "running")
+    if any(not isinstance(item, str) or not item for item in order["items"]):
+        await track(order["order_id"], "validate", "failed")
+        raise roost.Error("items must be non-empty strings", kind="Invalid", retryable=False)
+    await roost.enqueue("order-payment", charge, order)  # commits with this step's ack
+    await track(order["order_id"], "validate", "done")
+
+
+@app.activity
+async def charge(order: dict[str, Any]) -> None:
+    info = roost.queue_info()
+    assert info is not None
+    order_id = order["order_id"]
+    await track(order_id, "charge", "running", **{"attempts/charge": info.attempt})
+    await roost.sleep(0.4)  # the payment provider takes its time
+    declined = json.loads(BAD_CARDS.read_text()) if BAD_CARDS.exists() else []
+    if order["card"] in declined:
+        log(f"charge {order_id} attempt {info.attempt}: card declined")
+        last = info.attempt > 5  # order-payment: max_retries=5
+        await track(order_id, "charge", "failed" if last else "retrying")
+        raise roost.Error(f"card {order['card']} declined", kind="Unavailable")
+    # Idempotent by receipt id: a redelivery after a crash finds the charge already made.
+    if await state.get("charges", info.receipt_id) is None:
+        await state.set("charges", info.receipt_id, {"order_id": order_id, "at": roost.now()})
+        log(f"charge {order_id}: charged (receipt {info.receipt_id[:8]})")
+    else:
+        log(f"charge {order_id}: already charged before the crash; not charging again")
+    await roost.enqueue("order-ship", ship, order)
+    await track(order_id, "charge", "done", payment_receipt=info.receipt_id)
+
+
+@app.activity
+async def ship(order: dict[str, Any]) -> None:
+    order_id = order["order_id"]
+    await track(order_id, "ship", "running")
+    await roost.sleep(0.3)
+    await track(order_id, "ship", "done", tracking=f"TRK-{order_id}")
+    await state.update(
+        "orders", order_id, [{"type": "set", "path": "status", "value": "fulfilled"}]
+    )
+    roost.publish("order.fulfilled", {"order_id": order_id})
+
+
+@app.activity
+async def on_fulfilled(event: dict[str, Any]) -> None:
+    # Durable subscribers are fed at least once: keyed by order, a second delivery after a
+    # crash changes nothing.
+    order_id = event["order_id"]
+    log(f"order.fulfilled: {order_id} (a durable subscriber: it would email the customer)")
+    await state.update(
+        "mail", "sent", [{"type": "set", "path": ["orders", order_id], "value": True}]
+    )
+
+
+@app.activity
+async def mark_stale(tick: roost.CronTick) -> None:
+    for order_id, order in (await state.list("orders")).items():
+        age = tick.fired_at - order["created_at"]
+        if order.get("status") not in ("fulfilled", "stale") and age > dt.timedelta(hours=24):
+            await track(order_id, order.get("current_step", "validate"), "stale")
+
+
+app.http("POST", "/orders", create_order)
+app.http("GET", "/orders/{id}", get_order)
+app.subscribe("order.fulfilled", on_fulfilled, durable=True, queue="order-ship")
+app.cron("0 0 * * * * *", mark_stale)  # hourly, seconds first
+
+
+# -- the node process ------------------------------------------------------------------------
+
+
+async def serve(data_dir: str) -> None:
+    async with roost.open_node(app, data_dir, http="127.0.0.1:0") as node:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            print(f"URL {node.http_url}", flush=True)
+            async for _ in signals:  # a SIGTERM: stop gracefully
+                break
+
+
+# -- the demo (the parent process) -----------------------------------------------------------
+
+
+def call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+class Node:
+    """The node as a child process we can SIGKILL."""
+
+    def __init__(self, data_dir: str) -> None:
+        env = {**os.environ, "SHOP_DIR": data_dir, "PYTHONWARNINGS": "error"}
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", data_dir],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # recovered work may log before the URL line
+            if line.startswith("URL "):
+                self.url = line.split()[1]
+                break
+            print(line, end="", flush=True)
+        else:
+            raise SystemExit("the node did not start")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self._drain()
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._drain()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout.read().splitlines():
+            print(line, flush=True)
+        self.proc.stdout.close()
+
+
+def wait_for(base: str, order_id: str, want: str, limit: float = 20.0) -> dict[str, Any]:
+    end = time.monotonic() + limit
+    while True:
+        _, order = call(base, "GET", f"/orders/{order_id}")
+        if order and order.get("status") == want:
+            return dict(order)
+        if time.monotonic() > end:
+            raise SystemExit(f"{order_id} never reached {want!r}: {order}")
+        time.sleep(0.05)
+
+
+def demo() -> None:
+    with tempfile.TemporaryDirectory(prefix="roost-shop-") as data_dir:
+        bad_cards = Path(data_dir) / "declined-cards.json"
+        bad_cards.write_text(json.dumps(["4000-0000-0000-0002"]))
+        print("1. start the node and post orders over HTTP")
+        node = Node(data_dir)
+        print(f"   node serving on {node.url}")
+        status, body = call(node.url, "POST", "/orders", {"items": []})
+        print(f"   POST /orders with no items -> {status} {body}")
+        status, body = call(node.url, "GET", "/orders/nope")
+        print(f"   GET /orders/nope -> {status} {body}")
+        orders = []
+        for n, card in enumerate(["4242-1", "4242-2", "4242-3", "4000-0000-0000-0002"], start=1):
+            status, body = call(
+                node.url,
+                "POST",
+                "/orders",
+                {"order_id": f"o-{n}", "items": ["kettle"], "card": card},
+            )
+            print(f"   POST /orders o-{n} -> {status}, queued as {body['receipt_id'][:8]}")
+            orders.append(body["order_id"])
+        wait_for(node.url, "o-1", "fulfilled")
+        _, o2 = call(node.url, "GET", "/orders/o-2")
+        print(f"   o-1 fulfilled; o-2 is at {o2['current_step']} ({o2['status']})")
+
+        print("2. SIGKILL the node in the middle of the pipeline, start it again")
+        node.kill()
+        node = Node(data_dir)
+        print(f"   node restarted on {node.url}")
+        for order_id in ("o-2", "o-3"):
+            order = wait_for(node.url, order_id, "fulfilled")
+            print(f"   {order_id}: {order['status']}, tracking {order['tracking']}")
+
+        print("3. o-4's card is declined: 6 attempts, then the DLQ; fix the card and redrive")
+        o4 = wait_for(node.url, "o-4", "failed")  # the DLQ'd step's last status
+        print(
+            f"   o-4: {o4['current_step']} {o4['status']} after {o4['attempts']['charge']} attempts"
+        )
+        node.stop()
+        bad_cards.write_text("[]")
+        redrive_payments(data_dir)
+        node = Node(data_dir)
+        order = wait_for(node.url, "o-4", "fulfilled")
+        print(f"   o-4 after the redrive: {order['status']}, tracking {order['tracking']}")
+        node.stop()
+
+        print("4. final state")
+        report(data_dir)
+    print("5. the hourly cron, on a test node whose clock skips ahead")
+    trio.run(stale_orders)
+    print("order fulfillment demo finished")
+
+
+async def stale_orders() -> None:
+    from roost.testing import open_test_node  # noqa: PLC0415 - test tooling, only here
+
+    async with open_test_node(app):
+        await state.set("orders", "o-9", {"created_at": roost.now()})
+        await track("o-9", "charge", "retrying")
+        for hours in (23, 2):
+            await roost.sleep(hours * 3600)  # the cron fires every hour meanwhile
+            order = await state.get("orders", "o-9")
+            print(f"   after {hours:>2} more hours: o-9 is {order['status']}")
+
+
+def redrive_payments(data_dir: str) -> None:
+    async def main() -> None:
+        async with roost.open_node(app, data_dir) as node:
+            dead = node.dlq.list("order-payment")
+            for letter in dead:
+                errors = [e.message for e in letter.errors]
+                order_id = letter.payload["order_id"]
+                print(f"   DLQ order-payment: {order_id}: {len(errors)} errors")
+                print(f"   last error: {errors[-1]!r}")
+            moved = await node.dlq.redrive_all("order-payment")
+            print(f"   redrove {moved} message(s)")
+
+    trio.run(main)
+
+
+def report(data_dir: str) -> None:
+    async def main() -> None:
+        async with roost.open_node(app, data_dir):
+            orders = await state.list("orders")
+            for order_id, order in orders.items():
+                steps = ", ".join(f"{s}={order['steps'][s]['status']}" for s in STEPS)
+                print(f"   {order_id}: {order['status']:<9} {steps}")
+            charged = sorted(c["order_id"] for c in (await state.list("charges")).values())
+            print(f"   charges recorded: {charged}")
+            mails = await state.get("mail", "sent")
+            print(f"   customers emailed about: {sorted(mails['orders'])}")
+
+    trio.run(main)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        trio.run(serve, sys.argv[2])
+    else:
+        demo()

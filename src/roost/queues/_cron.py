@@ -1,0 +1,141 @@
+"""Cron triggers: ``app.cron(expression, entry, catch_up="skip")``.
+
+Each trigger runs its entry with a ``roost.CronTick`` at every fire time (UTC), never two
+runs of one trigger at once. Its last fire time is stored, and committed *before* the
+entry runs, so a schedule fires at most once per fire time, even across restarts (a run
+cut short by a crash is not repeated; make the entry enqueue durable work if it must
+finish). Fire times missed while the node was down are handled by ``catch_up``:
+``"skip"`` (none), ``"one"`` (the latest, once) or ``"all"`` (each, in order).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import attrs
+import trio
+
+from roost._cron import CronSchedule, parse_cron
+from roost._errors import Error, invalid
+from roost.actors._app import register_extension, register_node_service
+from roost.actors._node import Node
+from roost.queues._runtime import run_target
+from roost.storage import Codec, key
+from roost.storage._codec import record
+
+__all__ = ["CronTick", "CronTrigger", "declare_cron"]
+
+log = logging.getLogger("roost.queues")
+
+_CATCH_UP = ("skip", "one", "all")
+_MAX_CATCH_UP = 1000  # "all" runs at most this many missed fires
+
+
+@record("q.cron_tick")
+@attrs.frozen(kw_only=True)
+class CronTick:
+    """What a cron target gets: when it was due, when it fired, and the expression."""
+
+    scheduled_at: dt.datetime
+    fired_at: dt.datetime
+    expression: str
+
+
+@attrs.frozen(kw_only=True)
+class CronTrigger:
+    """One declared trigger; ``id`` names it in the store (entry and expression)."""
+
+    id: str
+    schedule: CronSchedule
+    entry: Any
+    catch_up: str
+
+
+def declare_cron(app: Any, expression: str, entry: Any, catch_up: str = "skip") -> CronTrigger:
+    """``app.cron``: validate and record a trigger.
+
+    Raises:
+        roost.Error: Invalid for a bad expression or catch_up.
+    """
+    schedule = parse_cron(expression)
+    if catch_up not in _CATCH_UP:
+        raise invalid(f"catch_up must be one of {', '.join(_CATCH_UP)}, got {catch_up!r}")
+    name = entry if isinstance(entry, str) else getattr(entry, "__qualname__", repr(entry))
+    trigger = CronTrigger(
+        id=f"{name} @ {schedule.expression}", schedule=schedule, entry=entry, catch_up=catch_up
+    )
+    app.declared.setdefault("cron", {})[trigger.id] = trigger
+    return trigger
+
+
+class CronRuntime:
+    """The cron triggers of one node."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.codec = Codec()
+        assert node.store is not None
+        self.store = node.store
+
+    @classmethod
+    async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
+        """The node service: one task per trigger."""
+        triggers: dict[str, CronTrigger] = node.app.declared.get("cron", {})
+        if node.store is None or not triggers:
+            return
+        runtime = cls(node)
+        for trigger in triggers.values():
+            node.app.resolve(trigger.entry)  # an unknown entry fails the node start
+            nursery.start_soon(runtime._run, trigger, name=f"roost.cron {trigger.id}")
+
+    def _last(self, trigger: CronTrigger) -> dt.datetime | None:
+        with self.store.read() as txn:
+            data = txn.get("cron", key(trigger.id))
+        return self.codec.decode(data) if data is not None else None
+
+    async def _store_last(self, trigger: CronTrigger, at: dt.datetime) -> None:
+        data = self.codec.encode(at)
+        row = key(trigger.id)
+        await self.node.transact(lambda txn: txn.put("cron", row, data))
+
+    def _missed(self, trigger: CronTrigger, now: dt.datetime) -> list[dt.datetime]:
+        last = self._last(trigger)
+        if last is None or trigger.catch_up == "skip":
+            return []
+        missed: list[dt.datetime] = []
+        fire = trigger.schedule.next_after(last)
+        while fire is not None and fire <= now and len(missed) < _MAX_CATCH_UP:
+            missed.append(fire)
+            fire = trigger.schedule.next_after(fire)
+        return missed[-1:] if trigger.catch_up == "one" else missed
+
+    async def _run(self, trigger: CronTrigger) -> None:
+        for missed in self._missed(trigger, self.node.now()):
+            await self._fire(trigger, missed)
+        while True:
+            due = trigger.schedule.next_after(self.node.now())
+            if due is None:
+                return  # the schedule has ended (a year field in the past)
+            await trio.sleep(max(0.0, (due - self.node.now()).total_seconds()))
+            await self._fire(trigger, due)
+
+    async def _fire(self, trigger: CronTrigger, due: dt.datetime) -> None:
+        await self._store_last(trigger, due)  # first: at most one fire per fire time
+        tick = CronTick(
+            scheduled_at=due, fired_at=self.node.now(), expression=trigger.schedule.expression
+        )
+        entry_id = self.node.app.resolve(trigger.entry).id
+        try:
+            await run_target(self.node, entry_id, tick, None)
+        except Error as exc:
+            log.warning("cron %s: the run due at %s failed: %s", trigger.id, due, exc)
+        except Exception as exc:  # noqa: BLE001 - a failed run is logged; the schedule goes on
+            log.warning(
+                "cron %s: the run due at %s failed: %s", trigger.id, due, Error.from_exception(exc)
+            )
+
+
+register_extension("cron", declare_cron)
+register_node_service(CronRuntime.start_on)

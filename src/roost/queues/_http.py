@@ -1,0 +1,574 @@
+"""HTTP triggers, the sans-IO part: routes, request and response values, error mapping.
+
+Nothing here does I/O: ``_http_server`` feeds it what hypercorn hands the ASGI app and
+sends back what it returns. The pieces:
+
+- ``Headers`` / ``QueryParams``: read-only string mappings (headers case-insensitive) that
+  keep repeated names (``get_all``);
+- ``Request`` / ``Response``: the values a handler receives and may return; both are codec
+  records, so a workflow can take a request as its input and return a response;
+- ``Router``: the routes of one app, path templates with ``{name}`` parameters, matching
+  with 404 / 405 answers; ``declare_http`` is ``App.http`` and ``check_routes`` is its part
+  of ``App.validate``;
+- ``read_json`` / ``render`` / ``error_response``: the body in, the value out, and roost
+  error kinds as HTTP statuses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final
+
+import attrs
+
+from roost._errors import Error, ErrorKind, invalid
+from roost._pid import Pid
+from roost.actors._app import (
+    ENTRY_ATTR,
+    App,
+    Entry,
+    EntryKind,
+    register_app_check,
+    register_extension,
+)
+from roost.storage._codec import record
+
+__all__ = [
+    "MAX_BODY",
+    "METHODS",
+    "Headers",
+    "Match",
+    "QueryParams",
+    "Rendered",
+    "Request",
+    "Response",
+    "Route",
+    "Router",
+    "check_routes",
+    "declare_http",
+    "error_response",
+    "read_json",
+    "render",
+    "routes_of",
+    "status_for",
+]
+
+METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+MAX_BODY: Final = 16 * 1024 * 1024
+"""The largest request body accepted (bytes); a larger one is refused with 413."""
+
+_STATUS: Final[Mapping[ErrorKind, int]] = {
+    ErrorKind.INVALID: 400,
+    ErrorKind.PERMISSION_DENIED: 403,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.ALREADY_EXISTS: 409,
+    ErrorKind.CONFLICT: 409,
+    ErrorKind.RATE_LIMITED: 429,
+    ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.TIMEOUT: 504,
+}
+_HANDLER_KINDS: Final = (EntryKind.ACTIVITY, EntryKind.PROCESS, EntryKind.WORKFLOW)
+_PARAM: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_BAD_PATH_CHARS: Final = frozenset("?#%\\ \t\r\n")
+_NO_BODY_STATUSES: Final = frozenset({204, 304})
+
+
+# -- string mappings --------------------------------------------------------------------
+
+
+class _MultiMap(Mapping[str, str]):
+    """A read-only str -> str mapping that keeps every value of a repeated name.
+
+    ``m[name]`` is the first value, ``m.get_all(name)`` every value in order.
+    """
+
+    __slots__ = ("_pairs", "_values")
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] | Mapping[str, str] = ()) -> None:
+        items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        self._pairs = tuple((self._fold(str(k)), str(v)) for k, v in items)
+        values: dict[str, list[str]] = {}
+        for name, value in self._pairs:
+            values.setdefault(name, []).append(value)
+        self._values = values
+
+    @staticmethod
+    def _fold(name: str) -> str:
+        return name
+
+    @property
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """Every (name, value) pair, in the order received."""
+        return self._pairs
+
+    def get_all(self, name: str) -> list[str]:
+        """Every value given for ``name``, in order (an empty list if none)."""
+        return list(self._values.get(self._fold(name), ()))
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[self._fold(name)][0]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._fold(name) in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self._pairs)!r})"
+
+
+class Headers(_MultiMap):
+    """Request headers: a read-only mapping with case-insensitive names (kept lowercase)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _fold(name: str) -> str:
+        return name.lower()
+
+
+class QueryParams(_MultiMap):
+    """Query string parameters: a read-only mapping (``?a=1&a=2``: ``["a"] == "1"``)."""
+
+    __slots__ = ()
+
+
+def _header_pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    return Headers(value).pairs
+
+
+def _query_pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    return QueryParams(value).pairs
+
+
+def _str_dict(value: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+# -- request and response -----------------------------------------------------------------
+
+
+@record("roost.http.request")
+@attrs.frozen(kw_only=True)
+class Request:
+    """What an HTTP trigger's entry is called with.
+
+    Attributes:
+        method: the HTTP method, upper case ("POST").
+        path: the request path, percent-decoded ("/orders/42").
+        path_params: the values of the route's ``{name}`` segments.
+        query: the query string parameters (``QueryParams``, a string mapping).
+        headers: the request headers (``Headers``, a case-insensitive string mapping).
+        json: the parsed JSON body; None when the request has no body.
+        body: the raw body bytes (e.g. to check a webhook signature).
+        route: the path template that matched ("/orders/{id}").
+    """
+
+    method: str
+    path: str
+    path_params: dict[str, str] = attrs.field(factory=dict, converter=_str_dict)
+    _query: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=_query_pairs, alias="query"
+    )
+    _headers: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=_header_pairs, alias="headers"
+    )
+    json: Any = None
+    body: bytes = b""
+    route: str = ""
+
+    @property
+    def query(self) -> QueryParams:
+        """The query string parameters; repeated names via ``query.get_all(name)``."""
+        return QueryParams(self._query)
+
+    @property
+    def headers(self) -> Headers:
+        """The headers, names case-insensitive; repeated ones via ``headers.get_all(name)``."""
+        return Headers(self._headers)
+
+
+def _check_status(_inst: Any, _attr: Any, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 599:
+        raise invalid(f"an HTTP status is an int from 100 to 599, got {value!r}")
+
+
+def _response_headers(value: Mapping[str, Any] | None) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise invalid(f"response headers are a mapping of str to str, got {value!r}")
+    headers: dict[str, str] = {}
+    for name, text in value.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise invalid(f"response headers are str -> str, got {name!r}: {text!r}")
+        if not name or any(ch in name for ch in ":\r\n \t") or any(ch in text for ch in "\r\n"):
+            raise invalid(f"invalid response header {name!r}: {text!r}", header=name)
+        headers[name] = text
+    return headers
+
+
+@record("roost.http.response")
+@attrs.frozen
+class Response:
+    """A handler's answer when a plain value (sent as JSON with status 200) is not enough.
+
+    Args:
+        status: the HTTP status code.
+        body: sent as JSON, except bytes (sent as they are, ``application/octet-stream``
+            unless a content-type header says otherwise) and None (no body).
+        headers: extra response headers.
+
+    Raises:
+        roost.Error: kind Invalid for a status outside 100-599, a body on a 204 or 304,
+            or headers that are not str -> str.
+    """
+
+    status: int = attrs.field(validator=_check_status)
+    body: Any = None
+    headers: dict[str, str] | None = attrs.field(default=None, converter=_response_headers)
+
+    def __attrs_post_init__(self) -> None:
+        if self.body is not None and (self.status in _NO_BODY_STATUSES or self.status < 200):
+            raise invalid(f"a {self.status} response has no body; pass body=None")
+
+
+# -- routes -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Route:
+    """One declared trigger: ``method`` on ``path`` runs the entry ``entry`` (an id)."""
+
+    method: str
+    path: str
+    entry: str
+    segments: tuple[str | None, ...]  # None where a parameter sits: routes of one shape collide
+    params: tuple[str, ...]
+
+
+@attrs.frozen
+class Match:
+    """What the router found: a route and its parameters, or the methods the path allows.
+
+    ``route`` None and ``allowed`` empty means no such path (404); ``allowed`` non-empty
+    means the path exists for other methods (405).
+    """
+
+    route: Route | None
+    params: dict[str, str] = attrs.field(factory=dict)
+    allowed: tuple[str, ...] = ()
+
+
+def _split(path: str) -> list[str]:
+    # "/" is the root; a trailing slash is ignored ("/orders/" is "/orders").
+    return [] if path == "/" else path.rstrip("/").split("/")[1:]
+
+
+def _compile(path: object) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise invalid(f"an HTTP route path starts with '/', got {path!r}", path=str(path))
+    bad = sorted({ch for ch in path if ch in _BAD_PATH_CHARS})
+    if bad:
+        raise invalid(f"HTTP route path {path!r} must not contain {''.join(bad)!r}", path=path)
+    segments: list[str | None] = []
+    params: list[str] = []
+    for part in _split(path):
+        if not part:
+            raise invalid(f"HTTP route path {path!r} has an empty segment ('//')", path=path)
+        found = _PARAM.fullmatch(part)
+        if found is not None:
+            name = found.group(1)
+            if name in params:
+                raise invalid(f"HTTP route path {path!r} repeats parameter {name!r}", path=path)
+            params.append(name)
+            segments.append(None)
+        elif "{" in part or "}" in part:
+            raise invalid(
+                f"HTTP route path {path!r}: a parameter is a whole segment like "
+                f"'{{id}}' (a Python identifier), got {part!r}",
+                path=path,
+            )
+        else:
+            segments.append(part)
+    return tuple(segments), tuple(params)
+
+
+class Router:
+    """The HTTP routes of one app; matching is pure (no I/O), so it is tested alone.
+
+    A more specific route wins: at the first segment where two matching routes differ,
+    a literal beats a parameter (``/orders/stats`` before ``/orders/{id}``). ``HEAD`` is
+    served by the ``GET`` route unless one is declared for it.
+    """
+
+    def __init__(self, routes: Iterable[Route] = ()) -> None:
+        self._routes: list[Route] = list(routes)
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        """Every route, in declaration order."""
+        return tuple(self._routes)
+
+    def add(self, method: object, path: object, entry_id: str) -> Route:
+        """Add a route for ``entry_id``.
+
+        Raises:
+            roost.Error: kind Invalid for an unknown method, a bad path or a duplicate.
+        """
+        if not isinstance(method, str) or method.upper() not in METHODS:
+            raise invalid(
+                f"unknown HTTP method {method!r}; use one of {', '.join(METHODS)}",
+                method=str(method),
+            )
+        verb = method.upper()
+        segments, params = _compile(path)
+        assert isinstance(path, str)
+        for other in self._routes:
+            if other.method == verb and other.segments == segments:
+                raise invalid(
+                    f"HTTP route {verb} {path} is already declared (as {verb} {other.path} "
+                    f"-> {other.entry}); each method and path takes one entry",
+                    method=verb,
+                    path=path,
+                )
+        route = Route(method=verb, path=path, entry=entry_id, segments=segments, params=params)
+        self._routes.append(route)
+        return route
+
+    def match(self, method: str, segments: list[str]) -> Match:
+        """Find the route for ``method`` on a path given as its decoded segments."""
+        found: list[tuple[tuple[int, ...], Route, dict[str, str]]] = []
+        allowed: set[str] = set()
+        for route in self._routes:
+            params = _bind(route, segments)
+            if params is None:
+                continue
+            allowed.add(route.method)
+            found.append((_rank(route), route, params))
+        if "GET" in allowed:
+            allowed.add("HEAD")
+        verbs = (method, "GET") if method == "HEAD" else (method,)
+        for verb in verbs:
+            hits = [hit for hit in found if hit[1].method == verb]
+            if hits:
+                _, route, params = min(hits, key=lambda hit: hit[0])
+                return Match(route, params, tuple(sorted(allowed)))
+        return Match(None, {}, tuple(sorted(allowed)))
+
+    def match_path(self, method: str, path: str) -> Match:
+        """``match`` for a decoded path string (no ``%2F`` inside a segment)."""
+        return self.match(method, _split(path) if path.startswith("/") else [])
+
+
+def _bind(route: Route, segments: list[str]) -> dict[str, str] | None:
+    if len(route.segments) != len(segments):
+        return None
+    values: list[str] = []
+    for want, got in zip(route.segments, segments, strict=True):
+        if want is None:
+            if not got:
+                return None
+            values.append(got)
+        elif want != got:
+            return None
+    return dict(zip(route.params, values, strict=True))
+
+
+def _rank(route: Route) -> tuple[int, ...]:
+    return tuple(1 if part is None else 0 for part in route.segments)
+
+
+# -- app.http and app.validate ------------------------------------------------------------
+
+
+def routes_of(app: App) -> Router:
+    """A router over ``app``'s HTTP routes (kept in ``app.declared["http"]``)."""
+    return Router(app.declared.get("http", {}).values())
+
+
+def _entry_id(app: App, entry: object) -> str:
+    if isinstance(entry, Entry):
+        return entry.id
+    if callable(entry):
+        entry_id = getattr(entry, ENTRY_ATTR, None)
+        if not isinstance(entry_id, str):
+            name = getattr(entry, "__qualname__", entry)
+            raise invalid(
+                f"{name!r} is not a registered entry: decorate it with @app.activity, "
+                "@app.process or @app.workflow before declaring a route to it"
+            )
+        return entry_id
+    if isinstance(entry, str) and ":" in entry:
+        return entry
+    raise invalid(
+        f"an HTTP route's entry is an id like '{app.name}:handler' or a registered "
+        f"function, got {entry!r}"
+    )
+
+
+def _check_entry(app: App, route: str, entry_id: str, *, known_only: bool) -> None:
+    found = app.entries.get(entry_id)
+    if found is None:
+        if known_only:
+            return
+        known = ", ".join(sorted(app.entries)) or "none"
+        raise invalid(
+            f"HTTP route {route} runs unknown entry {entry_id!r}; registered entries: {known}",
+            entry=entry_id,
+        )
+    if found.kind not in _HANDLER_KINDS:
+        raise invalid(
+            f"HTTP route {route}: {entry_id!r} is a {found.kind.value}; a route runs an "
+            "activity, a process or a workflow",
+            entry=entry_id,
+        )
+
+
+def declare_http(app: App, method: object, path: object, entry: object) -> Route:
+    """``App.http``: declare that ``method path`` runs ``entry`` with a ``Request``.
+
+    An entry given by id may be registered later; ``app.validate()`` (run by
+    ``open_node``) checks it then.
+
+    Raises:
+        roost.Error: kind Invalid for an unknown method, a bad or duplicate path, or an
+            entry that is not an activity, process or workflow.
+    """
+    entry_id = _entry_id(app, entry)
+    # By id, the entry may be registered after the route: validate() checks it then.
+    _check_entry(app, f"{method} {path}", entry_id, known_only=isinstance(entry, str))
+    route = routes_of(app).add(method, path, entry_id)  # raises Invalid for a duplicate
+    app.declared.setdefault("http", {})[f"{route.method} {route.path}"] = route
+    return route
+
+
+def check_routes(app: App) -> None:
+    """``App.validate``'s HTTP part: every route names a registered handler entry.
+
+    Raises:
+        roost.Error: kind Invalid naming the first bad route.
+    """
+    for route in app.declared.get("http", {}).values():
+        _check_entry(app, f"{route.method} {route.path}", route.entry, known_only=False)
+
+
+# -- bodies and statuses ------------------------------------------------------------------
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_json(body: bytes) -> Any:
+    """Parse a request body: None when empty, else the JSON value.
+
+    Raises:
+        roost.Error: kind Invalid (400) for a body that is not JSON.
+    """
+    if not body.strip():
+        return None
+    try:
+        return json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        raise invalid(f"the request body is not valid JSON: {exc}") from None
+
+
+def status_for(kind: ErrorKind) -> int:
+    """The HTTP status for an error kind (500 for kinds without a closer match)."""
+    return _STATUS.get(kind, 500)
+
+
+@attrs.frozen
+class Rendered:
+    """A response ready for the wire: status, headers (bytes pairs) and body."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def error_response(
+    err: Error, *, status: int | None = None, headers: Mapping[str, str] | None = None
+) -> Rendered:
+    """The JSON error answer ``{"error": {"kind": ..., "message": ...}}`` for ``err``.
+
+    The status is ``status_for(err.kind)`` unless ``status`` is given; never a traceback.
+    """
+    payload = {"error": {"kind": err.kind.value, "message": err.message}}
+    return _json(status if status is not None else status_for(err.kind), payload, headers or {})
+
+
+def _json(status: int, value: Any, extra: Mapping[str, str]) -> Rendered:
+    try:
+        body = json.dumps(value, default=_to_json, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise Error(
+            f"the handler's result cannot be sent as JSON: {exc}",
+            kind=ErrorKind.INTERNAL,
+            retryable=False,
+        ) from exc
+    return _rendered(status, body.encode(), "application/json", extra)
+
+
+def _rendered(
+    status: int, body: bytes, content_type: str | None, extra: Mapping[str, str]
+) -> Rendered:
+    headers: list[tuple[bytes, bytes]] = []
+    names = {name.lower() for name in extra}
+    if content_type is not None and "content-type" not in names:
+        headers.append((b"content-type", content_type.encode("latin-1")))
+    for name, text in extra.items():
+        if name.lower() not in ("content-length", "transfer-encoding"):
+            headers.append((name.lower().encode("latin-1"), text.encode("latin-1")))
+    if status >= 200 and status not in _NO_BODY_STATUSES:
+        headers.append((b"content-length", str(len(body)).encode()))
+    return Rendered(status, headers, body)
+
+
+def render(value: Any) -> Rendered:
+    """Turn a handler's result into a response: a ``Response`` as it says, else JSON 200.
+
+    JSON takes what ``json`` does, plus datetimes and UUIDs (as ISO / hex strings), PIDs
+    (as their string), attrs instances (as objects) and other mappings.
+
+    Raises:
+        roost.Error: kind Internal for a value that cannot be sent as JSON.
+    """
+    if not isinstance(value, Response):
+        return _json(200, value, {})
+    extra = value.headers or {}
+    if value.body is None:
+        return _rendered(value.status, b"", None, extra)
+    if isinstance(value.body, bytes):
+        return _rendered(value.status, value.body, "application/octet-stream", extra)
+    return _json(value.status, value.body, extra)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | Pid):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return list(value)
+    if attrs.has(type(value)):
+        return attrs.asdict(value, recurse=False)
+    raise TypeError(f"object of type {type(value).__name__!r} is not JSON serializable")
+
+
+register_extension("http", declare_http)
+register_app_check(check_routes)

@@ -1,0 +1,352 @@
+"""HTTP triggers, the I/O part: a small ASGI app served by hypercorn on trio.
+
+A node opened with ``open_node(app, http=...)`` starts ``HttpServer`` as a node service:
+hypercorn's trio worker listens (127.0.0.1 unless told otherwise), and ``open_node``
+returns only once the socket is listening, so ``node.http_url`` is usable at once.
+
+Each request runs as its own short-lived process: an attached (mailbox-only) process is
+created for it, the handler runs with it as the current process (so ``process.spawn``,
+``process.call``, ``funcs.call`` ... work in an activity handler too), and it exits
+normally once the response is ready (also when the handler failed: the failure is the
+response, not a crash of the request's links). Per-request processes keep concurrent requests
+apart: each has its own PID, mailbox, links and monitors, and ``process.terminate`` of
+it (or a linked process failing) stops just that request. The target is called as queue
+and cron targets are (``_runtime.invoke``): an activity directly, a process or workflow
+like ``process.exec`` (spawned, waited for, its value or error taken), so a workflow
+handler gets the ``Request`` as its durable input.
+
+The ASGI app is written by hand rather than with a framework: the routing, the request
+value and the error mapping are roost's own (``_http``, pure and tested alone), so all a
+framework would add is a second router and a dependency; the ASGI surface needed is
+small (``http`` and ``lifespan`` scopes).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from roost._errors import Error, ErrorKind, invalid
+from roost.actors._app import register_extension, register_node_service
+from roost.actors._process import reset_current, set_current
+from roost.queues._http import (
+    MAX_BODY,
+    Rendered,
+    Request,
+    Route,
+    Router,
+    error_response,
+    read_json,
+    render,
+    routes_of,
+)
+from roost.queues._runtime import invoke
+
+if TYPE_CHECKING:
+    from roost.actors._node import Node
+
+__all__ = [
+    "DEFAULT_HOST",
+    "HttpServer",
+    "parse_bind",
+    "parse_query",
+    "split_raw_path",
+    "start_http",
+]
+
+log = logging.getLogger("roost.http")
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+DEFAULT_HOST: Final = "127.0.0.1"
+_MAX_QUERY_FIELDS: Final = 1000
+
+
+class _ClientGone(Exception):  # noqa: N818 - private control-flow signal, not an error type
+    """The client disconnected before its request body arrived."""
+
+
+class _TooLarge(Exception):  # noqa: N818 - private control-flow signal, not an error type
+    """The request body is over ``MAX_BODY``."""
+
+
+def split_raw_path(raw: bytes) -> list[str]:
+    """The percent-decoded segments of a raw request path (``%2F`` stays in its segment)."""
+    if raw in (b"", b"/"):
+        return []
+    parts = raw.rstrip(b"/").split(b"/")[1:]
+    return [urllib.parse.unquote_to_bytes(part).decode("utf-8", "replace") for part in parts]
+
+
+def parse_query(raw: bytes) -> list[tuple[str, str]]:
+    """The (name, value) pairs of a raw query string, percent-decoded as UTF-8.
+
+    Raises:
+        roost.Error: kind Invalid (400) for more than 1000 parameters.
+    """
+    text = raw.decode("utf-8", "replace")
+    try:
+        return urllib.parse.parse_qsl(
+            text, keep_blank_values=True, max_num_fields=_MAX_QUERY_FIELDS, errors="replace"
+        )
+    except ValueError as exc:
+        raise invalid(f"the query string is not acceptable: {exc}") from None
+
+
+class HttpServer:
+    """One node's HTTP trigger server: the ASGI app plus its hypercorn worker."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._router = routes_of(node.app)
+        self.url: str | None = None
+
+    @property
+    def router(self) -> Router:
+        """The app's routes (rebuilt when routes were declared after the node opened)."""
+        if len(self._router.routes) != len(self.node.app.declared.get("http", ())):
+            self._router = routes_of(self.node.app)
+        return self._router
+
+    async def start(self, nursery: trio.Nursery, host: str, port: int) -> None:
+        """Listen on ``host:port`` and serve in ``nursery``; returns once listening.
+
+        Raises:
+            roost.Error: kind Unavailable when the address cannot be bound.
+        """
+        # hypercorn is imported only by nodes that serve HTTP: `import roost` stays light.
+        from hypercorn.config import Config  # noqa: PLC0415
+        from hypercorn.trio import serve  # noqa: PLC0415
+
+        config = Config()
+        config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        config.accesslog = None
+        config.errorlog = log
+        try:
+            # Bound here, so that a taken port is a plain OSError (inside hypercorn it
+            # would come wrapped in its nurseries' exception groups); hypercorn then
+            # serves the bound socket by its file descriptor.
+            sock = _bound_socket(host, port)
+        except OSError as exc:
+            raise Error(
+                f"cannot serve HTTP on {config.bind[0]}: {exc}; pick another port (0 picks "
+                "a free one)",
+                kind=ErrorKind.UNAVAILABLE,
+                details={"host": host, "port": port},
+            ) from exc
+        config.bind = [f"fd://{sock.detach()}"]
+        asgi_app: Any = self  # hypercorn's ASGI types are TypedDicts; ours are plain dicts
+        binds: list[str] = await nursery.start(partial(serve, asgi_app, config, mode="asgi"))
+        self.url = binds[0]
+        log.info("serving %d HTTP routes on %s", len(self.router.routes), self.url)
+
+    # -- ASGI ----------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        """The ASGI entry point."""
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":  # websockets: refused before the handshake (403)
+            await send({"type": "websocket.close", "code": 1000})
+            return
+        try:
+            rendered = await self._respond(scope, receive)
+        except _ClientGone:
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": rendered.status,
+                "headers": rendered.headers,
+            }
+        )
+        body = b"" if scope["method"] == "HEAD" else rendered.body
+        await send({"type": "http.response.body", "body": body})
+
+    async def _respond(self, scope: dict[str, Any], receive: Receive) -> Rendered:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        raw = scope.get("raw_path") or path.encode()
+        match = self.router.match(method, split_raw_path(raw))
+        if match.route is None:
+            return _no_route(method, path, match.allowed)
+        if self.node.stopping:
+            return error_response(Error("the node is shutting down", kind=ErrorKind.UNAVAILABLE))
+        try:
+            body = await _read_body(scope, receive)
+            request = Request(
+                method=method,
+                path=path,
+                path_params=match.params,
+                query=parse_query(scope.get("query_string", b"")),
+                headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
+                json=read_json(body),
+                body=body,
+                route=match.route.path,
+            )
+            return render(await self._run(match.route, request))
+        except _TooLarge:
+            err = Error(
+                f"the request body is larger than {MAX_BODY} bytes",
+                kind=ErrorKind.LIMIT_EXCEEDED,
+            )
+            return error_response(err, status=413)
+        except Error as err:
+            return self._failed(method, path, err)
+        except Exception as exc:  # noqa: BLE001 - any handler failure becomes a 500 answer
+            return self._failed(method, path, Error.from_exception(exc))
+
+    def _failed(self, method: str, path: str, err: Error) -> Rendered:
+        answer = error_response(err)
+        if answer.status >= 500:
+            cause = err.__cause__
+            log.error(
+                "HTTP %s %s failed with %d: %s",
+                method,
+                path,
+                answer.status,
+                err,
+                exc_info=(type(cause), cause, cause.__traceback__) if cause is not None else None,
+            )
+        else:
+            log.debug("HTTP %s %s answered %d: %s", method, path, answer.status, err)
+        return answer
+
+    async def _run(self, route: Route, request: Request) -> Any:
+        """Run the route's entry with ``request`` as a process of its own."""
+        node = self.node
+        if route.entry not in node.app.entries:  # a route added after open_node, by id
+            raise Error(
+                f"HTTP route {route.method} {route.path} runs unknown entry {route.entry!r}",
+                kind=ErrorKind.INTERNAL,
+            )
+        proc = node.attach()
+        token = set_current(proc)
+        try:
+            with proc.scope:
+                return await invoke(node, route.entry, request, None)
+            # The scope was cancelled: the request's process was terminated or killed.
+            failure = proc.kill_error
+            raise failure.clone() if failure is not None else _stopped()
+        finally:
+            reset_current(token)
+            node.exit(proc, None, None)
+
+
+def parse_bind(value: object) -> tuple[str, int] | None:
+    """Read ``open_node``'s ``http`` option into (host, port), or None for no server.
+
+    None / False: no server; True: 127.0.0.1 on a free port; a port number, or
+    ``"host:port"`` (``"[::1]:8080"``; ``":8080"`` and ``"8080"`` mean 127.0.0.1). Port 0
+    picks a free port.
+
+    Raises:
+        roost.Error: kind Invalid for anything else.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return DEFAULT_HOST, 0
+    if isinstance(value, int):
+        return DEFAULT_HOST, _port(value, value)
+    if not isinstance(value, str):
+        raise invalid(_BIND_HELP.format(value=value))
+    text = value.strip()
+    if text.isdigit():
+        return DEFAULT_HOST, _port(int(text), value)
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # an IPv6 address
+    elif any(ch in host for ch in ":[]"):
+        raise invalid(_BIND_HELP.format(value=value) + " (IPv6 addresses go in brackets)")
+    if not sep or not port.isdigit() or any(ch.isspace() or ch == "/" for ch in host):
+        raise invalid(_BIND_HELP.format(value=value))
+    return host or DEFAULT_HOST, _port(int(port), value)
+
+
+_BIND_HELP: Final = (
+    "http= takes True, a port, or 'host:port' (e.g. '127.0.0.1:8080', ':0' for a free "
+    "port on 127.0.0.1); got {value!r}"
+)
+
+
+def _port(port: int, value: object) -> int:
+    if not 0 <= port <= 65535:
+        raise invalid(f"an HTTP port is 0-65535 (0 picks a free one), got {value!r}")
+    return port
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _no_route(method: str, path: str, allowed: tuple[str, ...]) -> Rendered:
+    if not allowed:
+        return error_response(Error(f"no HTTP route for {method} {path}", kind=ErrorKind.NOT_FOUND))
+    methods = ", ".join(allowed)
+    err = Error(f"{method} is not allowed on {path}; allowed: {methods}", kind=ErrorKind.INVALID)
+    return error_response(err, status=405, headers={"allow": methods})
+
+
+def _stopped() -> Error:
+    return Error("the request's process was stopped", kind=ErrorKind.CANCELED)
+
+
+async def _read_body(scope: dict[str, Any], receive: Receive) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > MAX_BODY:
+            raise _TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def start_http(node: Node, nursery: trio.Nursery) -> None:
+    """The node service: serve the app's HTTP routes when ``open_node(http=...)`` asked."""
+    bind = node.settings.get("http")
+    if bind is None:
+        return
+    host, port = bind
+    server = HttpServer(node)
+    await server.start(nursery, host, port)
+    node.ext["http"] = server
+
+
+register_extension("http_bind", parse_bind)  # open_node checks http= before it starts
+register_node_service(start_http)

@@ -1,0 +1,147 @@
+"""Streams: ``roost.publish(topic, data)`` and ``app.subscribe(topic, entry)``.
+
+A publication goes to three kinds of subscriber:
+
+- plain processes of the node listening on the topic (``process.listen(topic)``): an
+  ordinary message, sender = the publisher, in memory;
+- ``app.subscribe(topic, entry)``: the entry runs with the data, in the background
+  (in memory, at most once: a node that stops loses what was not yet delivered);
+- ``app.subscribe(topic, entry, durable=True, queue=...)``: the data is enqueued for the
+  entry on that queue (at least once, with the queue's retries and DLQ). Inside a queue
+  handler that enqueue joins the handler's acknowledgement, like ``roost.enqueue``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+import trio
+
+from roost._errors import Error, ErrorKind, invalid
+from roost.actors._api import DurableReceipt, Receipt
+from roost.actors._app import EntryKind, register_extension
+from roost.actors._node import Node
+from roost.actors._process import bound_node, maybe_current_process
+from roost.mailbox._mailbox import check_topic
+from roost.queues._records import QueueMessage
+from roost.queues._runtime import DELIVERY, QueueRuntime, run_target
+from roost.queues._spec import DEFAULT_QUEUE
+
+__all__ = ["Subscription", "declare_subscription", "publish"]
+
+log = logging.getLogger("roost.queues")
+
+_ACCEPTED = Receipt()
+
+
+@attrs.frozen(kw_only=True)
+class Subscription:
+    """``app.subscribe``: ``entry`` gets every publication on ``topic``."""
+
+    topic: str
+    entry: Any
+    durable: bool = False
+    queue: str = DEFAULT_QUEUE
+
+
+def declare_subscription(
+    app: Any, topic: str, entry: Any, *, durable: bool = False, queue: str | None = None
+) -> Subscription:
+    """Validate and record a subscription on ``app``.
+
+    Raises:
+        roost.Error: Invalid for a bad topic, or a queue given without ``durable=True``.
+    """
+    check_topic(topic)
+    if not isinstance(durable, bool):
+        raise invalid(f"durable must be a bool, got {durable!r}")
+    if queue is not None and not durable:
+        raise invalid("a queue applies to durable subscriptions: pass durable=True too")
+    sub = Subscription(topic=topic, entry=entry, durable=durable, queue=queue or DEFAULT_QUEUE)
+    app.declared.setdefault("subscriptions", {}).setdefault(topic, []).append(sub)
+    return sub
+
+
+def _publisher() -> tuple[Node, Any]:
+    delivery = DELIVERY.get()
+    proc = maybe_current_process()
+    if proc is not None and proc.workflow is not None:
+        raise invalid(
+            "roost.publish is not replay-safe inside a workflow; publish from an activity "
+            "or a queue step"
+        )
+    if proc is not None and proc.node is not None:
+        return proc.node, proc.pid
+    if delivery is not None:
+        return delivery.runtime.node, None
+    node = bound_node()
+    if node is not None:  # an activity run by a workflow
+        return node, None
+    raise Error(
+        "roost.publish needs a node: call it from a process, an open_node block or a queue handler",
+        kind=ErrorKind.INVALID_STATE,
+    )
+
+
+def publish(topic: str, data: Any = None) -> Receipt:
+    """Publish ``data`` on ``topic`` to its subscribers, without blocking.
+
+    Await the returned receipt to wait until durable subscribers' messages are committed.
+
+    Raises:
+        roost.Error: Invalid for a bad topic or (with durable subscribers) data that
+            cannot be encoded, or when called inside a workflow.
+    """
+    check_topic(topic)
+    node, sender = _publisher()
+    subs: list[Subscription] = node.app.declared.get("subscriptions", {}).get(topic, [])
+    runtime: QueueRuntime | None = node.ext.get("queues")
+    durable = [s for s in subs if s.durable]
+    if durable and runtime is None:
+        raise Error("durable subscriptions need a node with a store", kind=ErrorKind.INVALID_STATE)
+    messages = [
+        runtime.new_message(s.queue, node.app.resolve(s.entry).id, data)
+        for s in durable
+        if runtime is not None
+    ]
+    for proc in list(node.procs.values()):
+        box = proc.mailbox
+        if box is not None and box.subscription(topic) is not None:
+            box.deliver(topic, data, sender, force=True)
+    for sub in subs:
+        if not sub.durable and runtime is not None:
+            runtime.spawn_task(_notify, node, sub, data)
+    if not messages or runtime is None:
+        return _ACCEPTED
+    delivery = DELIVERY.get()
+    if delivery is not None and delivery.open and delivery.runtime is runtime:
+        delivery.handoff.extend(messages)  # commits with the handler's acknowledgement
+        return _ACCEPTED
+    done = trio.Event()
+    runtime.spawn_task(_store, runtime, messages, done)
+    return DurableReceipt(done)
+
+
+async def _store(runtime: QueueRuntime, messages: list[QueueMessage], done: trio.Event) -> None:
+    for message in messages:
+        await runtime.enqueue(message)
+    done.set()
+
+
+async def _notify(node: Node, sub: Subscription, data: Any) -> None:
+    entry = node.app.resolve(sub.entry)
+    if entry.kind not in (EntryKind.ACTIVITY, EntryKind.PROCESS, EntryKind.WORKFLOW):
+        log.error(
+            "subscription %s: %r is not an activity, process or workflow", sub.topic, entry.id
+        )
+        return
+    try:
+        await run_target(node, entry.id, data, None)
+    except Exception as exc:  # noqa: BLE001 - one subscriber's failure is logged, not spread
+        error = exc if isinstance(exc, Error) else Error.from_exception(exc)
+        log.warning("subscription %s -> %s failed: %s", sub.topic, entry.id, error)
+
+
+register_extension("subscribe", declare_subscription)

@@ -52,7 +52,7 @@ import roost
 from benchmarks._harness import Result, Target, now
 from roost import funcs, process
 from roost.storage import key
-from roost.workflow._driver import Driver
+from roost.workflow._drivers import new_driver
 
 SUITE = "workflows"
 APP = roost.App("wfbench")
@@ -414,11 +414,7 @@ def replay(k: int) -> dict[str, Any]:
                     acts = [codec.decode(v) for _, v in txn.prefix("histories", prefix)]
                 t_read = min(t_read, now() - t0)
                 t0 = now()
-                driver = Driver(
-                    run.entry.fn,
-                    make_context=manager._context_factory(run),
-                    check=manager._check,
-                )
+                driver = new_driver(manager, run)
                 for act in acts:
                     driver.activate(act.at, act.events, expected=act.commands)
                 t_drive = min(t_drive, now() - t0)

@@ -23,6 +23,7 @@ SUITES: dict[str, str] = {
     "processes": "benchmarks.bench_processes",
     "storage": "benchmarks.bench_storage",
     "workflows": "benchmarks.bench_workflows",
+    "queues": "benchmarks.bench_queues",
 }
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"

@@ -151,3 +151,23 @@ async def test_closing_a_node_takes_no_virtual_time(autojump_clock):
             pass
         assert trio.current_time() == before  # no jump while the store closed
         nursery.cancel_scope.cancel()
+
+
+@app.workflow
+async def reads_context():
+    first = roost.ctx.get("tenant")
+    await roost.sleep("1h")
+    return [first, roost.ctx.get("tenant")]
+
+
+def test_context_is_there_from_the_first_step_after_a_restart():
+    async def main():
+        async with open_test_node(app) as node:
+            spawner = process.with_options(id="ctx-1").with_context({"tenant": "t-1"})
+            pid = await spawner.spawn("tn:reads_context")
+            await roost.sleep(60)
+            await node.restart()  # the run is rebuilt by replaying its first step
+            process.monitor(pid)
+            assert (await process.events().receive()).value == ["t-1", "t-1"]
+
+    trio.run(main)

@@ -296,7 +296,11 @@ async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo | None
         return await trio.to_thread.run_sync(entry.fn, payload)
     spawner = Spawner()
     if entry.kind is EntryKind.WORKFLOW and info is not None:
-        spawner = spawner.with_context({"roost.queue_info": attrs.asdict(info)})
+        # One workflow per message attempt: a redelivery after a crash finds the workflow
+        # the first delivery started (same id) and waits for it instead of starting another.
+        spawner = spawner.with_context({"roost.queue_info": attrs.asdict(info)}).with_options(
+            id=f"{info.queue}-{info.receipt_id}-{info.attempt}"
+        )
     return await spawner.exec(entry, payload)
 
 

@@ -67,10 +67,11 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
             m.codec.decode(v)
             for _, v in txn.prefix("histories", history_key(run.record.run_id, 0)[:-8])
         ]
+    if acts and acts[0].index == 1 and isinstance(acts[0].events[0], Started):
+        # Before replaying: workflow code sees the context from its first step on.
+        run.context = acts[0].events[0].context
     for act in acts:
         driver.activate(act.at, act.events, expected=act.commands)
-        if act.index == 1 and isinstance(act.events[0], Started):
-            run.context = act.events[0].context
     run.next_index = len(acts) + 1
     driver.history_size = run.record.history_size
     return driver

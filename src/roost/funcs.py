@@ -1,7 +1,8 @@
 """``roost.funcs``: call activities (durable inside workflows, direct elsewhere)."""
 
-from roost.actors._api import Executor
+from roost.actors._api import ActivityHandle, Executor
 from roost.actors._api import funcs_call as call
 from roost.actors._api import funcs_new as new
+from roost.actors._api import funcs_start as start
 
-__all__ = ["Executor", "call", "new"]
+__all__ = ["ActivityHandle", "Executor", "call", "new", "start"]

@@ -119,7 +119,7 @@ def test_other_namespaces():
     assert set(roost.channel.__all__) >= {"new", "select", "Channel", "Selected"}
     assert set(roost.ctx.__all__) == {"get", "all"}
     assert set(roost.coroutine.__all__) == {"spawn"}
-    assert set(roost.funcs.__all__) == {"call", "new", "Executor"}
+    assert set(roost.funcs.__all__) == {"call", "new", "start", "Executor", "ActivityHandle"}
     assert set(roost.state.__all__) == {"get", "set", "delete", "list", "update"}
     assert set(roost.http.__all__) == {"Request", "Response"}
     assert {

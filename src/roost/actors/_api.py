@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -480,6 +480,90 @@ class Executor:
     async def call(self, entry: Any, *args: Any) -> Any:
         """Call ``entry`` with these options (see ``funcs.call``)."""
         return await _call_activity(entry, args, self._options)
+
+    def start(self, entry: Any, *args: Any) -> ActivityHandle:
+        """Start ``entry`` with these options (see ``funcs.start``)."""
+        handle: ActivityHandle = _start_activity(entry, args, self._options)
+        return handle
+
+
+def funcs_start(entry: Any, *args: Any) -> ActivityHandle:
+    """Start an activity without waiting for it; await the handle for its result.
+
+    Inside a workflow it is durable like ``funcs.call`` (start several, then await them:
+    they run in parallel); elsewhere it runs as a coroutine of the calling process.
+    ``handle.cancel()`` stops it: awaiting then raises Canceled.
+
+    Raises:
+        roost.Error: Invalid for an entry that is not an activity (at the call).
+    """
+    handle: ActivityHandle = _start_activity(entry, args, {})
+    return handle
+
+
+class ActivityHandle(Protocol):
+    """What ``funcs.start`` returns: awaitable for the result; ``cancel()``; ``done``."""
+
+    @property
+    def done(self) -> bool: ...
+    def cancel(self) -> None: ...
+    def __await__(self) -> Generator[Any, None, Any]: ...
+
+
+class _LocalActivity:
+    """``funcs.start`` in a plain process: a coroutine of that process."""
+
+    __slots__ = ("_done", "_error", "_scope", "_value")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._scope = trio.CancelScope()
+        self._value: Any = None
+        self._error: Error | None = None
+
+    async def _run(self, entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -> None:
+        with self._scope:
+            try:
+                self._value = await _call_activity(entry, args, options)
+            except Error as exc:
+                self._error = exc
+        if self._scope.cancelled_caught:
+            self._error = Error(
+                f"activity {entry!r} was cancelled", kind=ErrorKind.CANCELED, retryable=False
+            )
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        """Whether the result (or the error) is in."""
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Stop it; awaiting the handle then raises Canceled (a no-op once done)."""
+        if not self._done.is_set():
+            self._scope.cancel()
+
+    async def _result(self) -> Any:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error.clone()
+        return self._value
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._result().__await__()
+
+
+def _start_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    proc = current_any("funcs.start")
+    if proc.workflow is not None:
+        entry_id, defaults = _activity_id(proc, entry)
+        return proc.workflow.start_activity(entry_id, args, (defaults, options))
+    resolved = proc.node.app.resolve(entry)
+    if resolved.kind.value != "activity":
+        raise invalid(f"funcs.start runs activities; {resolved.id!r} is a {resolved.kind.value}")
+    handle = _LocalActivity()
+    proc.node.start_coroutine(proc, handle._run, (resolved.id, args, options))
+    return handle
 
 
 def funcs_new() -> Executor:

@@ -100,21 +100,34 @@ class ActivityWorker:
     def __init__(self, manager: WorkflowManager, nursery: trio.Nursery) -> None:
         self.m = manager
         self._nursery = nursery
-        self.running: set[tuple[str, int]] = set()
+        self.running: dict[tuple[str, int], trio.CancelScope] = {}
 
     def submit(self, task: ActivityTask) -> None:
         """Start working on ``task`` (a task already being worked on is ignored)."""
         ident = (task.run_id, task.seq)
         if ident in self.running:
             return
-        self.running.add(ident)
+        self.running[ident] = trio.CancelScope()
         self._nursery.start_soon(self._work, task, name=f"roost.activity {task.entry}")
 
+    def cancel(self, run_id: str, seq: int) -> None:
+        """Stop working on a task the workflow cancelled (its row is already deleted)."""
+        scope = self.running.get((run_id, seq))
+        if scope is not None:
+            scope.cancel()
+
     async def _work(self, task: ActivityTask) -> None:
+        with self.running[(task.run_id, task.seq)]:
+            await self._work_on(task)
+        self.running.pop((task.run_id, task.seq), None)
+
+    async def _work_on(self, task: ActivityTask) -> None:
         try:
             while True:
                 await self._wait_until(task.not_before)
                 value, error = await self._attempt(task)
+                if self.running[(task.run_id, task.seq)].cancel_called:
+                    return  # the workflow cancelled it: its row is gone, write nothing
                 if error is None:
                     await self._resolve(task, value, None)
                     return
@@ -127,7 +140,7 @@ class ActivityWorker:
                     return
                 task = await self._reschedule(task, error, delay)
         finally:
-            self.running.discard((task.run_id, task.seq))
+            self.running.pop((task.run_id, task.seq), None)
 
     def _schedule_to_close_left(self, task: ActivityTask) -> float:
         limit = task.options.get("schedule_to_close_timeout")

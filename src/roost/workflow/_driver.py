@@ -19,7 +19,7 @@ import datetime as dt
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
@@ -39,6 +39,7 @@ from roost.workflow._driver_parts import (
 )
 from roost.workflow._history import (
     ActivityResolved,
+    CancelActivity,
     CancelRequested,
     Complete,
     ContinueAsNew,
@@ -64,6 +65,31 @@ from roost.workflow._retry import activity_options
 __all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Status"]
 
 DEFAULT_VERSION = -1
+
+
+class WorkflowActivity:
+    """``funcs.start`` inside a workflow: await it for the result, or ``cancel()`` it."""
+
+    __slots__ = ("_driver", "_entry", "_future", "_seq")
+
+    def __init__(self, driver: Driver, seq: int, future: Future, entry: str) -> None:
+        self._driver, self._seq, self._future, self._entry = driver, seq, future, entry
+
+    @property
+    def done(self) -> bool:
+        """Whether the result (or the error) is in."""
+        return bool(self._future.resolved)
+
+    def cancel(self) -> None:
+        """Stop waiting for it; awaiting the handle then raises Canceled.
+
+        Its stored task is dropped and a running attempt is stopped. A no-op once the
+        result is in.
+        """
+        self._driver.cancel_activity(self._seq, self._entry)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._future.__await__()
 
 
 class Status:
@@ -165,7 +191,9 @@ class Driver:
             case Started():
                 self._start(event)
             case ActivityResolved(seq=seq, value=value, error=error):
-                self._pending.pop(seq).resolve(value, error)
+                waiting = self._pending.pop(seq, None)
+                if waiting is not None:  # None: cancelled by the workflow meanwhile
+                    waiting.resolve(value, error)
             case TimerFired(seq=seq):
                 self._timer_fired(seq)
             case MessageArrived(call=int() as seq, topic=topic, payload=payload, sender=sender):
@@ -328,13 +356,33 @@ class Driver:
 
         ``options`` are option sources (entry defaults, then per-call), merged in order.
         """
+        return await self.start_activity(entry, args, options)
+
+    def start_activity(
+        self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
+    ) -> WorkflowActivity:
+        """Schedule an activity; the handle is awaited for its result, or cancelled."""
         self._validate(list(args), f"arguments of activity {entry!r}")
         merged = activity_options(*options)
         seq = self._next_seq()
         future = Future(self)
         self._pending[seq] = future
         self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
-        return await future
+        return WorkflowActivity(self, seq, future, entry)
+
+    def cancel_activity(self, seq: int, entry: str) -> None:
+        """Record the cancel of activity ``seq``; its waiters get a Canceled error now."""
+        future = self._pending.pop(seq, None)
+        if future is None or future.resolved:
+            return
+        self._issue(CancelActivity(seq=self._next_seq(), activity=seq))
+        error = Error(
+            f"activity {entry!r} was cancelled by its workflow",
+            kind=ErrorKind.CANCELED,
+            retryable=False,
+            details={"seq": seq},
+        )
+        future.resolve(None, error)
 
     async def sleep(self, seconds: float) -> None:
         """A durable timer; returns when it fires."""

@@ -17,6 +17,7 @@ from roost.storage import WriteTxn, key
 from roost.workflow._family import chain_next, hand_over, start_child, successor
 from roost.workflow._history import (
     Activation,
+    CancelActivity,
     CancelRequested,
     Complete,
     ContinueAsNew,
@@ -61,6 +62,7 @@ class Effects:
         self.timers: list[TimerTask] = []
         self.local_sends: list[tuple[Pid, SendMessage]] = []
         self.stops: list[StopProcess] = []
+        self.cancelled: list[int] = []  # activity seqs the workflow stopped waiting for
         self.spawns: list[SpawnProcess] = []
         self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
         self.record = run.record
@@ -100,6 +102,8 @@ class Effects:
                 self._send(command)
             case StopProcess():
                 self.stops.append(command)
+            case CancelActivity(activity=activity):
+                self.cancelled.append(activity)
             case SpawnProcess():
                 self.spawns.append(command)
             case UpsertAttributes(search=search, memo=memo):
@@ -174,6 +178,7 @@ class Effects:
         )
         record_bytes = codec.encode(record)
         tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
+        dropped = [task_key(record.run_id, seq) for seq in self.cancelled]
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
         sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         run_id = record.run_id
@@ -205,6 +210,8 @@ class Effects:
                 txn.delete("inbox", k)
             for k, v in tasks:
                 txn.put("tasks", k, v)
+            for k in dropped:
+                txn.delete("tasks", k)
             for k, v in timers:
                 txn.put("timers", k, v)
             for k, v in sends:
@@ -229,6 +236,8 @@ class Effects:
         m = self.m
         for task in self.tasks:
             m.activities.submit(task)
+        for seq in self.cancelled:
+            m.activities.cancel(self.run.record.run_id, seq)
         for timer in self.timers:
             m.timers.add(timer)
         for target, k, _, event in self.workflow_sends:

@@ -20,6 +20,7 @@ from roost.storage._codec import record
 __all__ = [
     "Activation",
     "ActivityResolved",
+    "CancelActivity",
     "CancelRequested",
     "Command",
     "Complete",
@@ -128,6 +129,15 @@ class ScheduleActivity:
     options: dict[str, Any] = attrs.field(factory=dict)
 
 
+@record("wf.cancel_activity")
+@attrs.frozen(kw_only=True)
+class CancelActivity:
+    """Stop waiting for activity ``activity``: drop its task, stop its running attempt."""
+
+    seq: int
+    activity: int
+
+
 @record("wf.start_timer")
 @attrs.frozen(kw_only=True)
 class StartTimer:
@@ -234,6 +244,7 @@ class ContinueAsNew:
 
 Command = (
     ScheduleActivity
+    | CancelActivity
     | StartTimer
     | SendMessage
     | StopProcess
@@ -300,6 +311,7 @@ class Activation:
 
 _COMMANDS = (
     ScheduleActivity,
+    CancelActivity,
     StartTimer,
     SendMessage,
     StopProcess,
@@ -313,13 +325,15 @@ _COMMANDS = (
 )
 
 
-def describe(command: Any) -> str:  # noqa: PLR0911 - one arm per command kind
+def describe(command: Any) -> str:  # noqa: PLR0911, PLR0912 - one arm per command kind
     """A short human form of a command, for nondeterminism reports."""
     match command:
         case ScheduleActivity(seq=seq, entry=entry):
             return f"#{seq} schedule activity {entry!r}"
         case StartTimer(seq=seq, seconds=seconds):
             return f"#{seq} start timer {seconds:g}s"
+        case CancelActivity(seq=seq, activity=activity):
+            return f"#{seq} cancel activity #{activity}"
         case SendMessage(seq=seq, dest=dest, topic=topic):
             return f"#{seq} send {topic!r} to {dest}"
         case SpawnProcess(seq=seq, entry=entry):
@@ -354,6 +368,7 @@ def same_command(issued: Any, recorded: Any) -> bool:
 # What makes a replayed command "the same" as the recorded one; arguments may change.
 _IDENTITY: dict[type, tuple[str, ...]] = {
     ScheduleActivity: ("seq", "entry"),
+    CancelActivity: ("seq", "activity"),
     SendMessage: ("seq", "dest", "topic"),
     SpawnProcess: ("seq", "entry"),
     StartChild: ("seq", "entry"),

@@ -77,4 +77,4 @@ class QueueState:
         if not self._sorted:
             self.pending = dict(sorted(self.pending.items()))
             self._sorted = True
-        return iter(list(self.pending.values()))
+        return iter(self.pending.values())  # take_ready changes ``pending`` only after

@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from roost._errors import Error, ErrorKind, invalid, not_found
+from roost.actors._api import funcs_call
 from roost.actors._app import EntryKind, register_extension, register_node_service
 from roost.actors._node import Node
 from roost.actors._process import reset_current, set_current
@@ -289,11 +290,7 @@ async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo | None
     """
     entry = node.app.resolve(entry_id)
     if entry.kind is EntryKind.ACTIVITY:
-        if entry.is_async:
-            return await entry.fn(payload)
-        if node.mock_time:
-            return entry.fn(payload)
-        return await trio.to_thread.run_sync(entry.fn, payload)
+        return await funcs_call(entry.id, payload)
     spawner = Spawner()
     if entry.kind is EntryKind.WORKFLOW and info is not None:
         # One workflow per message attempt: a redelivery after a crash finds the workflow

@@ -28,14 +28,10 @@ waits for another OS process, which no trio clock can do).
 
 from __future__ import annotations
 
-import json
 import math
-import signal
-import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,125 +39,24 @@ import pytest
 
 APP = Path(__file__).with_name("crash_queue_app.py")
 sys.path.insert(0, str(APP.parent))
+import crash_harness  # noqa: E402 - next to this module, on the path set above
 import crash_queue_app as qapp  # noqa: E402 - the child's module: its constants and snapshot
 
 pytestmark = pytest.mark.slow
 
-WAIT = 30.0  # generous bound for anything the child does on a loaded box
-POLL = 0.005
+WAIT = crash_harness.WAIT
 
 
 # -- running the child -----------------------------------------------------------------------
 
-CHILDREN: list[Child] = []
+
+class Child(crash_harness.Child):
+    """A crash_queue_app node (see ``crash_harness.Child``)."""
+
+    app = APP
 
 
-@pytest.fixture(autouse=True)
-def _no_stray_children() -> Any:
-    """Whatever a test did, no node process outlives it."""
-    yield
-    while CHILDREN:
-        proc = CHILDREN.pop().proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-class Child:
-    """A crash_queue_app node in a subprocess on ``tmp_path/data``, logging to ``tmp_path/work``."""
-
-    def __init__(self, tmp_path: Path, scenario: str) -> None:
-        CHILDREN.append(self)
-        self.data = tmp_path / "data"
-        self.work = tmp_path / "work"
-        self.work.mkdir()
-        self.scenario = scenario
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-        self.killed_at: list[float] = []
-
-    def _argv(self, phase: str) -> list[str]:
-        argv = [str(APP), str(self.data), str(self.work), self.scenario, phase]
-        return [sys.executable, "-W", "error", *argv]
-
-    def start(self, phase: str = "run") -> int:
-        """Start the node; returns its OS pid (the ``os_pid`` of its log lines)."""
-        name = f"{phase}{self.runs}"
-        self.runs += 1
-        with (
-            (self.work / f"{name}.out").open("wb") as out,
-            (self.work / f"{name}.err").open("wb") as err,
-        ):
-            self.proc = subprocess.Popen(self._argv(phase), stdout=out, stderr=err)
-        return self.proc.pid
-
-    def output(self) -> str:
-        paths = sorted(self.work.glob("*.out")) + sorted(self.work.glob("*.err"))
-        parts = [f"--- {path.name}:\n{path.read_text(errors='replace')}" for path in paths]
-        return "\n".join(parts)
-
-    def wait_for(self, what: str, ready: Callable[[], bool], timeout: float = WAIT) -> None:
-        """Poll ``ready`` until it holds; fail if the child exits or ``timeout`` passes."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"the node exited ({self.proc.returncode}) before {what}\n{self.output()}"
-                )
-            if time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(f"timed out after {timeout:g}s waiting for {what}\n{self.output()}")
-            time.sleep(POLL)
-
-    def sleep_until(self, wall: float) -> None:
-        time.sleep(max(0.0, wall - time.time()))
-
-    def kill(self) -> None:
-        """SIGKILL the node and reap it."""
-        assert self.proc is not None
-        self.killed_at.append(time.time())
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=WAIT)
-
-    def wait_killed_itself(self) -> None:
-        """Wait for the node to die by its own SIGKILL (a crash point of the scenario)."""
-        assert self.proc is not None
-        try:
-            code = self.proc.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"the node did not kill itself within {WAIT:g}s\n{self.output()}")
-        self.killed_at.append(time.time())
-        assert code == -signal.SIGKILL, f"exit code {code}\n{self.output()}"
-
-    def resume(self) -> dict[str, Any]:
-        """Restart on the same data dir, wait until no message is left; the JSON report."""
-        with (
-            (self.work / "resume.out").open("wb") as out,
-            (self.work / "resume.err").open("wb") as err,
-        ):
-            proc = subprocess.run(
-                self._argv("resume"), stdout=out, stderr=err, timeout=90, check=False
-            )
-        assert proc.returncode == 0, f"the restarted node failed\n{self.output()}"
-        report: dict[str, Any] = json.loads((self.work / "resume.json").read_text())
-        return report
-
-    def lines(self, name: str) -> list[dict[str, Any]]:
-        """The complete JSON lines of a log (a line being written right now is skipped)."""
-        path = self.work / name
-        if not path.exists():
-            return []
-        *complete, _partial = path.read_text().split("\n")
-        return [json.loads(line) for line in complete]
-
-    def has_lines(self, name: str, count: int, **match: Any) -> bool:
-        found = [x for x in self.lines(name) if all(x.get(k) == v for k, v in match.items())]
-        return len(found) >= count
-
-    def marker(self, name: str) -> bool:
-        return (self.work / name).exists()
+_no_stray_children = crash_harness.no_stray_children  # autouse: no node outlives a test
 
 
 def events(lines: list[dict[str, Any]], key: str, phase: str) -> list[tuple[str, int]]:
@@ -191,7 +86,7 @@ def test_messages_in_flight_or_waiting_are_delivered_again(tmp_path: Path) -> No
     child.wait_for("every kind of message to be in place", lambda: child.marker("ready"))
     child.kill()
     report = child.resume()
-    killed_at = child.killed_at[0]
+    killed_at = child.kills[0]
 
     lines = child.lines("queue.log")
     everything = qapp.QUICK + qapp.FLAKY + qapp.HOLDS + qapp.BLOCKED
@@ -613,7 +508,7 @@ def test_cron_fires_once_per_fire_time_across_kills(tmp_path: Path) -> None:
             for x in starts
             if x["trigger"] == trigger and x["scheduled"] in done
         ]
-        down = [(child.killed_at[k] - 0.1, opened(pids[k + 1]) + 0.1) for k in range(len(pids) - 1)]
+        down = [(child.kills[k] - 0.1, opened(pids[k + 1]) + 0.1) for k in range(len(pids) - 1)]
         ran = sorted(s for (t, s) in fires if t == trigger)
         end = stored_at_kill[-1][trigger]
         for s in range(int(ran[0]), int(end) + 1):

@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import signal
-import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,124 +38,23 @@ import pytest
 APP = Path(__file__).with_name("crash_app.py")
 sys.path.insert(0, str(APP.parent))
 import crash_app  # noqa: E402 - the child's module; its constants define the scenarios
+import crash_harness  # noqa: E402 - next to this module, on the path set above
 
 pytestmark = pytest.mark.slow
 
-WAIT = 30.0  # generous bound for anything the child does on a loaded box
-POLL = 0.005
+WAIT = crash_harness.WAIT
 
 
 # -- running the child -----------------------------------------------------------------------
 
-CHILDREN: list[Child] = []
+
+class Child(crash_harness.Child):
+    """A crash_app node (see ``crash_harness.Child``)."""
+
+    app = APP
 
 
-@pytest.fixture(autouse=True)
-def _no_stray_children() -> Any:
-    """Whatever a test did, no node process outlives it."""
-    yield
-    while CHILDREN:
-        proc = CHILDREN.pop().proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-class Child:
-    """A crash_app node in a subprocess on ``tmp_path/data``, logging to ``tmp_path/work``."""
-
-    def __init__(self, tmp_path: Path, scenario: str) -> None:
-        CHILDREN.append(self)
-        self.data = tmp_path / "data"
-        self.work = tmp_path / "work"
-        self.work.mkdir()
-        self.scenario = scenario
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.killed_at = 0.0
-
-    def _argv(self, phase: str) -> list[str]:
-        return [
-            sys.executable,
-            "-W",
-            "error",
-            str(APP),
-            str(self.data),
-            str(self.work),
-            self.scenario,
-            phase,
-        ]
-
-    def start(self) -> None:
-        with (self.work / "run.out").open("wb") as out, (self.work / "run.err").open("wb") as err:
-            self.proc = subprocess.Popen(self._argv("run"), stdout=out, stderr=err)
-
-    def output(self, phase: str = "run") -> str:
-        parts = []
-        for stream in ("out", "err"):
-            path = self.work / f"{phase}.{stream}"
-            if path.exists():
-                parts.append(f"--- {phase} std{stream}:\n{path.read_text(errors='replace')}")
-        return "\n".join(parts)
-
-    def wait_for(self, what: str, ready: Callable[[], bool], timeout: float = WAIT) -> None:
-        """Poll ``ready`` until it holds; fail if the child exits or ``timeout`` passes."""
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"the node exited ({self.proc.returncode}) before {what}\n{self.output()}"
-                )
-            if time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(f"timed out after {timeout:g}s waiting for {what}\n{self.output()}")
-            time.sleep(POLL)
-
-    def kill(self) -> None:
-        """SIGKILL the node and reap it."""
-        assert self.proc is not None
-        self.killed_at = time.time()
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=WAIT)
-
-    def wait_killed_itself(self) -> None:
-        """Wait for the node to die by its own SIGKILL (an activity's crash point)."""
-        assert self.proc is not None
-        try:
-            code = self.proc.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"the node did not kill itself within {WAIT:g}s\n{self.output()}")
-        self.killed_at = time.time()
-        assert code == -signal.SIGKILL, f"exit code {code}\n{self.output()}"
-
-    def resume(self) -> dict[str, Any]:
-        """Restart on the same data dir, wait for every workflow; return the JSON report."""
-        with (
-            (self.work / "resume.out").open("wb") as out,
-            (self.work / "resume.err").open("wb") as err,
-        ):
-            proc = subprocess.run(
-                self._argv("resume"), stdout=out, stderr=err, timeout=90, check=False
-            )
-        assert proc.returncode == 0, f"the restarted node failed\n{self.output('resume')}"
-        report: dict[str, Any] = json.loads((self.work / "resume.json").read_text())
-        return report
-
-    def lines(self, name: str) -> list[dict[str, Any]]:
-        """The complete JSON lines of a log (a line being written right now is skipped)."""
-        path = self.work / name
-        if not path.exists():
-            return []
-        *complete, _partial = path.read_text().split("\n")
-        return [json.loads(line) for line in complete]
-
-    def has_lines(self, name: str, count: int, **match: Any) -> bool:
-        found = [x for x in self.lines(name) if all(x.get(k) == v for k, v in match.items())]
-        return len(found) >= count
-
-    def marker(self, name: str) -> bool:
-        return (self.work / name).exists()
+_no_stray_children = crash_harness.no_stray_children  # autouse: no node outlives a test
 
 
 # -- checks ----------------------------------------------------------------------------------

@@ -109,3 +109,18 @@ async def test_bad_subscriptions_and_publishes_are_invalid(autojump_clock):
         assert info.value.kind is roost.ErrorKind.INVALID
         assert await process.exec(publishes) is roost.ErrorKind.INVALID
     assert seen == []
+
+
+async def test_a_subscription_to_an_undeclared_queue_fails_at_open(autojump_clock):
+    typo = roost.App("typo")
+
+    @typo.activity
+    async def sink(data):
+        return data
+
+    typo.subscribe("t", sink, durable=True, queue="no-such-queue")
+    with pytest.raises(roost.Error) as info:
+        async with roost.open_node(typo):
+            pass
+    assert info.value.kind is roost.ErrorKind.INVALID
+    assert "no-such-queue" in info.value.message

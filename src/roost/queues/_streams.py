@@ -21,17 +21,18 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._api import DurableReceipt, Receipt
-from roost.actors._app import EntryKind, register_extension
+from roost.actors._app import EntryKind, register_app_check, register_extension
 from roost.actors._node import Node
 from roost.actors._process import bound_node, maybe_current_process
 from roost.mailbox._mailbox import check_topic
 from roost.queues._records import QueueMessage
 from roost.queues._runtime import DELIVERY, QueueRuntime, run_target
-from roost.queues._spec import DEFAULT_QUEUE
+from roost.queues._spec import DEFAULT_QUEUE, queue_specs
 
 __all__ = ["Subscription", "declare_subscription", "publish"]
 
 log = logging.getLogger("roost.queues")
+_TARGETS = (EntryKind.ACTIVITY, EntryKind.PROCESS, EntryKind.WORKFLOW)
 
 _ACCEPTED = Receipt()
 
@@ -132,7 +133,7 @@ async def _store(runtime: QueueRuntime, messages: list[QueueMessage], done: trio
 
 async def _notify(node: Node, sub: Subscription, data: Any) -> None:
     entry = node.app.resolve(sub.entry)
-    if entry.kind not in (EntryKind.ACTIVITY, EntryKind.PROCESS, EntryKind.WORKFLOW):
+    if entry.kind not in _TARGETS:
         log.error(
             "subscription %s: %r is not an activity, process or workflow", sub.topic, entry.id
         )
@@ -144,4 +145,29 @@ async def _notify(node: Node, sub: Subscription, data: Any) -> None:
         log.warning("subscription %s -> %s failed: %s", sub.topic, entry.id, error)
 
 
+def check_subscriptions(app: Any) -> None:
+    """``app.validate()``: subscription entries are targets; durable ones' queues exist.
+
+    So a typo fails when the node opens, not at the first publish.
+
+    Raises:
+        roost.Error: Invalid (or NotFound for an unknown entry).
+    """
+    declared = queue_specs(app)
+    for topic, subs in app.declared.get("subscriptions", {}).items():
+        for sub in subs:
+            entry = app.resolve(sub.entry)
+            if entry.kind not in _TARGETS:
+                raise invalid(
+                    f"subscription to {topic!r}: {entry.id!r} is a {entry.kind.value}, not an "
+                    "activity, process or workflow"
+                )
+            if sub.durable and sub.queue not in declared:
+                raise invalid(
+                    f"durable subscription to {topic!r} uses queue {sub.queue!r}, which is not "
+                    f"declared; declare it with app.queue({sub.queue!r}, ...)"
+                )
+
+
 register_extension("subscribe", declare_subscription)
+register_app_check(check_subscriptions)

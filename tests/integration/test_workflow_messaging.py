@@ -236,3 +236,20 @@ async def test_continue_as_new_applies_parent_close_policies(autojump_clock):
         )
         assert node.describe("kid-keep")["status"] == "completed"
         assert node.describe("kid-keep")["result"] == "woke"
+
+
+@app.workflow
+async def twins():
+    await process.with_options(id="twin").spawn("msg:sleeper_child")
+    await process.with_options(id="twin").spawn("msg:sleeper_child")  # same id, same step
+    event = await process.events().receive()
+    return [str(event.pid), event.error.kind if event.error else None]
+
+
+async def test_a_second_child_with_one_id_in_one_step_is_refused(autojump_clock):
+    async with roost.open_node(app) as node:
+        result = await process.with_options(id="twins").exec("msg:twins")
+        assert result == ["{msg:workflows|twin}", roost.ErrorKind.ALREADY_EXISTS]
+        await trio.testing.wait_all_tasks_blocked()
+        assert node.describe("twin")["status"] == "terminated"  # the first, by its policy
+        assert Replayer(app).replay(node.history("twins")) == result

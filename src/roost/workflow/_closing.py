@@ -14,7 +14,6 @@ import attrs
 import trio
 
 from roost._errors import Error, ErrorKind
-from roost.actors._node import terminated_error
 from roost.storage import WriteTxn, key
 from roost.workflow._family import chain_next, hand_over, successor
 from roost.workflow._history import TimerFired
@@ -55,13 +54,6 @@ def timeout_error(run: Run, kind: str, seconds: float) -> Error:
         kind=ErrorKind.TIMEOUT,
         details={"timeout_type": kind, "timeout": seconds, "workflow_id": run.pid.id},
     )
-
-
-def terminate_soon(m: WorkflowManager, run: Run) -> None:
-    """Stop ``run`` now: it takes no more activations; the close commits shortly."""
-    run.closing = True
-    error = terminated_error(run.pid)
-    m.spawn_task(close_from_outside, m, run, RunStatus.TERMINATED, error)
 
 
 async def close_from_outside(m: WorkflowManager, run: Run, status: RunStatus, error: Error) -> None:

@@ -23,6 +23,7 @@ from roost.workflow._history import (
     ContinueAsNew,
     Fail,
     MessageArrived,
+    ProcessExited,
     ScheduleActivity,
     SendMessage,
     SpawnProcess,
@@ -64,7 +65,8 @@ class Effects:
         self.stops: list[StopProcess] = []
         self.cancelled: list[int] = []  # activity seqs the workflow stopped waiting for
         self.spawns: list[SpawnProcess] = []
-        self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived]] = []
+        # Events for workflows (messages, a refused child's EXIT), committed in this step.
+        self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived | ProcessExited]] = []
         self.record = run.record
         if any(isinstance(e, CancelRequested) for e in events):
             self.record = attrs.evolve(self.record, cancel_requested=True)
@@ -120,16 +122,31 @@ class Effects:
                 self.continued = successor(
                     self.m, self.run, self.at, self.record, entry=entry, args=args
                 )
-            case StartChild(workflow_id=child_id, parent_close_policy=policy):
-                child = start_child(self.m, self.run, command, self.at)
-                if child is not None:
-                    self.children.append(child)
-                    record = self.record
-                    self.record = attrs.evolve(
-                        record,
-                        child_policies={**record.child_policies, child_id: policy},
-                        child_runs={**record.child_runs, child_id: child.record.run_id},
-                    )
+            case StartChild():
+                self._start_child(command)
+
+    def _start_child(self, command: StartChild) -> None:
+        child_id = command.workflow_id
+        taken = {c.record.workflow_id for c in self.children}
+        child = start_child(self.m, self.run, command, self.at, taken)
+        if isinstance(child, Error):
+            self._refused_child(child_id, child)
+            return
+        self.children.append(child)
+        record = self.record
+        self.record = attrs.evolve(
+            record,
+            child_policies={**record.child_policies, child_id: command.parent_close_policy},
+            child_runs={**record.child_runs, child_id: child.record.run_id},
+        )
+
+    def _refused_child(self, child_id: str, error: Error) -> None:
+        # The parent learns of it as the child's EXIT, committed in this same step.
+        pid = Pid.trusted(self.m.node.name, self.m.host, child_id)
+        event = ProcessExited(pid=pid, error=error)
+        k, v = self.m.stage(self.run, event)
+        self.workflow_sends.append((self.run, k, v, event))
+        self.run.exits_reported.add(pid)
 
     def _send(self, send: SendMessage) -> None:
         dest = send.dest
@@ -225,9 +242,12 @@ class Effects:
                 txn.put("runs", child_key, child_record)
                 for k, v, _ in start:
                     txn.put("inbox", k, v)
-            if closing:  # activities still scheduled would only run again after a restart
-                for k, _ in list(txn.prefix("tasks", key(run_id))):
-                    txn.delete("tasks", k)
+            # Activities still scheduled would only run again after a restart; a run that
+            # nothing follows will not read its remaining events either.
+            tables = ("tasks", "inbox") if self.final else ("tasks",) if closing else ()
+            for table in tables:
+                for k, _ in list(txn.prefix(table, key(run_id))):
+                    txn.delete(table, k)
             txn.put("runs", record.workflow_id.encode(), record_bytes)
 
         return write

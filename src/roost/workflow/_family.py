@@ -10,7 +10,6 @@ from roost._cron import parse_cron
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 from roost.actors._app import Entry
-from roost.actors._events import Exit
 from roost.mailbox._mailbox import EVENTS
 from roost.workflow._history import MessageArrived, StartChild, Started
 from roost.workflow._options import CHAIN_OPTIONS
@@ -247,18 +246,19 @@ def apply_close_policies(m: WorkflowManager, run: Run) -> None:
 
 
 def start_child(
-    m: WorkflowManager, parent: Run, command: StartChild, at: dt.datetime
-) -> Run | None:
-    """A child run for ``command``, or None (after telling the parent) if it cannot run."""
+    m: WorkflowManager, parent: Run, command: StartChild, at: dt.datetime, taken: set[str]
+) -> Run | Error:
+    """A child run for ``command``, or the error that keeps it from starting.
+
+    ``taken`` holds the ids of children started earlier in the same step (not yet running).
+    """
     pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
-    if command.workflow_id in m.runs:
-        error = Error(
+    if command.workflow_id in m.runs or command.workflow_id in taken:
+        return Error(
             f"child workflow id {command.workflow_id!r} is already running",
             kind=ErrorKind.ALREADY_EXISTS,
             details={"workflow_id": command.workflow_id},
         )
-        m.process_exited(parent.pid, Exit(pid, None, error, at))
-        return None
     fields = record_for_start(
         {"task_queue": parent.record.task_queue, **command.options}, parent=parent.pid, at=at
     )

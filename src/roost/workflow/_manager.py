@@ -48,7 +48,11 @@ from roost.workflow._records import (
 )
 from roost.workflow._recovery import recover
 from roost.workflow._run import Run
-from roost.workflow._task_failure import DEFAULT_TASK_TIMEOUT, task_timed_out
+from roost.workflow._task_failure import (
+    DEFAULT_TASK_TIMEOUT,
+    hold_after_task_timeout,
+    task_timed_out,
+)
 from roost.workflow._watchdog import TaskTimeout, guard
 
 __all__ = ["Run", "WorkflowManager"]
@@ -140,23 +144,9 @@ class WorkflowManager:
         self.codec.encode(opts.get("memo", {}), what="memo")
         for topic, payload in messages:
             self.codec.encode(payload, what=f"start message {topic!r}")
-        while workflow_id in self.closing:  # a terminate of this id is committing
-            await self.closing[workflow_id].wait_closed()
-        existing = self.runs.get(workflow_id)
-        if existing is not None:
-            policy = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
-            if opts.get("execution_error_when_already_started") and policy != "terminate_existing":
-                policy = "fail"
-            if policy == "fail":
-                raise already_error(workflow_id, existing.pid, "is already running")
-            if policy == "use_existing":
-                await self._signal_many(existing, messages, parent.pid)
-                return existing.pid
-            self.runs.pop(workflow_id)
-            error = terminated_error(existing.pid)
-            await close_from_outside(self, existing, RunStatus.TERMINATED, error)
-        else:
-            self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
+        pid = await self._make_room(workflow_id, explicit, opts, messages, parent.pid)
+        if pid is not None:
+            return pid
         pid = Pid.trusted(self.node.name, self.host, workflow_id)
         name = opts.get("name")
         if name is not None:
@@ -182,6 +172,43 @@ class WorkflowManager:
             raise
         self.arm(run)
         return run.pid
+
+    async def _make_room(
+        self,
+        workflow_id: str,
+        explicit: bool,
+        opts: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        sender: Pid,
+    ) -> Pid | None:
+        """Apply the id policies; the running PID to return (use_existing), or None to start.
+
+        Raises:
+            roost.Error: AlreadyExists when the policies refuse.
+        """
+        replaced = False
+        while True:
+            while workflow_id in self.closing:  # a terminate of this id is committing
+                await self.closing[workflow_id].wait_closed()
+            existing = self.runs.get(workflow_id)
+            if existing is None:
+                break
+            policy = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
+            if opts.get("execution_error_when_already_started") and policy != "terminate_existing":
+                policy = "fail"
+            if policy == "fail":
+                raise already_error(workflow_id, existing.pid, "is already running")
+            if policy == "use_existing":
+                await self._signal_many(existing, messages, sender)
+                return existing.pid
+            # terminate_existing: the same path as terminate (watchers and concurrent
+            # starts of this id wait for the close), then look again.
+            self.terminate(existing.pid)
+            await existing.wait_closed()
+            replaced = True
+        if not replaced:
+            self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
+        return None
 
     def _claim_name(self, name: str, pid: Pid) -> None:
         holder = self.node.registry.lookup(name)
@@ -306,7 +333,8 @@ class WorkflowManager:
             run.pending.extend(items)
             self.ready(run)
             return
-        moved = [(k, e) for k, e in items if isinstance(e, MessageArrived)]
+        # Replies to the old run's calls belong to nobody now (call seqs restart per run).
+        moved = [(k, e) for k, e in items if isinstance(e, MessageArrived) and e.call is None]
         if current is not None and moved:
             self.spawn_task(self._rehome, current, moved)
 
@@ -364,7 +392,8 @@ class WorkflowManager:
             self._outside_ready = trio.Event()
             batch = list(self._outside)
             self._outside.clear()
-            rows = [(k, data) for _, k, data, _, _ in batch]
+            # A run that closed for good meanwhile will never read it: store nothing.
+            rows = [(k, data) for run, k, data, _, _ in batch if self._has_home(run)]
 
             def write(txn: WriteTxn, rows: list[tuple[bytes, bytes]] = rows) -> None:
                 for k, data in rows:
@@ -432,7 +461,10 @@ class WorkflowManager:
             log.exception("workflow %s diverged", run.pid)
             return
         except TaskTimeout:
-            self.spawn_task(task_timed_out, self, run, batch, watch)
+            # At once, before anything else can queue the run: drop the interrupted driver,
+            # put the batch back, hold the run; the task persists the failure and waits.
+            hold_after_task_timeout(self, run, batch)
+            self.spawn_task(task_timed_out, self, run, watch)
             return
         act = Activation(
             index=run.next_index, at=at, events=[e for _, e in batch], commands=commands
@@ -513,6 +545,10 @@ class WorkflowManager:
         except Error as exc:  # the exit value cannot be recorded: record why instead
             incoming = ProcessExited(pid=event.pid, error=exc)
         self.from_outside(run, incoming)
+
+    def _has_home(self, run: Run) -> bool:
+        # Open, or continued as new (its messages move to the current run).
+        return run.record.workflow_id in self.runs
 
     def _open_or_closing(self, workflow_id: str) -> Run | None:
         # A terminated run is out of ``runs`` at once but stored as closed only after its

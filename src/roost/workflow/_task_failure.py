@@ -15,7 +15,7 @@ from roost.workflow._watchdog import Guard
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["DEFAULT_TASK_TIMEOUT", "task_timed_out"]
+__all__ = ["DEFAULT_TASK_TIMEOUT", "hold_after_task_timeout", "task_timed_out"]
 
 log = logging.getLogger("roost.workflow")
 
@@ -23,14 +23,26 @@ DEFAULT_TASK_TIMEOUT = 10.0  # Temporal's default workflow task timeout
 _MAX_BACKOFF = 60.0
 
 
-async def task_timed_out(
-    m: WorkflowManager, run: Run, batch: list[tuple[bytes, Any]], guard: Guard
-) -> None:
-    """An activation ran past its task_timeout: nothing of it is kept; retry with backoff.
+def hold_after_task_timeout(m: WorkflowManager, run: Run, batch: list[tuple[bytes, Any]]) -> None:
+    """The in-memory part, done at once: nothing of the activation is kept.
 
-    Its events go back to the front of the run's queue, its driver (whose coroutines the
-    timeout interrupted) is dropped, so the retry rebuilds the run by replay. The failure
-    is logged and kept in the run record (``describe`` shows it) until a task succeeds.
+    Its events go back to the front of the run's queue and its driver (whose coroutines the
+    timeout interrupted) is dropped, so the retry rebuilds the run by replay; the run is
+    held (``backoff``) until ``task_timed_out`` releases it.
+    """
+    if run.driver is not None:
+        run.driver.close()
+        run.driver = None
+    m.cached.pop(run.record.workflow_id, None)
+    run.pending = batch + run.pending
+    run.task_failures += 1
+    run.backoff = True
+
+
+async def task_timed_out(m: WorkflowManager, run: Run, guard: Guard) -> None:
+    """An activation ran past its task_timeout: log it, record it, retry after a backoff.
+
+    The failure is kept in the run record (``describe`` shows it) until a task succeeds.
     """
     index = run.next_index
     error = Error(
@@ -46,17 +58,12 @@ async def task_timed_out(
         },
     )
     log.error("%s", error.message)
-    if run.driver is not None:
-        run.driver.close()
-        run.driver = None
-    m.cached.pop(run.record.workflow_id, None)
-    run.pending = batch + run.pending
-    run.task_failures += 1
-    run.backoff = True
-    record = attrs.evolve(run.record, task_failure=error)
-    data = m.codec.encode(record)
-    await m.transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))
-    run.record = record
+    if not run.closing and m.runs.get(run.record.workflow_id) is run:
+        record = attrs.evolve(run.record, task_failure=error)
+        data = m.codec.encode(record)
+        await m.transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))
+        if not run.closing:  # a close from outside may have begun during the commit
+            run.record = record
     await trio.sleep(min(2.0 ** (run.task_failures - 1), _MAX_BACKOFF))
     run.backoff = False
     m.ready(run)

@@ -56,15 +56,11 @@ class Guard:
         with _LOCK:
             _ACTIVE.pop(self.thread, None)
             fired = self.fired
+            if fired and exc_type is not TaskTimeout:
+                # The activation finished (or swallowed the exception) as the watchdog
+                # fired: withdraw an exception still pending, and report the timeout.
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread), None)
         if fired and exc_type is not TaskTimeout:
-            # The activation finished (or swallowed the exception) as the watchdog
-            # fired: take the pending exception here, then report the timeout anyway.
-            try:
-                end = time.monotonic() + 1.0
-                while time.monotonic() < end:
-                    pass
-            except TaskTimeout:
-                pass
             raise TaskTimeout
 
 

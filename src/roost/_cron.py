@@ -41,6 +41,17 @@ class CronSchedule:
             return None
         return fire.astimezone(dt.UTC)
 
+    def last_at_or_before(self, at: dt.datetime) -> dt.datetime | None:
+        """The latest fire time at or before ``at`` (None if there is none)."""
+        probe = at.astimezone(dt.UTC) + dt.timedelta(microseconds=1)
+        try:
+            fire: dt.datetime = croniter(
+                self.expression, probe, second_at_beginning=self.seconds_first
+            ).get_prev(dt.datetime)
+        except (StopIteration, ValueError, KeyError):
+            return None
+        return fire.astimezone(dt.UTC)
+
 
 def parse_cron(expression: object) -> CronSchedule:
     """Validate a cron expression.

@@ -115,3 +115,17 @@ def test_bad_cron_declarations_are_invalid():
             app.cron(expression, target, catch_up=catch_up)
         assert info.value.kind is roost.ErrorKind.INVALID
     assert app.declared.get("cron", {}) == {}
+
+
+async def test_catch_up_one_runs_the_latest_missed_fire_however_many(autojump_clock, tmp_path):
+    app, ticks = _app("* * * * * *", catch_up="one")
+    async with roost.open_node(app, tmp_path):
+        await roost.sleep(2)
+    last = ticks[-1][0]
+    await trio.sleep(5000)  # 5000 fire times missed while down
+    async with roost.open_node(app, tmp_path):
+        reopened = roost.now()
+        await roost.sleep(0.5)
+    caught = [s for s, _, _ in ticks if s > last]
+    assert caught[0] == reopened.replace(microsecond=0)  # the latest, not the 1000th
+    assert caught[0] - last >= dt.timedelta(seconds=5000)

@@ -171,3 +171,20 @@ def test_context_is_there_from_the_first_step_after_a_restart():
             assert (await process.events().receive()).value == ["t-1", "t-1"]
 
     trio.run(main)
+
+
+def test_the_test_node_has_the_dead_letter_queue():
+    dl = roost.App("dl")
+    dl.queue("once", max_retries=0)
+
+    @dl.activity
+    async def boom(payload):
+        raise roost.Error("no", kind="Unavailable")
+
+    async def main():
+        async with open_test_node(dl) as node:
+            receipt = await roost.enqueue("once", boom, 1)
+            await roost.sleep(1)
+            assert [d.receipt_id for d in node.dlq.list("once")] == [receipt]
+
+    trio.run(main)

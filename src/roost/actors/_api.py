@@ -595,7 +595,8 @@ async def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, A
         if proc.node.mock_time:
             # Under a MockClock a thread would let virtual time race ahead of the call.
             return resolved.fn(*args)
-        return await trio.to_thread.run_sync(resolved.fn, *args)
+        # abandon_on_cancel: a timeout (a queue's, a caller's) is not held up by the thread.
+        return await trio.to_thread.run_sync(resolved.fn, *args, abandon_on_cancel=True)
     except Error:
         raise
     except Exception as exc:

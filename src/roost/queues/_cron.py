@@ -104,12 +104,22 @@ class CronRuntime:
         last = self._last(trigger)
         if last is None or trigger.catch_up == "skip":
             return []
+        if trigger.catch_up == "one":  # the latest missed one, however many were missed
+            latest = trigger.schedule.last_at_or_before(now)
+            return [latest] if latest is not None and latest > last else []
         missed: list[dt.datetime] = []
         fire = trigger.schedule.next_after(last)
         while fire is not None and fire <= now and len(missed) < _MAX_CATCH_UP:
             missed.append(fire)
             fire = trigger.schedule.next_after(fire)
-        return missed[-1:] if trigger.catch_up == "one" else missed
+        if fire is not None and fire <= now:
+            log.warning(
+                "cron %s: more than %d fire times were missed; running the first %d",
+                trigger.id,
+                _MAX_CATCH_UP,
+                _MAX_CATCH_UP,
+            )
+        return missed
 
     async def _run(self, trigger: CronTrigger) -> None:
         for missed in self._missed(trigger, self.node.now()):

@@ -11,6 +11,7 @@ are delivered again: at-least-once, with ``roost.queue_info()`` to stay idempote
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as dt
 import logging
 import math
@@ -175,10 +176,11 @@ class QueueRuntime:
         error = await self._invoke(message, spec, delivery)
         delivery.open = False
         if error is None:
-            await self._acknowledge(message, delivery.handoff)
-            retry = None
-        else:
-            retry = await self._failed(message, spec, error)
+            try:
+                await self._acknowledge(message, delivery.handoff)
+            except Error as exc:  # e.g. a hand-off the store refuses: the step failed
+                error = exc
+        retry = None if error is None else await self._failed(message, spec, error)
         self.states[message.queue].finished(message, retry)
         self._wake[message.queue].set()
 
@@ -292,13 +294,26 @@ async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo | None
     if entry.kind is EntryKind.ACTIVITY:
         return await funcs_call(entry.id, payload)
     spawner = Spawner()
-    if entry.kind is EntryKind.WORKFLOW and info is not None:
+    if entry.kind is not EntryKind.WORKFLOW:
+        return await spawner.exec(entry, payload)
+    if info is not None:
         # One workflow per message attempt: a redelivery after a crash finds the workflow
         # the first delivery started (same id) and waits for it instead of starting another.
         spawner = spawner.with_context({"roost.queue_info": attrs.asdict(info)}).with_options(
             id=f"{info.queue}-{info.receipt_id}-{info.attempt}"
         )
-    return await spawner.exec(entry, payload)
+    pid = await spawner.spawn(entry, payload)
+    try:
+        outcome = await node.virtual[pid.host].exit_channel(pid).receive()
+    except BaseException:
+        # The call timed out (or the node stops): unlike process.exec, a target that is
+        # given up on must not go on running next to its retry.
+        with contextlib.suppress(Error):
+            node.stop(pid, hard=True)
+        raise
+    if outcome.error is not None:
+        raise outcome.error.clone()
+    return outcome.value
 
 
 class DeadLetters:
@@ -320,8 +335,9 @@ class DeadLetters:
     def list(self, queue: str, offset: int = 0, limit: int = 50) -> builtins.list[DeadLetter]:
         """Dead letters of ``queue``, oldest first."""
         self._check(queue)
-        if offset < 0 or limit < 0:
-            raise invalid("offset and limit must be >= 0")
+        for name, value in (("offset", offset), ("limit", limit)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise invalid(f"{name} must be an int >= 0, got {value!r}")
         return self._all(queue)[offset : offset + limit]
 
     def _find(self, queue: str, receipt_id: str) -> DeadLetter:
@@ -334,23 +350,27 @@ class DeadLetters:
         )
 
     async def redrive(self, queue: str, receipt_id: str) -> None:
-        """Enqueue a dead letter again, same receipt id, with a fresh retry budget."""
-        await self._redrive([self._find(queue, receipt_id)])
+        """Enqueue a dead letter again, same receipt id, with a fresh retry budget.
+
+        Raises:
+            roost.Error: NotFound for an unknown receipt id (or one redriven meanwhile).
+        """
+        if not await self._redrive([self._find(queue, receipt_id)]):
+            raise not_found(f"dead letter {receipt_id!r} of queue {queue!r} is gone")
 
     async def redrive_all(self, queue: str) -> int:
         """Redrive every dead letter of ``queue``; returns how many."""
         self._check(queue)
-        dead = self._all(queue)
-        await self._redrive(dead)
-        return len(dead)
+        return await self._redrive(self._all(queue))
 
     async def discard(self, queue: str, receipt_id: str) -> None:
         """Delete a dead letter for good."""
         dead = self._find(queue, receipt_id)
         row = message_key(dead.queue, dead.seq)
-        await self._rt.transact(lambda txn: txn.delete("dlq", row))
+        if not await self._rt.transact(lambda txn: txn.delete("dlq", row)):
+            raise not_found(f"dead letter {receipt_id!r} of queue {queue!r} is gone")
 
-    async def _redrive(self, dead: builtins.list[DeadLetter]) -> None:
+    async def _redrive(self, dead: builtins.list[DeadLetter]) -> int:
         rt = self._rt
         # A redriven message goes to the back of its queue (a new seq), keeping its
         # receipt id; its attempts start over.
@@ -368,17 +388,23 @@ class DeadLetters:
                     enqueued_at=d.enqueued_at,
                 )
             )
-        old = [message_key(d.queue, d.seq) for d in dead]
-        rows = [(message_key(m.queue, m.seq), rt.codec.encode(m)) for m in fresh]
+        pairs = [
+            (message_key(d.queue, d.seq), message_key(m.queue, m.seq), rt.codec.encode(m), m)
+            for d, m in zip(dead, fresh, strict=True)
+        ]
 
-        def write(txn: WriteTxn) -> None:
-            for k in old:
-                txn.delete("dlq", k)
-            for k, v in rows:
-                txn.put("queue_messages", k, v)
+        def write(txn: WriteTxn) -> list[QueueMessage]:
+            # Checked in the transaction: two redrives of one letter move it once.
+            moved = []
+            for old, new, data, message in pairs:
+                if txn.delete("dlq", old):
+                    txn.put("queue_messages", new, data)
+                    moved.append(message)
+            return moved
 
-        await rt.transact(write)
-        rt.accept(fresh)
+        moved: builtins.list[QueueMessage] = await rt.transact(write)
+        rt.accept(moved)
+        return len(moved)
 
 
 register_extension("queue", declare_queue)

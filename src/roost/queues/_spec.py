@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 DEFAULT_QUEUE = "default"
+_MAX_NAME = 400  # a message key (name, seq) stays within LMDB's 511-byte key limit
 _TYPES = ("standard", "fifo")
 
 
@@ -61,6 +62,8 @@ def make_spec(name: str, settings: dict[str, Any]) -> QueueSpec:
     """
     if not isinstance(name, str) or not name or any(c in name for c in "{}|@ "):
         raise invalid(f"a queue name is a non-empty string without '{{}}|@ ', got {name!r}")
+    if len(name.encode()) > _MAX_NAME:
+        raise invalid(f"a queue name is at most {_MAX_NAME} bytes, got {len(name.encode())}")
     known = {f.name for f in attrs.fields(QueueSpec)} - {"name"}
     unknown = sorted(set(settings) - known)
     if unknown:
@@ -84,6 +87,10 @@ def make_spec(name: str, settings: dict[str, Any]) -> QueueSpec:
     if kind not in _TYPES:
         raise invalid(f"queue {name!r} type must be 'standard' or 'fifo', got {kind!r}")
     field = values.get("message_group_field")
+    if kind != "fifo" and field is not None:
+        raise invalid(f"message_group_field applies to fifo queues; queue {name!r} is {kind}")
+    if values.get("max_backoff", 300.0) < values.get("backoff", 1.0):
+        raise invalid(f"queue {name!r}: max_backoff must be at least backoff")
     if kind == "fifo" and (not isinstance(field, str) or not field):
         raise invalid(
             f"fifo queue {name!r} needs message_group_field, the payload field whose value "
@@ -122,6 +129,8 @@ def load_config(app: Any, path: str | os.PathLike[str]) -> list[QueueSpec]:
             "[queues.<name>] tables"
         )
     queues = data.get("queues", {})
+    if not isinstance(queues, dict):
+        raise invalid(f"config file {str(file)!r}: queues must be tables, [queues.<name>]")
     specs = []
     for name, table in queues.items():
         if not isinstance(table, dict):

@@ -25,7 +25,7 @@ from roost.actors._app import EntryKind, register_app_check, register_extension
 from roost.actors._node import Node
 from roost.actors._process import bound_node, maybe_current_process
 from roost.mailbox._mailbox import check_topic
-from roost.queues._records import QueueMessage
+from roost.queues._records import QueueMessage, message_key
 from roost.queues._runtime import DELIVERY, QueueRuntime, run_target
 from roost.queues._spec import DEFAULT_QUEUE, queue_specs
 
@@ -126,9 +126,18 @@ def publish(topic: str, data: Any = None) -> Receipt:
 
 
 async def _store(runtime: QueueRuntime, messages: list[QueueMessage], done: trio.Event) -> None:
-    for message in messages:
-        await runtime.enqueue(message)
-    done.set()
+    # One transaction: every durable subscriber gets the data, or (at a crash) none.
+    rows = [(message_key(m.queue, m.seq), runtime.codec.encode(m)) for m in messages]
+
+    def write(txn: Any) -> None:
+        for k, v in rows:
+            txn.put("queue_messages", k, v)
+
+    try:
+        await runtime.transact(write)
+        runtime.accept(messages)
+    finally:
+        done.set()
 
 
 async def _notify(node: Node, sub: Subscription, data: Any) -> None:

@@ -220,6 +220,11 @@ class TestNode:
         return self._current.process_count()
 
     @property
+    def dlq(self) -> Any:
+        """See ``NodeHandle.dlq`` (the dead letters of the current node's queues)."""
+        return self._current.dlq
+
+    @property
     def _current(self) -> NodeHandle:
         self._node  # noqa: B018 - raises when not running
         assert self._handle is not None

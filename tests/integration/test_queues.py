@@ -365,3 +365,18 @@ async def test_a_dead_letter_read_twice_is_redriven_once(autojump_clock):
         assert len(starts("dd")) == 2  # the first, failed attempt and one redrive
         assert log[-1] == ("done", "dd", 1, receipt)
         assert node.dlq.list("doomed") == []
+
+
+app.queue("single", concurrency=1, backoff="2s", jitter=0)
+
+
+async def test_a_due_message_waiting_for_a_slot_does_not_spin_the_dispatcher(autojump_clock):
+    # Both retries fall due together; one runs for 10 s while the other waits for the only
+    # slot. A dispatcher that re-armed a timer for the due one would spin, and virtual time
+    # (and so the running handler) would never move on.
+    async with roost.open_node(app):
+        for key in ("s1", "s2"):
+            plans[key] = 1
+            await roost.enqueue("single", "qs:handle", {"key": key, "takes": 10})
+        await roost.sleep(100)
+        assert sorted(e[1] for e in log if e[0] == "done") == ["s1", "s2"]

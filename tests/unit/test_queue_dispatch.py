@@ -51,10 +51,11 @@ def simulate(fifo, concurrency, max_retries, plan):
             assert len(in_flight) <= concurrency
             groups = [m.group for m in in_flight if m.group is not None]
             assert len(groups) == len(set(groups)), "two messages of one group ran together"
-        wake = state.next_wakeup()
+        wake = state.next_wakeup(T0 + dt.timedelta(seconds=now))
         candidates = [running[0][0]] if running else []
-        if wake is not None and (wake - T0).total_seconds() > now:
-            candidates.append((wake - T0).total_seconds())  # else it waits for a slot
+        if wake is not None:
+            assert (wake - T0).total_seconds() > now  # a timer only for what is still ahead
+            candidates.append((wake - T0).total_seconds())
         if not candidates:
             break
         now = max(now, min(candidates))
@@ -108,5 +109,6 @@ def test_a_waiting_head_blocks_only_its_group():
     state.add(QueueMessage(receipt_id="2", queue="q", seq=2, entry="e", group="A", enqueued_at=T0))
     state.add(QueueMessage(receipt_id="3", queue="q", seq=3, entry="e", group="B", enqueued_at=T0))
     assert [m.seq for m in state.take_ready(T0)] == [3]
-    assert state.next_wakeup() == later
+    assert state.next_wakeup(T0) == later
+    assert state.next_wakeup(later) is None  # due now: no timer, it starts when taken
     assert [m.seq for m in state.take_ready(later)] == [1]

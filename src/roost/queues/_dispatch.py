@@ -9,6 +9,7 @@ never overtake it), while different groups run concurrently up to ``concurrency`
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 from collections.abc import Iterator
 
 from roost.queues._records import QueueMessage
@@ -26,12 +27,16 @@ class QueueState:
         self.running: dict[int, QueueMessage] = {}
         self._busy_groups: set[str] = set()
         self._sorted = True
+        # (not_before, seq) of waiting messages; stale entries are dropped when seen.
+        self._waits: list[tuple[dt.datetime, int]] = []
 
     def add(self, message: QueueMessage) -> None:
         """A new (or retried, or recovered) message."""
         if self.pending and message.seq < next(reversed(self.pending)):
             self._sorted = False
         self.pending[message.seq] = message
+        if message.not_before is not None:
+            heapq.heappush(self._waits, (message.not_before, message.seq))
 
     def take_ready(self, now: dt.datetime) -> list[QueueMessage]:
         """Messages to start now (they move to running); respects order and concurrency."""
@@ -68,10 +73,20 @@ class QueueState:
         if retry is not None:
             self.add(retry)
 
-    def next_wakeup(self) -> dt.datetime | None:
-        """The earliest time a waiting message becomes ready (None: nothing waits)."""
-        times = [m.not_before for m in self.pending.values() if m.not_before is not None]
-        return min(times) if times else None
+    def next_wakeup(self, now: dt.datetime) -> dt.datetime | None:
+        """The earliest time after ``now`` a waiting message becomes ready (None: none).
+
+        A message already due but not started waits for a slot or its group, which a
+        finishing message frees: that wakes the dispatcher, not a timer.
+        """
+        waits = self._waits
+        while waits:
+            when, seq = waits[0]
+            message = self.pending.get(seq)
+            if message is not None and message.not_before == when and when > now:
+                return when
+            heapq.heappop(waits)  # started, re-added with another time, or already due
+        return None
 
     def _in_order(self) -> Iterator[QueueMessage]:
         if not self._sorted:

@@ -159,9 +159,10 @@ class QueueRuntime:
     async def _dispatch(self, name: str) -> None:
         state = self.states[name]
         while True:
-            for message in state.take_ready(self.node.now()):
+            now = self.node.now()
+            for message in state.take_ready(now):
                 self._nursery.start_soon(self._deliver, message, name=f"roost.queue.{name}")
-            wakeup = state.next_wakeup()
+            wakeup = state.next_wakeup(now)  # strictly later: no busy loop on a full queue
             delay = math.inf if wakeup is None else (wakeup - self.node.now()).total_seconds()
             with trio.move_on_after(max(delay, 0.0)):
                 await self._wake[name].wait()

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import crash_child
 import trio
 
 import roost
@@ -67,20 +68,13 @@ def square_plus_one(x: int) -> int:
 
 
 def append_line(name: str, **fields: Any) -> None:
-    """Append one JSON line to ``WORK/name`` in a single write."""
-    data = (json.dumps(fields, sort_keys=True) + "\n").encode()
-    fd = os.open(WORK / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    """Append one JSON line to ``WORK/name`` (see ``crash_child``)."""
+    crash_child.append_line(WORK, name, **fields)
 
 
 def touch(name: str) -> None:
-    """Create the marker file ``WORK/name`` (atomically, via rename)."""
-    tmp = WORK / f".{name}.tmp"
-    tmp.write_text(str(time.time()))
-    tmp.replace(WORK / name)
+    """Create the marker ``WORK/name`` (see ``crash_child``)."""
+    crash_child.touch(WORK, name)
 
 
 def _activity_line(event: str, label: str) -> None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import crash_child
 import trio
 
 import roost
@@ -93,20 +94,13 @@ app.queue("flow", jitter=0)
 
 
 def append_line(name: str, **fields: Any) -> None:
-    """Append one JSON line to ``WORK/name`` in a single write."""
-    data = (json.dumps(fields, sort_keys=True) + "\n").encode()
-    fd = os.open(WORK / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    """Append one JSON line to ``WORK/name`` (see ``crash_child``)."""
+    crash_child.append_line(WORK, name, **fields)
 
 
 def touch(name: str) -> None:
-    """Create the marker file ``WORK/name`` (atomically, via rename)."""
-    tmp = WORK / f".{name}.tmp"
-    tmp.write_text(str(time.time()))
-    tmp.replace(WORK / name)
+    """Create the marker ``WORK/name`` (see ``crash_child``)."""
+    crash_child.touch(WORK, name)
 
 
 def log_event(event: str, payload: dict[str, Any], **extra: Any) -> roost.QueueInfo:

@@ -44,6 +44,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from roost._errors import ChannelClosed, Error, ErrorKind, NondeterminismError, invalid
 from roost._pid import Pid
+from roost.storage._record_fns import checked_fields, fast_structure, fast_unstructure
 
 __all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Codec", "Migrate", "record"]
 
@@ -51,6 +52,10 @@ __all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Codec", "Migrate", "record"]
 TAG_PID: Final = 39001
 TAG_ERROR: Final = 39002
 TAG_RECORD: Final = 39003
+
+# Encoded tag heads (major type 6, two-byte argument) of the tags above.
+_TAG_RECORD_HEAD: Final = b"\xd9" + TAG_RECORD.to_bytes(2, "big")
+_PID_HEADER: Final = b"\xd9" + TAG_PID.to_bytes(2, "big")
 
 Migrate = Callable[[int, dict[str, Any]], dict[str, Any]]
 """A schema migration hook: ``migrate(stored_version, fields) -> fields`` for the current
@@ -137,7 +142,18 @@ def _qualname(cls: type) -> str:
 class _RecordType:
     """One registered attrs class: its tag, schema version and (lazily built) cattrs fns."""
 
-    __slots__ = ("_structure", "_unstructure", "cls", "migrate", "tag", "version")
+    __slots__ = (
+        "_checked",
+        "_fast",
+        "_fast_built",
+        "_structure",
+        "_unstructure",
+        "cls",
+        "header",
+        "migrate",
+        "tag",
+        "version",
+    )
 
     def __init__(self, cls: type, tag: str, version: int, migrate: Migrate | None) -> None:
         if not isinstance(cls, type) or not attrs.has(cls):
@@ -152,8 +168,15 @@ class _RecordType:
         self.tag = tag
         self.version = version
         self.migrate = migrate
+        # Tag TAG_RECORD, an array of 3, the type tag and the version: what precedes the
+        # field map in every stored instance.
+        self.header = _TAG_RECORD_HEAD + b"\x83" + cbor2.dumps(tag) + cbor2.dumps(version)
         self._unstructure: Callable[[Any], dict[str, Any]] | None = None
         self._structure: Callable[[Mapping[str, Any], Any], Any] | None = None
+        # None when the class needs cattrs (see _record_fns).
+        self._fast: Callable[[Mapping[str, Any]], Any] | None = None
+        self._fast_built = False
+        self._checked: tuple[str, ...] | bool | None = False  # False: not built yet
 
     def unstructure(self, obj: Any) -> dict[str, Any]:
         """Return the field map of ``obj`` (nested records stay objects)."""
@@ -161,8 +184,31 @@ class _RecordType:
         if fn is None:
             # Built on first use: forward references are resolvable only once the defining
             # module has finished importing.
-            fn = self._unstructure = make_dict_unstructure_fn(self.cls, _CONVERTER)
+            fn = fast_unstructure(self.cls) or make_dict_unstructure_fn(self.cls, _CONVERTER)
+            self._unstructure = fn
         return fn(obj)
+
+    def require_encodable(self, fields: dict[str, Any]) -> bool:
+        """True when the field map of one instance can be written as is.
+
+        Only fields whose declared type admits values the codec refuses are scanned.
+        """
+        checked = self._checked
+        if checked is False:
+            checked = self._checked = checked_fields(self.cls)
+        if checked is None or checked is True:
+            return _plain(fields)
+        for name in checked:
+            value = fields[name]
+            if type(value) not in _SCALARS and not _plain(value):
+                return False
+        return True
+
+    def fast_structure(self) -> Callable[[Mapping[str, Any]], Any] | None:
+        """The generated constructor for this class, or None when it needs cattrs."""
+        if not self._fast_built:
+            self._fast, self._fast_built = fast_structure(self.cls), True
+        return self._fast
 
     def load(self, version: Any, fields: Mapping[str, Any]) -> Any:
         """Rebuild an instance from a stored field map, migrating older schema versions."""
@@ -174,9 +220,16 @@ class _RecordType:
                 retryable=False,
                 details={"tag": self.tag, "version": version},
             )
-        data = dict(fields)
         if version < self.version and self.migrate is not None:
-            data = self._migrate(version, data)
+            data: Mapping[str, Any] = self._migrate(version, dict(fields))
+        else:
+            data = fields
+            fast = self.fast_structure()
+            if fast is not None:
+                try:
+                    return fast(data)
+                except Exception:  # noqa: BLE001, S110 - cattrs below fills in defaults of
+                    pass  # fields added since this was stored, or explains what is wrong
         fn = self._structure
         if fn is None:
             fn = self._structure = make_dict_structure_fn(self.cls, _CONVERTER)
@@ -220,6 +273,10 @@ class _RecordType:
         return dict(migrated)
 
 
+# Bumped by every registration anywhere, so codecs know when their tag caches are stale.
+_REGISTRATIONS: Final = [0]
+
+
 class _Registry:
     """Record types by tag and by class."""
 
@@ -230,6 +287,7 @@ class _Registry:
     def add(self, rtype: _RecordType, *others: _Registry) -> None:
         for registry in (self, *others):
             registry.check_free(rtype)
+        _REGISTRATIONS[0] += 1  # invalidates every codec's decoder cache
         stale = self.by_tag.get(rtype.tag)
         if stale is not None:
             self.by_class.pop(stale.cls, None)
@@ -336,6 +394,12 @@ class Codec:
             TAG_ERROR: _decode_error,
             TAG_RECORD: self._decode_record,
         }
+        # tag -> (schema version, generated constructor) of records that need no cattrs;
+        # valid while no record is registered anywhere (see _REGISTRATIONS).
+        self._fast_tags: dict[str, tuple[int, Callable[[Mapping[str, Any]], Any]]] = {}
+        self._fast_gen = _REGISTRATIONS[0]
+        self._types: dict[type, _RecordType] = {}  # record class -> its type, same validity
+        self._types_gen = _REGISTRATIONS[0]
 
     def register(
         self, cls: type, tag: str, version: int = 1, *, migrate: Migrate | None = None
@@ -405,9 +469,27 @@ class Codec:
         return self._local.by_tag.get(tag) or _DEFAULT_REGISTRY.by_tag.get(tag)
 
     def _default(self, encoder: cbor2.CBOREncoder, value: Any) -> None:
-        """cbor2's hook for the types it does not know: Pid, Error and records."""
+        """cbor2's hook for the types it does not know: records, Pids and Errors.
+
+        Writes the tag and array headers itself: the same bytes as a ``CBORTag``, without
+        building one per value (this runs for every record of every workflow step).
+        """
+        rtype = self._record_type(type(value))
+        if rtype is not None:
+            try:
+                fields_map = rtype.unstructure(value)
+            except Exception as exc:
+                raise _Unencodable from exc
+            if not rtype.require_encodable(fields_map) and (
+                self._find_problem(fields_map, "", set()) is not None
+            ):
+                raise _Unencodable
+            encoder.write(rtype.header)
+            encoder.encode_map(fields_map)
+            return
         if isinstance(value, Pid):
-            encoder.encode(cbor2.CBORTag(TAG_PID, [value.node, value.host, value.id]))
+            encoder.write(_PID_HEADER)
+            encoder.encode_array([value.node, value.host, value.id])
             return
         if isinstance(value, Error):
             name = type(value).__name__
@@ -416,15 +498,18 @@ class Codec:
             self._require_encodable(fields)
             encoder.encode(cbor2.CBORTag(TAG_ERROR, fields))
             return
-        rtype = self._lookup_class(type(value))
+        raise _Unencodable
+
+    def _record_type(self, cls: type) -> _RecordType | None:
+        if self._types_gen != _REGISTRATIONS[0]:
+            self._types.clear()
+            self._types_gen = _REGISTRATIONS[0]
+        rtype = self._types.get(cls)
         if rtype is None:
-            raise _Unencodable
-        try:
-            fields_map = rtype.unstructure(value)
-        except Exception as exc:
-            raise _Unencodable from exc
-        self._require_encodable(fields_map)
-        encoder.encode(cbor2.CBORTag(TAG_RECORD, [rtype.tag, rtype.version, fields_map]))
+            rtype = self._lookup_class(cls)
+            if rtype is not None:
+                self._types[cls] = rtype
+        return rtype
 
     def _require_encodable(self, value: Any) -> None:
         if not _plain(value) and self._find_problem(value, "", set()) is not None:
@@ -506,8 +591,14 @@ class Codec:
     def _decode_record(self, value: Any, _immutable: bool) -> Any:
         try:
             tag, version, fields = value
+            hit = self._fast_tags.get(tag)
         except (TypeError, ValueError):
             raise _corrupt("record", value) from None
+        if hit is not None and hit[0] == version and self._fast_gen == _REGISTRATIONS[0]:
+            try:
+                return hit[1](fields)
+            except Exception:  # noqa: BLE001, S110 - the full path below explains the problem
+                pass
         rtype = self._lookup_tag(tag)
         if rtype is None:
             raise Error(
@@ -520,7 +611,17 @@ class Codec:
             )
         if not isinstance(fields, Mapping):
             raise _corrupt(f"record {tag!r}", value)
-        return rtype.load(version, fields)
+        loaded = rtype.load(version, fields)
+        self._cache_fast(rtype)
+        return loaded
+
+    def _cache_fast(self, rtype: _RecordType) -> None:
+        if self._fast_gen != _REGISTRATIONS[0]:
+            self._fast_tags.clear()
+            self._fast_gen = _REGISTRATIONS[0]
+        fast = rtype.fast_structure()
+        if fast is not None:
+            self._fast_tags[rtype.tag] = (rtype.version, fast)
 
 
 def _datetime_problem(value: dt.datetime, path: str) -> _Problem | None:
@@ -550,11 +651,15 @@ def _corrupt(what: str, value: Any) -> Error:
 
 
 def _decode_pid(value: Any, _immutable: bool) -> Pid:
+    # Parts that were a valid PID when written are trusted: re-validating every stored PID
+    # was a measurable share of replay and recovery. Only their types are checked.
     try:
         node, host, ident = value
-        return Pid(node, host, ident)
-    except (TypeError, ValueError, Error):
+    except (TypeError, ValueError):
         raise _corrupt("Pid", value) from None
+    if type(node) is not str or type(host) is not str or type(ident) is not str:
+        raise _corrupt("Pid", value)
+    return Pid.trusted(node, host, ident)
 
 
 def _decode_error(value: Any, _immutable: bool) -> Error:

@@ -20,6 +20,7 @@ from roost.workflow._records import ActivityTask, task_key
 from roost.workflow._retry import next_retry
 
 if TYPE_CHECKING:
+    from roost.storage import WriteTxn
     from roost.workflow._manager import WorkflowManager
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
@@ -79,9 +80,10 @@ def heartbeat(details: Any = None) -> None:
     beat(details)
 
 
-def _beater(scope: trio.CancelScope, every: float) -> Callable[[Any], None]:
+def _beater(scope: trio.CancelScope, every: float, limit: float) -> Callable[[Any], None]:
     def extend() -> None:
-        scope.deadline = trio.current_time() + every
+        # One scope carries both limits: a beat never pushes past the attempt's timeout.
+        scope.deadline = min(trio.current_time() + every, limit)
 
     def beat(_details: Any) -> None:
         try:
@@ -94,39 +96,56 @@ def _beater(scope: trio.CancelScope, every: float) -> Callable[[Any], None]:
     return beat
 
 
+class _Work:
+    """One task being worked on: whether the workflow cancelled it, and what to interrupt.
+
+    A plain flag plus the scope of the current attempt (or backoff sleep), rather than a
+    cancel scope around the whole task: scopes are a measurable cost per activity.
+    """
+
+    __slots__ = ("cancelled", "scope")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.scope: trio.CancelScope | None = None
+
+    def enter(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        if self.cancelled:
+            scope.cancel()
+
+
 class ActivityWorker:
     """Runs each submitted task in its own trio task until it resolves."""
 
     def __init__(self, manager: WorkflowManager, nursery: trio.Nursery) -> None:
         self.m = manager
         self._nursery = nursery
-        self.running: dict[tuple[str, int], trio.CancelScope] = {}
+        self.running: dict[tuple[str, int], _Work] = {}
 
     def submit(self, task: ActivityTask) -> None:
         """Start working on ``task`` (a task already being worked on is ignored)."""
         ident = (task.run_id, task.seq)
         if ident in self.running:
             return
-        self.running[ident] = trio.CancelScope()
-        self._nursery.start_soon(self._work, task, name=f"roost.activity {task.entry}")
+        work = self.running[ident] = _Work()
+        self._nursery.start_soon(self._work_on, task, work, name=f"roost.activity {task.entry}")
 
     def cancel(self, run_id: str, seq: int) -> None:
         """Stop working on a task the workflow cancelled (its row is already deleted)."""
-        scope = self.running.get((run_id, seq))
-        if scope is not None:
-            scope.cancel()
+        work = self.running.get((run_id, seq))
+        if work is not None:
+            work.cancelled = True
+            if work.scope is not None:
+                work.scope.cancel()
 
-    async def _work(self, task: ActivityTask) -> None:
-        with self.running[(task.run_id, task.seq)]:
-            await self._work_on(task)
-        self.running.pop((task.run_id, task.seq), None)
-
-    async def _work_on(self, task: ActivityTask) -> None:
+    async def _work_on(self, task: ActivityTask, work: _Work) -> None:
         try:
             while True:
-                await self._wait_until(task.not_before)
-                value, error = await self._attempt(task)
-                if self.running[(task.run_id, task.seq)].cancel_called:
+                if not await self._wait_until(task.not_before, work):
+                    return  # cancelled while waiting for its next attempt
+                value, error = await self._attempt(task, work)
+                if work.cancelled:
                     return  # the workflow cancelled it: its row is gone, write nothing
                 if error is None:
                     await self._resolve(task, value, None)
@@ -162,11 +181,16 @@ class ActivityWorker:
             details={"timeout_type": "schedule_to_close", "attempt": task.attempt},
         )
 
-    async def _wait_until(self, when: dt.datetime | None) -> None:
+    async def _wait_until(self, when: dt.datetime | None, work: _Work) -> bool:
+        """Sleep until ``when``; False if the workflow cancelled the task meanwhile."""
         if when is not None:
             delay = (when - self.m.node.now()).total_seconds()
             if delay > 0:
-                await trio.sleep(delay)
+                with trio.move_on_after(delay) as scope:
+                    work.enter(scope)
+                    await trio.sleep_forever()
+                work.scope = None
+        return not work.cancelled
 
     def _entry(self, task: ActivityTask) -> Entry | Error:
         try:
@@ -179,7 +203,7 @@ class ActivityWorker:
             )
         return entry
 
-    async def _attempt(self, task: ActivityTask) -> tuple[Any, Error | None]:
+    async def _attempt(self, task: ActivityTask, work: _Work) -> tuple[Any, Error | None]:
         entry = self._entry(task)
         if isinstance(entry, Error):
             return None, entry
@@ -193,7 +217,7 @@ class ActivityWorker:
             scheduled_at=task.scheduled_at,
         )
         try:
-            return await self._timed(entry, task, info)
+            return await self._timed(entry, task, info, work)
         except Error as exc:
             return None, exc
         except Exception as exc:  # noqa: BLE001 - an activity's error is its result
@@ -202,19 +226,25 @@ class ActivityWorker:
             _beat.set(None)
 
     async def _timed(
-        self, entry: Entry, task: ActivityTask, info: ActivityInfo
+        self, entry: Entry, task: ActivityTask, info: ActivityInfo, work: _Work
     ) -> tuple[Any, Error | None]:
         """One attempt under its start_to_close, schedule_to_close and heartbeat limits."""
         start_to_close = float(task.options.get("start_to_close_timeout", 600.0))
         left = self._schedule_to_close_left(task)
         timeout = min(start_to_close, max(left, 0.0))
         every = task.options.get("heartbeat_timeout")
-        with trio.move_on_after(timeout):
-            hb_deadline = trio.current_time() + every if every else math.inf
-            with trio.CancelScope(deadline=hb_deadline) as beats:
-                if every:
-                    _beat.set(_beater(beats, float(every)))
+        # One cancel scope for both limits (scopes are a measurable part of each attempt).
+        limit = trio.current_time() + timeout
+        with trio.CancelScope(deadline=limit) as scope:
+            work.enter(scope)
+            if every:
+                scope.deadline = min(trio.current_time() + float(every), limit)
+                _beat.set(_beater(scope, float(every), limit))
+            try:
                 return await self._call(entry.fn, entry.is_async, task, info), None
+            finally:
+                work.scope = None
+        if scope.deadline < limit:
             return None, self._timeout(task, "heartbeat", float(every or 0))
         expired = self._timeout(task, "start_to_close", timeout)
         if left < start_to_close:
@@ -277,5 +307,11 @@ class ActivityWorker:
         )
         data = self.m.codec.encode(task)
         key = task_key(task.run_id, task.seq)
-        await self.m.transact(lambda txn: txn.put("tasks", key, data))
+
+        def write(txn: WriteTxn) -> None:
+            # Not if the workflow cancelled the activity meanwhile (it deleted the row).
+            if txn.get("tasks", key) is not None:
+                txn.put("tasks", key, data)
+
+        await self.m.transact(write)
         return task

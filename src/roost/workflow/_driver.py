@@ -232,7 +232,6 @@ class Driver:
 
     def _start(self, started: Started) -> None:
         self.started = started
-        self._rng = random.Random(started.seed)  # noqa: S311 - replayable, not crypto
         task = self._spawn(self._fn, tuple(started.args), "main")
         task.main = True
 
@@ -562,7 +561,10 @@ class Driver:
     def rng(self) -> random.Random:
         """The run's random generator, seeded from its history."""
         if self._rng is None:
-            raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
+            if self.started is None:
+                raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
+            # Seeded on first use: most workflows never draw, and a generator is 2.5 KB.
+            self._rng = random.Random(self.started.seed)  # noqa: S311 - replayable, not crypto
         return self._rng
 
     def uuid4(self) -> uuid.UUID:

@@ -60,8 +60,10 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
     Raises:
         roost.NondeterminismError: the code no longer replays the history.
     """
-    m.stats["replays"] += 1
     driver = new_driver(m, run)
+    if run.record.activations == 0:
+        return driver  # a new run (or one that never got to its first step): no history
+    m.stats["replays"] += 1
     with m.store.read() as txn:
         acts = [
             m.codec.decode(v)

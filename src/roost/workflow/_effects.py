@@ -40,7 +40,7 @@ from roost.workflow._records import (
     task_key,
     timer_key,
 )
-from roost.workflow._run import Run
+from roost.workflow._run import Run, Settled
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -76,7 +76,7 @@ class Effects:
         self.final = False
         self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
         self.children: list[Run] = []
-        self.moved: set[bytes] = set()
+        self.moved: set[bytes | Settled] = set()
 
     def add(self, command: Any) -> None:
         record = self.run.record
@@ -183,7 +183,9 @@ class Effects:
             not_before=not_before,
         )
 
-    def writer(self, act: Activation, consumed: list[bytes]) -> Callable[[WriteTxn], None]:
+    def writer(
+        self, act: Activation, consumed: list[bytes | Settled]
+    ) -> Callable[[WriteTxn], None]:
         codec, record = self.m.codec, self.record
         act_bytes = codec.encode(act)
         self.record = record = attrs.evolve(
@@ -218,13 +220,15 @@ class Effects:
                 ("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t))
                 for t in new_run.timers
             ]
-            successor += [("inbox", k, None) for k, _ in self.run.pending]  # moved over
+            successor += [  # moved over (settled rows: their events end with this run)
+                (k.table, k.row, None) if isinstance(k, Settled) else ("inbox", k, None)
+                for k, _ in self.run.pending
+            ]
             self.moved = {k for k, _ in self.run.pending}
 
         def write(txn: WriteTxn) -> None:
             txn.put("histories", history_key(run_id, act.index), act_bytes)
-            for k in consumed:
-                txn.delete("inbox", k)
+            _delete_consumed(txn, consumed)
             for k, v in tasks:
                 txn.put("tasks", k, v)
             for k in dropped:
@@ -317,3 +321,12 @@ def deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:
         log.warning(
             "workflow %s: message %r to %s not delivered: %s", sender, send.topic, send.dest, exc
         )
+
+
+def _delete_consumed(txn: WriteTxn, consumed: list[bytes | Settled]) -> None:
+    """Delete the rows whose events an activation recorded."""
+    for k in consumed:
+        if isinstance(k, Settled):
+            txn.delete(k.table, k.row)
+        else:
+            txn.delete("inbox", k)

@@ -15,7 +15,7 @@ from roost.workflow._history import MessageArrived, StartChild, Started
 from roost.workflow._options import CHAIN_OPTIONS
 from roost.workflow._records import RunRecord, RunStatus, TimerTask
 from roost.workflow._retry import next_retry
-from roost.workflow._run import Run
+from roost.workflow._run import Run, Settled
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -214,7 +214,7 @@ def hand_over(
     new: Run,
     staged: list[tuple[bytes, bytes, Any]],
     *,
-    moved: set[bytes],
+    moved: set[bytes | Settled],
 ) -> None:
     """After the commit: the new run takes the id, PID, watchers, links and waiters."""
     new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans

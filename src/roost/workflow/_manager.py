@@ -47,7 +47,7 @@ from roost.workflow._records import (
     timer_key,
 )
 from roost.workflow._recovery import recover
-from roost.workflow._run import Run
+from roost.workflow._run import Pending, Run, Settled
 from roost.workflow._task_failure import (
     DEFAULT_TASK_TIMEOUT,
     hold_after_task_timeout,
@@ -264,33 +264,27 @@ class WorkflowManager:
         event: Any,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> None:
-        """Delete a finished task or timer row and hand its event to its run, in one txn.
+        """A task or timer row is done: hand its event to its run's next activation.
 
         The event goes only to ``task`` (workflow id, run id) if that is still the current
         run; ``on_unencodable`` turns an event that cannot be recorded into one that can.
+        The row is deleted in the transaction that records the event in the history (one
+        commit instead of two), or at once when no run takes the event.
         """
         workflow_id, run_id = task
         run = self.runs.get(workflow_id)
-        if run is not None and run.record.run_id != run_id:
-            run = None  # a newer run of the same id: this belongs to nobody
-        staged = None
-        if run is not None:
-            try:
-                staged = self.stage(run, event)
-            except Error as exc:
-                if on_unencodable is None:
-                    raise
-                event = on_unencodable(exc)
-                staged = self.stage(run, event)
-
-        def write(txn: WriteTxn) -> None:
-            txn.delete(table, row)
-            if staged is not None:
-                txn.put("inbox", *staged)
-
-        await self.transact(write)
-        if staged is not None and run is not None:
-            self.accept(run, [(staged[0], event)])
+        if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
+            await self.transact(lambda txn: txn.delete(table, row))
+            return
+        try:
+            data = self.codec.encode(event)
+        except Error as exc:
+            if on_unencodable is None:
+                raise
+            data = self.codec.encode(on_unencodable(exc))
+        await trio.lowlevel.checkpoint()
+        # The workflow gets what will be recorded (a tuple comes back a list), as on replay.
+        self.accept(run, [(Settled(table, row), self.codec.decode(data))])
 
     # -- incoming events -----------------------------------------------------------------
 
@@ -319,7 +313,7 @@ class WorkflowManager:
         await self.transact(write)
         self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
 
-    def accept(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
+    def accept(self, run: Run, items: list[Pending]) -> None:
         """Events committed to ``run``'s inbox: queue them for its next activation.
 
         If ``run`` has meanwhile continued as new, its messages move to the current run;
@@ -334,12 +328,16 @@ class WorkflowManager:
             self.ready(run)
             return
         # Replies to the old run's calls belong to nobody now (call seqs restart per run).
-        moved = [(k, e) for k, e in items if isinstance(e, MessageArrived) and e.call is None]
+        moved = [
+            (k, e)
+            for k, e in items
+            if isinstance(k, bytes) and isinstance(e, MessageArrived) and e.call is None
+        ]
         if current is not None and moved:
             self.spawn_task(self._rehome, current, moved)
 
-    def _recorded(self, key: bytes, event: Any) -> Any:
-        data = self._staged.pop(key, None)
+    def _recorded(self, key: bytes | Settled, event: Any) -> Any:
+        data = self._staged.pop(key, None) if isinstance(key, bytes) else None
         return self.codec.decode(data) if data is not None else event
 
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:

@@ -15,7 +15,24 @@ from roost.mailbox._channel import Channel
 from roost.workflow._driver import Driver
 from roost.workflow._records import RunRecord, TimerTask
 
-__all__ = ["Run"]
+__all__ = ["Pending", "Run", "Settled"]
+
+
+@attrs.frozen
+class Settled:
+    """A finished activity task or timer row: the activation recording its event deletes it.
+
+    Until then the row stays stored, so a crash before that commit runs the activity (or
+    fires the timer) again, and the event is recorded exactly once.
+    """
+
+    table: str
+    row: bytes
+
+
+# An event waiting for the run's next activation, keyed by where it is stored: its inbox
+# row, or the task or timer row it settles.
+Pending = tuple[bytes | Settled, Any]
 
 
 @attrs.define(eq=False)
@@ -27,7 +44,7 @@ class Run:
     pid: Pid
     context: dict[str, Any]
     driver: Driver | None = None
-    pending: list[tuple[bytes, Any]] = attrs.field(factory=list)
+    pending: list[Pending] = attrs.field(factory=list)
     inbox_seq: int = 0
     next_index: int = 1
     queued: bool = False

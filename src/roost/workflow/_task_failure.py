@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from roost._errors import Error, ErrorKind
-from roost.workflow._run import Run
+from roost.workflow._run import Pending, Run
 from roost.workflow._watchdog import Guard
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ DEFAULT_TASK_TIMEOUT = 10.0  # Temporal's default workflow task timeout
 _MAX_BACKOFF = 60.0
 
 
-def hold_after_task_timeout(m: WorkflowManager, run: Run, batch: list[tuple[bytes, Any]]) -> None:
+def hold_after_task_timeout(m: WorkflowManager, run: Run, batch: list[Pending]) -> None:
     """The in-memory part, done at once: nothing of the activation is kept.
 
     Its events go back to the front of the run's queue and its driver (whose coroutines the

@@ -1,7 +1,7 @@
 """Run the benchmark suites: ``python -m benchmarks [--quick] [--json PATH] [--only NAME]``.
 
 ``SUITES`` is the registry: a suite name mapped to a module exposing
-``run(quick: bool) -> list[benchmarks._harness.Result]``. To add one (storage, workflows),
+``run(quick: bool) -> list[benchmarks._harness.Result]``. To add one,
 write ``benchmarks/bench_<name>.py`` with such a ``run`` and add a line here.
 
 ``--quick`` runs every suite with small sizes and one repetition, in a few seconds, so
@@ -23,6 +23,9 @@ SUITES: dict[str, str] = {
     "processes": "benchmarks.bench_processes",
     "storage": "benchmarks.bench_storage",
     "workflows": "benchmarks.bench_workflows",
+    "replay": "benchmarks.bench_replay",
+    "recovery": "benchmarks.bench_recovery",
+    "disk": "benchmarks.bench_disk",
     "queues": "benchmarks.bench_queues",
 }
 

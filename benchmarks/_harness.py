@@ -184,11 +184,19 @@ def fmt(value: float | None, unit: str = "") -> str:
     if unit.startswith("B/"):
         return f"{value / 1024:.2f} KB" if abs(value) >= 1024 else f"{value:.0f} B"
     if unit == "s":
+        if value < 0.1:
+            return f"{value:.2g}"  # 0.0042, 0.00017: keep two digits of small times
         return f"{value:.3f}" if value < 10 else f"{value:.1f}"
     for limit, suffix in ((1e6, "M"), (1e3, "k")):
         if abs(value) >= limit:
             return f"{value / limit:.3g}{suffix}"
     return f"{value:.3g}"
+
+
+def _fmt_ratio(ratio: float | None) -> str:
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
 
 
 def table_lines(results: list[Result]) -> list[str]:
@@ -204,7 +212,7 @@ def table_lines(results: list[Result]) -> list[str]:
                 f"{r.unit} ({better} better)",
                 fmt(r.roost, r.unit),
                 f"{fmt(r.raw, r.unit)} {r.raw_label}" if r.raw is not None else "-",
-                f"{ratio:.2f}x" if ratio is not None else "-",
+                _fmt_ratio(ratio),
                 r.target.label if r.target else "",
                 r.status,
             )

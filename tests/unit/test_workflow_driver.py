@@ -1,6 +1,7 @@
 """The deterministic driver, through workflow code that uses roost's public calls."""
 
 import datetime as dt
+import gc
 import inspect
 
 import pytest
@@ -10,6 +11,7 @@ from workflow_sim import T0, Sim, replay
 import roost
 from roost import channel, coroutine, funcs, process, workflow
 from roost.workflow._driver import Status
+from roost.workflow._drivers import paused_gc
 from roost.workflow._history import (
     CancelRequested,
     Complete,
@@ -332,3 +334,20 @@ def test_asyncio_inside_a_workflow_gets_the_same_advice():
     assert driver.error.kind is roost.ErrorKind.INVALID
     assert "asyncio" in driver.error.message
     assert "roost.sleep instead of trio.sleep" in driver.error.message
+
+
+def test_replay_pauses_the_collector_and_restores_what_the_application_set():
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), paused_gc():  # a replay that fails (divergence, ...)
+        raise ValueError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # the application turned it off: it stays off
+    finally:
+        gc.enable()

@@ -16,7 +16,9 @@ fresh temporary data directory. Scenarios and their references:
   ``process.monitor`` each), timed from the first spawn to the last EXIT. References: raw
   py-lmdb doing the same number of writes (counted by a calibration run) spread over the
   same number of fsync'd commits as roost's group commits took (measured), and the same
-  writes in one transaction, the ceiling.
+  writes in one transaction, the ceiling. The note gives the time spent in CPython's cyclic
+  collector; at N = 2000 and 10000 a second row runs the same with
+  ``gc.set_threshold(*TUNED_GC)`` next to the default thresholds, to show that cost.
 - ``throughput``: the same, spawned one after the other (``await spawn`` in a loop).
   Reference: raw py-lmdb doing one fsync'd commit per transaction the workflows asked the
   store for (``store.stats.requests``): what a serial spawn can reach at best.
@@ -33,9 +35,12 @@ fresh temporary data directory. Scenarios and their references:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -66,7 +71,38 @@ TARGET_WORKFLOWS = 2000
 # -- 1. throughput ---------------------------------------------------------------------------
 
 
-def throughput(n: int, *, concurrent: bool = False) -> dict[str, Any]:
+# What the "collector tuned" rows set: far fewer young collections, so far fewer of the
+# full ones that walk every cached workflow (CPython 3.11's default is (700, 10, 10)).
+TUNED_GC = (50_000, 20, 100)
+
+
+@contextmanager
+def _collector(threshold: tuple[int, int, int] | None) -> Iterator[dict[str, float]]:
+    """Time spent in the cyclic collector meanwhile (and optionally other thresholds)."""
+    spent = {"seconds": 0.0, "collections": 0}
+    started = [0.0]
+
+    def watch(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = now()
+        else:
+            spent["seconds"] += now() - started[0]
+            spent["collections"] += 1
+
+    old = gc.get_threshold()
+    if threshold is not None:
+        gc.set_threshold(*threshold)
+    gc.callbacks.append(watch)
+    try:
+        yield spent
+    finally:
+        gc.callbacks.remove(watch)
+        gc.set_threshold(*old)
+
+
+def throughput(
+    n: int, *, concurrent: bool = False, gc_threshold: tuple[int, int, int] | None = None
+) -> dict[str, Any]:
     """N workflows of 3 activities from one process: seconds, commits and requests."""
 
     async def body(node: Any) -> dict[str, Any]:
@@ -94,8 +130,11 @@ def throughput(n: int, *, concurrent: bool = False) -> dict[str, Any]:
             "largest_batch": stats.largest_batch,
         }
 
-    with tmpdir() as tmp:
-        return in_node(body, tmp)  # type: ignore[no-any-return]
+    with tmpdir() as tmp, _collector(gc_threshold) as collector:
+        out: dict[str, Any] = in_node(body, tmp)
+    out["gc_seconds"] = collector["seconds"]
+    out["gc_collections"] = collector["collections"]
+    return out
 
 
 # -- 2. latency ------------------------------------------------------------------------------
@@ -172,6 +211,7 @@ def _sizes(quick: bool) -> dict[str, Any]:
     if quick:
         return {
             "series": [20],
+            "tuned": [20],
             "serial": [20],
             "repeat": 1,
             "raw_commits": 50,
@@ -180,6 +220,7 @@ def _sizes(quick: bool) -> dict[str, Any]:
         }
     return {
         "series": [100, 1000, TARGET_WORKFLOWS, 10_000],
+        "tuned": [TARGET_WORKFLOWS, 10_000],
         "serial": [TARGET_WORKFLOWS],
         "repeat": 2,
         "raw_commits": 500,
@@ -201,6 +242,7 @@ def _note(best: dict[str, Any], n: int, writes_wf: float) -> str:
     rate = n / best["seconds"]
     return (
         f"{ACTIVITIES * rate:,.0f} activities/s; spawning took {best['spawn_seconds']:.2f}s; "
+        f"{best['gc_seconds']:.2f}s in {best['gc_collections']} collections; "
         f"{best['requests']} txns ({best['requests'] / n:.0f}/wf) in {best['commits']} "
         f"commits, largest batch {best['largest_batch']}; {writes_wf:.0f} writes/wf"
     )
@@ -338,6 +380,37 @@ def _signal_results(size: dict[str, Any]) -> list[Result]:
     ]
 
 
+def _tuned_gc_results(size: dict[str, Any]) -> list[Result]:
+    """The N-series' cost of the cyclic collector: the same run with TUNED_GC thresholds."""
+    results = []
+    for n in size["tuned"]:
+        plain = tuned = None
+        for _ in range(_repeat(n, size)):  # interleaved, best of each
+            a = throughput(n, concurrent=True)
+            b = throughput(n, concurrent=True, gc_threshold=TUNED_GC)
+            plain = a if plain is None or a["seconds"] < plain["seconds"] else plain
+            tuned = b if tuned is None or b["seconds"] < tuned["seconds"] else tuned
+        assert plain is not None
+        assert tuned is not None
+        results.append(
+            Result(
+                SUITE,
+                f"workflows/s, N={n} concurrent, gc.set_threshold{TUNED_GC}",
+                "wf/s",
+                n / tuned["seconds"],
+                n / plain["seconds"],
+                raw_label="roost, default collector thresholds",
+                note=(
+                    f"collector: {tuned['gc_seconds']:.2f}s in {tuned['gc_collections']} "
+                    f"collections, against {plain['gc_seconds']:.2f}s in "
+                    f"{plain['gc_collections']} with the defaults"
+                ),
+                params={"n": n, "threshold": TUNED_GC, "tuned": tuned, "default": plain},
+            )
+        )
+    return results
+
+
 def run(quick: bool = False) -> list[Result]:
     """The workflow rows for ``python -m benchmarks``."""
     size = _sizes(quick)
@@ -345,6 +418,7 @@ def run(quick: bool = False) -> list[Result]:
     value = b"v" * max(1, round(bytes_write) - 8)  # key() of an int is 8 bytes
     return [
         *_series_results(size, writes_wf, value),
+        *_tuned_gc_results(size),
         *_serial_results(size, writes_wf),
         *_latency_results(size),
         *_signal_results(size),

@@ -234,8 +234,10 @@ class WorkflowManager:
         return list(started.args) if isinstance(started, Started) else []
 
     def _check_reuse(self, workflow_id: str, policy: str) -> None:
+        if policy == "allow_duplicate":
+            return  # the default: no need to read what ran before
         record = self.stored_record(workflow_id)
-        if record is None or policy == "allow_duplicate":
+        if record is None:
             return
         if policy == "reject_duplicate":
             raise already_error(

@@ -112,6 +112,42 @@ class Driver:
             encoded); called on arguments and payloads as commands are issued.
     """
 
+    # Slots: every cached workflow keeps one driver (no per-instance dict to carry).
+    __slots__ = (
+        "_calls",
+        "_check",
+        "_child_pid",
+        "_child_waits",
+        "_commands",
+        "_divergence",
+        "_expected",
+        "_fn",
+        "_make_context",
+        "_pending",
+        "_ready",
+        "_reply_pid",
+        "_rng",
+        "_seq",
+        "_spawn_pid",
+        "_tasks",
+        "_tickers",
+        "_timers",
+        "_versions",
+        "activations",
+        "backend",
+        "children",
+        "error",
+        "history_length",
+        "history_size",
+        "mailbox",
+        "memo",
+        "now",
+        "result",
+        "search",
+        "started",
+        "status",
+    )
+
     def __init__(
         self,
         fn: Callable[..., Coroutine[Any, Any, Any]],

@@ -110,6 +110,7 @@ class App:
 
     def __init__(self, name: str) -> None:
         self.name = _check_name("app name", name)
+        self._default_host = f"{self.name}:processes"
         self._entries: dict[str, Entry] = {}
         self._hosts: dict[str, HostSpec] = {}
         # What extensions declare on the app (queues, routes, ...), by extension name.
@@ -122,7 +123,7 @@ class App:
     @property
     def default_host(self) -> str:
         """The host id spawns land on unless told otherwise."""
-        return f"{self.name}:processes"
+        return self._default_host
 
     @property
     def entries(self) -> Mapping[str, Entry]:
@@ -341,7 +342,7 @@ class App:
     def resolve_host(self, host: str | None) -> HostSpec:
         """Find a host by id (``"app:workers"``) or short name; None means the default."""
         if host is None:
-            return self._hosts[self.default_host]
+            return self._hosts[self._default_host]
         if not isinstance(host, str):
             raise invalid(f"host must be a host id string, got {host!r}")
         spec = self._hosts.get(host) or self._hosts.get(f"{self.name}:{host}")

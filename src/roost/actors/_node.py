@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import sys
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
 import trio
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import LOCAL_NODE, Pid
 from roost.actors._app import App, Entry, EntryKind
 from roost.actors._events import Cancel, Exit, LinkDown
+from roost.actors._node_types import (
+    ExitResult,
+    SpawnRequest,
+    VirtualHost,
+    is_cancelled,
+    is_mock_clock,
+    noproc_error,
+    terminated_error,
+)
 from roost.actors._process import Process, Upgrade, set_current
 from roost.actors._registry import Registry, check_name
 from roost.actors._timers import Timers
@@ -38,73 +45,17 @@ assert TRIO_BACKEND is not None  # importing it installs the default channel bac
 _UTC = dt.UTC
 
 
-@attrs.frozen
-class ExitResult:
-    """How a process ended: ``value`` when it returned, else ``error``."""
-
-    value: Any
-    error: Error | None
-
-
-@attrs.frozen(kw_only=True)
-class SpawnRequest:
-    """Everything a spawn needs besides the entry and its arguments."""
-
-    host: str | None = None
-    name: str | None = None
-    messages: tuple[tuple[str, Any], ...] = ()
-    context: Mapping[str, Any] = attrs.field(factory=dict)
-    link: bool = False
-    monitor: bool = False
-    mailbox_limit: int | None = None
-    trap_links: bool = False
-    pid: Pid | None = None
-    watcher: Pid | None = None
-
-
-def noproc_error(pid: Pid) -> Error:
-    """The error an EXIT or LINK_DOWN carries when its target never existed or is dead."""
-    return Error(
-        f"noproc: process {pid} is not alive",
-        kind=ErrorKind.NOT_FOUND,
-        retryable=False,
-        details={"reason": "noproc", "pid": str(pid)},
-        pid=pid,
-    )
-
-
-def terminated_error(pid: Pid, why: str = "terminated") -> Error:
-    """The error a hard-stopped process exits with."""
-    return Error(why, kind=ErrorKind.CANCELED, retryable=False, details={"reason": why}, pid=pid)
-
-
 _SPAWNABLE = frozenset({EntryKind.PROCESS, EntryKind.SUPERVISOR})
 
 
-class VirtualHost(Protocol):
-    """Processes that are not trio tasks of this node (workflows), reached by PID host."""
-
-    host: str
-
-    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event: ...
-    def running(self, pid: Pid) -> bool: ...
-    def cancel(self, pid: Pid, reason: str | None) -> trio.Event: ...
-    def terminate(self, pid: Pid) -> None: ...
-    def monitor(self, watcher: Process, pid: Pid) -> None: ...
-    def link(self, proc: Process, pid: Pid) -> None: ...
-    def unwatch(self, proc: Process, pid: Pid) -> None: ...
-    def exit_channel(self, pid: Pid) -> Channel[ExitResult]: ...
-    def process_exited(self, watcher: Pid, event: Exit) -> None: ...
-    async def spawn(
-        self,
-        parent: Process,
-        *,
-        entry: Entry,
-        args: tuple[Any, ...],
-        options: dict[str, Any],
-        messages: tuple[tuple[str, Any], ...],
-        context: dict[str, Any],
-    ) -> Pid: ...
+def _capacity_error(host_id: str, limit: int) -> Error:
+    return Error(
+        f"host {host_id!r} is at its limit of {limit} processes; wait for some to "
+        "exit, spawn on another host, or raise max_processes",
+        kind=ErrorKind.LIMIT_EXCEEDED,
+        retryable=True,
+        details={"host": host_id, "max_processes": limit},
+    )
 
 
 class Node:
@@ -140,7 +91,7 @@ class Node:
         self._prefix = f"{incarnation:x}."
         self._node_part = name
         clock = trio.lowlevel.current_clock()
-        self.mock_time = _is_mock_clock(clock)
+        self.mock_time = is_mock_clock(clock)
         # Under a MockClock, wall time is anchored once per clock, so that nodes opened
         # one after another on it (a restart in a test) share one consistent timeline.
         self._wall0, self._t0 = _ANCHORS.setdefault(
@@ -199,65 +150,78 @@ class Node:
         self, parent: Process | None, entry: Entry, args: tuple[Any, ...], req: SpawnRequest
     ) -> Pid:
         """Start ``entry`` as a new process (or signal the one holding ``req.name``)."""
-        if entry.kind not in _SPAWNABLE:
-            raise invalid(
-                f"{entry.id!r} is an {entry.kind.value}, not a process: call it with funcs.call()",
-                entry=entry.id,
-            )
-        if self.stopping:
-            raise Error(
-                "the node is shutting down and starts no new processes",
-                kind=ErrorKind.UNAVAILABLE,
-            )
-        sender = parent.pid if parent is not None else None
-        if req.name is not None:
-            existing = self.registry.lookup(check_name(req.name))
-            if existing is not None and existing in self.procs:
-                # Spawn-or-signal: the named process gets the start messages instead, all
-                # of them or (over its mailbox limit) none.
-                holder = self.procs[existing]
-                self._check_room(holder, len(req.messages))
-                self._deliver_start(holder, req.messages, sender)
-                self._wire(parent, self.procs[existing], req)
-                return existing
+        return self.start_process(parent, entry, args, req).pid
+
+    def start_process(
+        self, parent: Process | None, entry: Entry, args: tuple[Any, ...], req: SpawnRequest
+    ) -> Process:
+        """``spawn``, returning the started process (or the named one that was signalled)."""
+        kind = entry.kind
+        # Identity tests, not `in _SPAWNABLE`: hashing an enum member is a Python call.
+        if (kind is not EntryKind.PROCESS and kind is not EntryKind.SUPERVISOR) or self.stopping:
+            raise self._spawn_refused(entry)
+        name = req.name
+        if name is not None:
+            holder = self._signal_holder(parent, name, req)
+            if holder is not None:
+                return holder
         host = self.app.resolve_host(req.host)
-        self._check_capacity(host.id, host.max_processes)
+        host_id = host.id
+        counts = self.host_counts
+        count = counts.get(host_id, 0)
+        if host.max_processes is not None and count >= host.max_processes:
+            raise _capacity_error(host_id, host.max_processes)
         context = parent.context if parent is not None else {}
         if req.context:
             context = {**context, **req.context}
-        pid = req.pid if req.pid is not None else self.new_pid(host.id)
+        pid = req.pid if req.pid is not None else self.new_pid(host_id)
         proc = Process(self, pid, entry, context, req.mailbox_limit)
         if req.watcher is not None:
             proc.watchers = {req.watcher}
-        proc.trap_links = req.trap_links
+        if req.trap_links:
+            proc.trap_links = True
         # A supervisor's child is stopped by its supervisor, in order, at node shutdown.
-        proc.supervised = (
-            parent is not None
-            and parent.entry is not None
-            and (parent.entry.kind is EntryKind.SUPERVISOR)
-        )
+        if parent is not None and parent.entry is not None:
+            proc.supervised = parent.entry.kind is EntryKind.SUPERVISOR
         if entry.options.get("sync_start"):
             proc.ready = Channel(1)
-        if req.name is not None:
-            self.registry.register(req.name, proc.pid)
-        self.procs[proc.pid] = proc
-        self.host_counts[host.id] += 1
-        self._deliver_start(proc, req.messages, sender)
-        self._wire(parent, proc, req)
+        if name is not None:
+            self.registry.register(name, pid)
+        self.procs[pid] = proc
+        counts[host_id] = count + 1
+        if req.messages:
+            self._deliver_start(proc, req.messages, parent)
+        if parent is not None and (req.link or req.monitor):
+            self._wire(parent, proc, req)
         self._nursery.start_soon(self._run, proc, entry.fn, args, name="roost.process")
-        return proc.pid
+        return proc
 
-    def _check_capacity(self, host_id: str, limit: int | None) -> None:
-        count = self.host_counts.get(host_id, 0)
-        if limit is not None and count >= limit:
-            raise Error(
-                f"host {host_id!r} is at its limit of {limit} processes; wait for some to "
-                "exit, spawn on another host, or raise max_processes",
-                kind=ErrorKind.LIMIT_EXCEEDED,
-                retryable=True,
-                details={"host": host_id, "max_processes": limit},
+    def _spawn_refused(self, entry: Entry) -> Error:
+        if entry.kind not in _SPAWNABLE:
+            return invalid(
+                f"{entry.id!r} is an {entry.kind.value}, not a process: call it with funcs.call()",
+                entry=entry.id,
             )
-        self.host_counts.setdefault(host_id, 0)
+        return Error(
+            "the node is shutting down and starts no new processes",
+            kind=ErrorKind.UNAVAILABLE,
+        )
+
+    def _signal_holder(
+        self, parent: Process | None, name: str, req: SpawnRequest
+    ) -> Process | None:
+        """Spawn-or-signal: the live holder of ``name`` gets the start messages instead.
+
+        All of them or (over its mailbox limit) none; None when nobody holds the name.
+        """
+        existing = self.registry.lookup(check_name(name))
+        holder = self.procs.get(existing) if existing is not None else None
+        if holder is None:
+            return None
+        self._check_room(holder, len(req.messages))
+        self._deliver_start(holder, req.messages, parent)
+        self._wire(parent, holder, req)
+        return holder
 
     def _check_room(self, proc: Process, count: int) -> None:
         box = proc.get_mailbox()
@@ -272,10 +236,11 @@ class Node:
             )
 
     def _deliver_start(
-        self, proc: Process, messages: Iterable[tuple[str, Any]], sender: Pid | None
+        self, proc: Process, messages: Iterable[tuple[str, Any]], parent: Process | None
     ) -> None:
         # Start messages are part of the spawn: the limit was checked up front (or, for a
         # new process, does not apply to them), so none is refused half-way.
+        sender = parent.pid if parent is not None else None
         for topic, payload in messages:
             proc.get_mailbox().deliver(topic, payload, sender, force=True)
 
@@ -309,7 +274,9 @@ class Node:
         value: Any = None
         error: Error | None = None
         try:
-            with proc.scope:
+            # Like `with proc.scope:`, but the scope is only made if a kill needs it.
+            proc.enter_body()
+            try:
                 while True:
                     try:
                         value = await fn(*args)
@@ -317,12 +284,17 @@ class Node:
                     except Upgrade as up:
                         self._cancel_coroutines(proc)
                         proc.entry, fn, args = up.entry, up.entry.fn, up.args
+            except BaseException as exc:
+                if not proc.leave_body(exc):
+                    raise
+            else:
+                proc.leave_body(None)
         except Exception as exc:  # noqa: BLE001 - an error exit is a result, not a crash
             error = Error.from_exception(exc)
         except BaseException as exc:
             # trio.Cancelled from outside the process (the node is being torn down) or
             # KeyboardInterrupt: record the exit, then let it propagate.
-            reason = "node stopped" if _is_cancelled(exc) else type(exc).__name__
+            reason = "node stopped" if is_cancelled(exc) else type(exc).__name__
             self.exit(proc, None, proc.kill_error or terminated_error(proc.pid, reason))
             raise
         if proc.kill_error is not None:
@@ -363,9 +335,10 @@ class Node:
         proc.alive = False
         pid = proc.pid
         del self.procs[pid]
-        self.host_counts[proc.host] -= 1
+        self.host_counts[pid.host] -= 1
         self.registry.release(pid)
-        self._cancel_coroutines(proc)
+        if proc.coros:
+            self._cancel_coroutines(proc)
         if error is not None and error.pid is None:
             error.pid = pid
         if proc.watchers or proc.watching or proc.links:
@@ -612,18 +585,3 @@ class Node:
 
 
 _ANCHORS: weakref.WeakKeyDictionary[Any, tuple[dt.datetime, float]] = weakref.WeakKeyDictionary()
-
-
-def _is_mock_clock(clock: object) -> bool:
-    # A MockClock can only exist if trio.testing was imported; importing it ourselves
-    # would pull pytest into every `import roost`.
-    testing = sys.modules.get("trio.testing")
-    return testing is not None and isinstance(clock, testing.MockClock)
-
-
-def _is_cancelled(exc: BaseException) -> bool:
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_is_cancelled(e) for e in exc.exceptions)
-    return False

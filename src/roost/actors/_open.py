@@ -16,7 +16,8 @@ from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost.actors._app import App, Entry, _extension, node_services
-from roost.actors._node import Node, SpawnRequest, _is_mock_clock
+from roost.actors._node import Node, SpawnRequest
+from roost.actors._node_types import is_mock_clock
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import exec as _exec
 from roost.storage import open_lmdb_store
@@ -177,7 +178,7 @@ async def open_node(
             ) as handle:
                 yield handle
         finally:
-            if _is_mock_clock(trio.lowlevel.current_clock()):
+            if is_mock_clock(trio.lowlevel.current_clock()):
                 store.close()  # a worker thread would let an autojumping clock skip ahead
             else:
                 await store.aclose()

@@ -10,6 +10,7 @@ import trio
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
+from roost.actors import _hardstop
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import Mailbox
 
@@ -107,20 +108,18 @@ class Process:
     """
 
     __slots__ = (
+        "_stop",
         "alive",
         "context",
         "coros",
         "entry",
         "exit_chans",
-        "host",
         "kill_error",
         "links",
         "mailbox",
-        "mailbox_limit",
         "node",
         "pid",
         "ready",
-        "scope",
         "supervised",
         "trap_links",
         "watchers",
@@ -137,13 +136,14 @@ class Process:
     ) -> None:
         self.node = node
         self.pid = pid
-        self.host = pid.host
         self.entry = entry
         self.context = context
         self.alive = True
-        self.scope = trio.CancelScope()
-        self.mailbox: Mailbox | None = None
-        self.mailbox_limit = mailbox_limit
+        # What hard-stops the process: None until it runs, then its trio task until a
+        # kill attaches a cancel scope to that task (see _hardstop), or the scope itself.
+        self._stop: trio.lowlevel.Task | trio.CancelScope | None = None
+        # A limit is rare and must hold from the first message: such a mailbox is made now.
+        self.mailbox = None if mailbox_limit is None else Mailbox(mailbox_limit, pid)
         self.links: set[Pid] | None = None
         self.watchers: set[Pid] | None = None
         self.watching: set[Pid] | None = None
@@ -166,8 +166,52 @@ class Process:
         """The mailbox, created on first use."""
         box = self.mailbox
         if box is None:
-            box = self.mailbox = Mailbox(self.mailbox_limit, self.pid)
+            box = self.mailbox = Mailbox(None, self.pid)
         return box
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """The cancel scope around the process body; cancelling it hard-stops the process.
+
+        Made on first use: attached to the running task of a spawned process (see
+        _hardstop), or a plain scope for one that has not run yet (its trampoline enters
+        it) and for attached processes (their owner enters it with ``with proc.scope:``).
+        """
+        stop = self._stop
+        if isinstance(stop, trio.CancelScope):
+            return stop
+        scope = trio.CancelScope() if stop is None or not self.alive else _hardstop.attach(stop)
+        self._stop = scope
+        return scope
+
+    def enter_body(self) -> None:
+        """Called by the trampoline as the body starts, in the process's own task.
+
+        The body gets no cancel scope of its own until a kill attaches one to this task;
+        a process killed before it ran finds a cancelled scope waiting, entered here as a
+        ``with`` block would, and so does every process on a trio without attach support.
+        """
+        stop = self._stop
+        if stop is None:
+            if _hardstop.ATTACH_SUPPORTED:
+                self._stop = trio.lowlevel.current_task()
+                return
+            stop = self._stop = trio.CancelScope()
+        assert isinstance(stop, trio.CancelScope)
+        stop.__enter__()
+
+    def leave_body(self, exc: BaseException | None) -> bool:
+        """Called by the trampoline as the body ends (with its exception, if it raised).
+
+        Exits the body's scope, if it has one, as ``with`` would; returns True when that
+        swallowed ``exc`` (the Cancelled a kill caused), False when ``exc`` must propagate.
+        """
+        stop = self._stop
+        if not isinstance(stop, trio.CancelScope):
+            return False
+        if exc is None:
+            return bool(stop.__exit__(None, None, None))
+        return bool(stop.__exit__(type(exc), exc, exc.__traceback__))
 
 
 _current: ContextVar[Any] = ContextVar("roost_process", default=None)

@@ -82,6 +82,8 @@ class Registry:
 
     def release(self, pid: Pid) -> None:
         """Drop every name ``pid`` holds (it exited)."""
+        if not self._by_pid:  # most nodes name few processes: skip hashing the PID
+            return
         for name in self._by_pid.pop(pid, ()):
             self._names.pop(name, None)
 

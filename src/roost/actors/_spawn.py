@@ -12,7 +12,7 @@ from roost._errors import invalid
 from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR, Entry, EntryKind
 from roost.actors._node import SpawnRequest, terminated_error
-from roost.actors._process import current_any, current_process
+from roost.actors._process import Process, _current, current_any, current_process
 from roost.mailbox._mailbox import check_topic
 
 __all__ = [
@@ -159,9 +159,9 @@ class Spawner:
             if outcome.error is not None:
                 raise outcome.error.clone()
             return outcome.value
-        pid = self._spawn_now(parent, entry, args, host, link=False, monitor=False)
-        child = node.procs.get(pid)
-        if child is None:  # it ended before we could watch it (cannot happen in one step)
+        child = self._spawn_now(parent, resolved, args, host, link=False, monitor=False)
+        pid = child.pid
+        if not child.alive:  # it ended before we could watch it (cannot happen in one step)
             raise invalid(f"process {pid} ended before exec could wait for it")
         chan = node.exit_channel(child)
         try:
@@ -176,22 +176,25 @@ class Spawner:
     async def _start(
         self, entry: Any, args: tuple[Any, ...], host: str | None, *, link: bool, monitor: bool
     ) -> Pid:
-        caller = current_any("process.spawn")
+        caller = _get_current()
+        if caller is None:
+            caller = current_any("process.spawn")  # raises: not inside a process
         if caller.workflow is not None:
             # Workflow code runs on the deterministic driver: no trio checkpoint here.
             return self._spawn_from_workflow(caller, entry, args, link=link)
         await trio.lowlevel.checkpoint()
-        parent = current_process("process.spawn")
-        resolved = parent.node.app.resolve(entry)
+        node = caller.node
+        resolved = node.app.resolve(entry)
         if resolved.kind is EntryKind.WORKFLOW:
             if host is not None:
                 raise invalid("host= places plain processes; workflows run on the node itself")
-            return await self._start_workflow(parent, resolved, args, link=link, monitor=monitor)
-        pid = self._spawn_now(parent, resolved, args, host, link=link, monitor=monitor)
-        # Supervisors start synchronously, like OTP's start_link: when spawn returns, the
-        # supervisor and its children are up (or it has already failed).
-        await parent.node.wait_ready(pid)
-        return pid
+            return await self._start_workflow(caller, resolved, args, link=link, monitor=monitor)
+        proc = self._spawn_now(caller, resolved, args, host, link=link, monitor=monitor)
+        if proc.ready is not None:
+            # Supervisors start synchronously, like OTP's start_link: when spawn returns,
+            # the supervisor and its children are up (or it has already failed).
+            await node.wait_ready(proc.pid)
+        return proc.pid
 
     def _spawn_from_workflow(
         self, caller: Any, entry: Any, args: tuple[Any, ...], *, link: bool
@@ -260,18 +263,17 @@ class Spawner:
 
     def _spawn_now(
         self,
-        parent: Any,
-        entry: Any,
+        parent: Process,
+        resolved: Entry,
         args: tuple[Any, ...],
         host: str | None,
         *,
         link: bool,
         monitor: bool,
-    ) -> Pid:
+    ) -> Process:
         node = parent.node
-        resolved = node.app.resolve(entry)
         if self is _DEFAULT and host is None:
-            return node.spawn(parent, resolved, args, _PLAIN[link, monitor])  # type: ignore[no-any-return]
+            return node.start_process(parent, resolved, args, _PLAIN[link, monitor])
         _check_process_options(resolved.id, self.options)
         opts = self.options
         req = SpawnRequest(
@@ -284,11 +286,12 @@ class Spawner:
             mailbox_limit=opts.get("mailbox_limit"),
             trap_links=bool(opts.get("trap_links", False)),
         )
-        pid: Pid = node.spawn(parent, resolved, args, req)
-        return pid
+        return node.start_process(parent, resolved, args, req)
 
 
 _DEFAULT = Spawner()
+# The current process, read without a Python call (spawn is a hot path).
+_get_current = _current.get
 # The common case (no options, default host) reuses one request per link/monitor pair.
 _PLAIN = {
     (link, monitor): SpawnRequest(link=link, monitor=monitor)
@@ -297,24 +300,27 @@ _PLAIN = {
 }
 
 
+# The module-level calls go straight to _start: one coroutine frame less per spawn.
+
+
 async def spawn(entry: Any, *args: Any, host: str | None = None) -> Pid:
     """Start a process; returns its PID."""
-    return await _DEFAULT.spawn(entry, *args, host=host)
+    return await _DEFAULT._start(entry, args, host, link=False, monitor=False)
 
 
 async def spawn_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:
     """Start a process and monitor it."""
-    return await _DEFAULT.spawn_monitored(entry, *args, host=host)
+    return await _DEFAULT._start(entry, args, host, link=False, monitor=True)
 
 
 async def spawn_linked(entry: Any, *args: Any, host: str | None = None) -> Pid:
     """Start a process linked to the caller."""
-    return await _DEFAULT.spawn_linked(entry, *args, host=host)
+    return await _DEFAULT._start(entry, args, host, link=True, monitor=False)
 
 
 async def spawn_linked_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:
     """Start a process linked to and monitored by the caller."""
-    return await _DEFAULT.spawn_linked_monitored(entry, *args, host=host)
+    return await _DEFAULT._start(entry, args, host, link=True, monitor=True)
 
 
 async def exec(entry: Any, *args: Any, host: str | None = None) -> Any:  # noqa: A001 - API name

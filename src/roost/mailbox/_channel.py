@@ -9,15 +9,23 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from roost._errors import ChannelClosed, Error, invalid
+from roost.mailbox import _backend
 from roost.mailbox._backend import Waiter, current_backend
 
 __all__ = ["UNBOUNDED", "Case", "Channel", "Selected", "new", "select"]
 
 T = TypeVar("T")
 UNBOUNDED = sys.maxsize
+# The backend override, read directly by receive (current_backend() is a call per message).
+_override_get = _backend._override.get
 
-# Queue entries: receivers are (waiter, case index); senders (waiter, case index, value).
-_RecvEntry = tuple[Waiter, int]
+# Queue entries. A receiver is its waiter (a plain receive, case index 0) or, for a select
+# case, (waiter, case index); a sender is (waiter, case index, value). A receive queue is
+# None, one entry, or a list of entries in arrival order: nearly every channel has at most
+# one receiver waiting (a mailbox has its owner), and an idle process parked on its inbox
+# should not carry a list and a tuple for it.
+_RecvEntry = Waiter | tuple[Waiter, int]
+_RecvQueue = _RecvEntry | list[_RecvEntry]
 _SendEntry = tuple[Waiter, int, Any]
 
 
@@ -39,7 +47,7 @@ class Channel(Generic[T]):
         # Created on first use: most channels never hold a waiting sender, and an idle
         # process's inbox should cost as little memory as possible.
         self._buf: deque[T] | None = None
-        self._recvq: list[_RecvEntry] | None = None
+        self._recvq: _RecvQueue | None = None
         self._sendq: list[_SendEntry] | None = None
         self._closed = False
 
@@ -65,11 +73,12 @@ class Channel(Generic[T]):
         if self._closed:
             return
         self._closed = True
-        recvq, self._recvq = self._recvq, None
         sendq, self._sendq = self._sendq, None
-        for waiter, index in recvq or ():
-            if not waiter.done:
-                _complete(waiter, index, None, ok=False)
+        while True:
+            receiver = _take_receiver(self)
+            if receiver is None:
+                break
+            _finish(receiver, None, ok=False)
         for waiter, index, _value in sendq or ():
             if not waiter.done:
                 _complete(waiter, index, None, ok=False)
@@ -111,26 +120,32 @@ class Channel(Generic[T]):
             roost.ChannelClosed: the channel is closed and drained.
         """
         # Kept in one frame (no helper coroutine): an idle process sits here, and every
-        # coroutine frame on its stack costs memory.
-        backend = current_backend()
-        await backend.checkpoint_if_cancelled()
-        polled = self._try_receive()
-        if polled is not None:
-            await backend.cancel_shielded_checkpoint()
-            value, ok = polled
+        # coroutine frame on its stack costs memory. current_backend(), inlined.
+        backend = _override_get() or _backend._default or current_backend()
+        if self._buf or self._sendq or self._closed:
+            await backend.checkpoint_if_cancelled()
+            polled = self._try_receive()
+            if polled is not None:
+                await backend.cancel_shielded_checkpoint()
+                if not polled[1]:
+                    raise ChannelClosed("receive on a closed and drained channel")
+                return polled[0]  # type: ignore[no-any-return]
+        # Nothing to take: park. Parking is itself a cancel point (a cancelled caller is
+        # aborted at once, before anything could be handed to it), so the separate
+        # cancellation check above is only needed before taking a value.
+        waiter = backend.new_waiter()
+        if self._recvq is None:
+            self._recvq = waiter
         else:
-            waiter = backend.new_waiter()
-            entry = (waiter, 0)
-            self._recv_queue().append(entry)
-            try:
-                await backend.park(waiter)
-            except BaseException:
-                _discard(self._recvq, entry)
-                raise
-            value, ok = waiter.value, waiter.ok
-        if not ok:
+            _add_receiver(self, waiter)
+        try:
+            await backend.park(waiter)
+        except BaseException:
+            _drop_receiver(self, waiter)
+            raise
+        if not waiter.ok:
             raise ChannelClosed("receive on a closed and drained channel")
-        return value  # type: ignore[no-any-return]
+        return waiter.value  # type: ignore[no-any-return]
 
     def __aiter__(self) -> Channel[T]:
         return self
@@ -147,11 +162,10 @@ class Channel(Generic[T]):
         """Hand ``value`` to a waiting receiver or buffer it; False if it must wait."""
         if self._closed:
             raise ChannelClosed("send on a closed channel")
-        recvq = self._recvq
-        while recvq:
-            waiter, index = recvq.pop(0)  # waiter queues hold one or two entries
-            if not waiter.done:
-                _complete(waiter, index, value, ok=True)
+        if self._recvq is not None:
+            receiver = _take_receiver(self)
+            if receiver is not None:
+                _finish(receiver, value, ok=True)
                 return True
         if self._size:
             buf = self._buf
@@ -186,12 +200,6 @@ class Channel(Generic[T]):
             sendq = self._sendq = []
         return sendq
 
-    def _recv_queue(self) -> list[_RecvEntry]:
-        recvq = self._recvq
-        if recvq is None:
-            recvq = self._recvq = []
-        return recvq
-
     def _pop_sender(self) -> _SendEntry | None:
         sendq = self._sendq
         while sendq:
@@ -211,11 +219,65 @@ class Channel(Generic[T]):
 
 
 def _complete(waiter: Waiter, index: int, value: Any, *, ok: bool) -> None:
-    waiter.done = True
     waiter.index = index
+    _finish(waiter, value, ok=ok)
+
+
+def _finish(waiter: Waiter, value: Any, *, ok: bool) -> None:
+    """Complete ``waiter`` (its case index already set) and wake it."""
+    waiter.done = True
     waiter.value = value
     waiter.ok = ok
     waiter.wake()
+
+
+def _add_receiver(chan: Channel[Any], entry: _RecvEntry) -> None:
+    """Queue a receiver behind those already waiting."""
+    queue = chan._recvq
+    if queue is None:
+        chan._recvq = entry
+    elif isinstance(queue, list):
+        queue.append(entry)
+    else:
+        chan._recvq = [queue, entry]
+
+
+def _take_receiver(chan: Channel[Any]) -> Waiter | None:
+    """Dequeue the first receiver still waiting, its case index set; None if there is none.
+
+    Receivers already done (completed through another select case, or aborted) are
+    dropped on the way.
+    """
+    while True:
+        queue = chan._recvq
+        if queue is None:
+            return None
+        entry: _RecvEntry
+        if isinstance(queue, list):
+            entry = queue.pop(0)
+            if not queue:
+                chan._recvq = None
+        else:
+            entry = queue
+            chan._recvq = None
+        if isinstance(entry, tuple):
+            waiter, index = entry
+            if not waiter.done:
+                waiter.index = index
+                return waiter
+        elif not entry.done:
+            return entry  # a plain receive: its index is 0 already
+
+
+def _drop_receiver(chan: Channel[Any], entry: _RecvEntry) -> None:
+    """Remove a receiver that stopped waiting (it was cancelled, or its select is over)."""
+    queue = chan._recvq
+    if queue is entry:
+        chan._recvq = None
+    elif isinstance(queue, list):
+        _discard(queue, entry)
+        if not queue:
+            chan._recvq = None
 
 
 def _discard(queue: list[Any] | None, entry: Any) -> None:
@@ -329,8 +391,8 @@ def _enqueue(
             entries.append((case.channel, send_entry))
         else:
             chan = case if isinstance(case, Channel) else case.channel
-            recv_entry: _RecvEntry = (waiter, index)
-            chan._recv_queue().append(recv_entry)
+            recv_entry = (waiter, index)
+            _add_receiver(chan, recv_entry)
             entries.append((chan, recv_entry))
     return entries
 
@@ -361,7 +423,10 @@ async def select(*cases: Case | Channel[Any], default: bool = False) -> Selected
     finally:
         for chan, entry in entries:
             # close() may have replaced the queues; the entry is then already gone.
-            _discard(chan._sendq if len(entry) == 3 else chan._recvq, entry)
+            if len(entry) == 3:
+                _discard(chan._sendq, entry)
+            else:
+                _drop_receiver(chan, entry)
     winner = cases[waiter.index]
     if isinstance(winner, Case) and winner.is_send:
         if not waiter.ok:

@@ -16,7 +16,8 @@ import attrs
 
 from roost._errors import ChannelClosed, Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.mailbox._channel import UNBOUNDED, Channel, _complete
+from roost.mailbox._backend import Waiter
+from roost.mailbox._channel import UNBOUNDED, Channel, _take_receiver
 
 __all__ = ["EVENTS", "INBOX", "Mailbox", "Message", "check_topic"]
 
@@ -73,12 +74,13 @@ class _SubChannel(Channel[Any]):
         A payload handed straight to a receiver needs no ``Message`` object: the hot path
         of request/reply allocates nothing here.
         """
-        recvq = self._recvq
-        while recvq:
-            waiter, index = recvq.pop(0)
-            if not waiter.done:
-                value = Message(topic, payload, sender) if self.message else payload
-                _complete(waiter, index, value, ok=True)
+        if self._recvq is not None:
+            receiver = _take_receiver(self)
+            if receiver is not None:
+                receiver.done = True
+                receiver.value = Message(topic, payload, sender) if self.message else payload
+                receiver.ok = True
+                receiver.wake()
                 return
         buf = self._buf
         if buf is None:
@@ -159,7 +161,14 @@ class Mailbox:
                 details={"limit": self.limit},
                 pid=self.owner,
             )
-        sub = self._route(topic)
+        # _route, inlined: one call less on every message.
+        if topic == EVENTS:
+            sub = self._events
+        else:
+            topics = self._topics
+            sub = topics.get(topic) if topics is not None else None
+            if sub is None:
+                sub = self._inbox
         if sub is None:
             pending = self._pending
             if pending is None:
@@ -168,8 +177,25 @@ class Mailbox:
         elif sub._closed:
             self._drop(sub)
             self.deliver(topic, payload, sender, force=True)
-        else:
+        elif sub._recvq is None:
             sub.put(topic, payload, sender)
+        else:
+            # A reader is waiting: hand it over (sub.put's first step, inlined for the
+            # hottest path of message passing; a payload needs no Message object).
+            queue = sub._recvq
+            receiver: Waiter | None
+            if isinstance(queue, Waiter) and not queue.done:
+                receiver = queue  # the usual case: the owner alone, in a plain receive
+                sub._recvq = None
+            else:
+                receiver = _take_receiver(sub)
+                if receiver is None:
+                    sub.put(topic, payload, sender)
+                    return
+            receiver.done = True
+            receiver.value = Message(topic, payload, sender) if sub.message else payload
+            receiver.ok = True
+            receiver.wake()
 
     def _route(self, topic: str) -> _SubChannel | None:
         if topic == EVENTS:

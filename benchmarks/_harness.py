@@ -94,6 +94,14 @@ class Result:
         data["status"] = self.status or None
         return data
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Result:
+        """Rebuild a result written by ``to_json`` (a suite run in a child interpreter)."""
+        fields = {k: v for k, v in data.items() if k not in ("ratio", "status")}
+        if fields.get("target") is not None:
+            fields["target"] = Target(**fields["target"])
+        return cls(**fields)
+
 
 # -- timing ----------------------------------------------------------------------------------
 

@@ -185,7 +185,7 @@ def run(quick: bool = False) -> list[Result]:
     sizes = [250] if quick else [500, 5000, 50_000]
     results = []
     for k in sizes:
-        r = replay(k, tries=1 if quick else 3 if k < 50_000 else 2)
+        r = replay(k, tries=1 if quick else 5 if k < 50_000 else 3)
         detail = k == sizes[-1] or r["events"] >= TARGET_EVENTS
         results += _rows(k, r, detail)
     return results

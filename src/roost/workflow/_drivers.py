@@ -68,16 +68,15 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
     m.stats["replays"] += 1
     with paused_gc():
         with m.store.read() as txn:
-            acts = [
-                m.codec.decode(v)
-                for _, v in txn.prefix("histories", history_key(run.record.run_id, 0)[:-8])
-            ]
-        if acts and acts[0].index == 1 and isinstance(acts[0].events[0], Started):
-            # Before replaying: workflow code sees the context from its first step on.
-            run.context = acts[0].events[0].context
-        for act in acts:
+            stored = [v for _, v in txn.prefix("histories", history_key(run.record.run_id, 0)[:-8])]
+        # Decoded one at a time: a long history never has all its records alive at once.
+        for data in stored:
+            act = m.codec.decode(data)
+            if act.index == 1 and act.events and isinstance(act.events[0], Started):
+                # Before replaying: workflow code sees the context from its first step on.
+                run.context = act.events[0].context
             driver.activate(act.at, act.events, expected=act.commands)
-    run.next_index = len(acts) + 1
+    run.next_index = len(stored) + 1
     driver.history_size = run.record.history_size
     return driver
 

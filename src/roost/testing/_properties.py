@@ -22,169 +22,32 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-import attrs
 import trio
 
 from roost import process
 from roost._duration import Duration, parse_duration
-from roost._errors import Error, ErrorKind, NondeterminismError, invalid
+from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost.actors._app import App, EntryKind
 from roost.actors._events import Exit
 from roost.actors._open import NodeHandle, open_node
-from roost.storage import Codec
-from roost.testing._replayer import Replayer
-from roost.workflow._history import (
-    ActivityResolved,
-    CancelRequested,
-    MessageArrived,
-    ProcessExited,
-    Started,
-    TimerFired,
-    describe,
-    unflatten,
+from roost.testing._property_checks import _check_replays, _compare
+from roost.testing._property_values import (
+    CrashPoint,
+    Outcome,
+    _crash_point,
+    _normal,
+    _Plan,
+    _Report,
+    _Signal,
+    _signal,
 )
 
 __all__ = ["CrashPoint", "Outcome", "assert_crash_equivalent", "assert_replay_deterministic"]
 
 log = logging.getLogger("roost.testing")
 
-_CODEC = Codec()
 _DEFAULT_ID = "roost-property"
-_SHOWN_ACTIVATIONS = 8  # how much history an assertion message shows
-_LINE = 110  # longest line of history an assertion message shows
-
-
-# -- values -----------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Outcome:
-    """How a workflow ended (or where it stood at the horizon), comparable across runs.
-
-    Attributes:
-        status: ``"completed"``, ``"failed"``, ``"canceled"``, ``"terminated"``,
-            ``"timed_out"``, or ``"running"`` (still open when the run stopped).
-        result: the workflow's result (completed or canceled), as the store recorded it
-            (a tuple comes back a list); None otherwise.
-        error_kind: the error's kind, for a workflow that ended with an error.
-        error_message: the error's message.
-    """
-
-    status: str
-    result: Any = None
-    error_kind: ErrorKind | None = None
-    error_message: str | None = None
-
-    def __str__(self) -> str:
-        if self.error_kind is not None:
-            return f"{self.status}: {self.error_kind.value}: {self.error_message}"
-        if self.status in ("completed", "canceled"):
-            return f"{self.status}: {_short(repr(self.result), 400)}"
-        return self.status
-
-
-def _seconds_or_none(value: Duration | None) -> float | None:
-    return None if value is None else parse_duration(value, what="CrashPoint.at")
-
-
-@attrs.frozen
-class CrashPoint:
-    """Where ``assert_crash_equivalent`` crashes the node: give exactly one of the two.
-
-    Attributes:
-        at: a virtual time after the start (a duration: ``12.5``, ``"1h"``). The crash
-            comes once everything due at that time has happened (timers fired, signals
-            scheduled for that time delivered, every workflow blocked).
-        activation: crash right after the ``activation``-th workflow activation (a step of
-            the workflow or of one of its child workflows, counted from the start of the
-            run, crashes included) has committed: the node stops within one scheduling
-            round of that commit, often before the activities and child workflows it
-            started have run, or before their results are recorded.
-    """
-
-    at: float | None = attrs.field(default=None, converter=_seconds_or_none)
-    activation: int | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if (self.at is None) == (self.activation is None):
-            raise invalid(
-                "a CrashPoint takes exactly one of at=<virtual time> and activation=<n>, "
-                f"got at={self.at!r}, activation={self.activation!r}"
-            )
-        act = self.activation
-        if act is not None and (isinstance(act, bool) or not isinstance(act, int) or act < 1):
-            raise invalid(f"CrashPoint.activation must be an int >= 1, got {act!r}")
-
-    def __str__(self) -> str:
-        if self.at is not None:
-            return f"at {self.at:g}s"
-        return f"after activation {self.activation}"
-
-
-def _crash_point(value: CrashPoint | Duration) -> CrashPoint:
-    return value if isinstance(value, CrashPoint) else CrashPoint(at=value)
-
-
-@attrs.frozen
-class _Signal:
-    at: float
-    topic: str
-    payload: Any
-
-    def __str__(self) -> str:
-        return f"{self.topic!r}={_short(self.payload, 40)} at {self.at:g}s"
-
-
-def _signal(value: Any) -> _Signal:
-    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) not in (2, 3):
-        raise invalid(f"a signal is a tuple (at, topic) or (at, topic, payload), got {value!r}")
-    topic = value[1]
-    if not isinstance(topic, str) or not topic:
-        raise invalid(f"a signal's topic must be a non-empty string, got {topic!r}")
-    payload = value[2] if len(value) == 3 else None
-    return _Signal(parse_duration(value[0], what="signal time"), topic, payload)
-
-
-@attrs.frozen
-class _Plan:
-    """One workflow run to make, and how to disturb it."""
-
-    app: App
-    entry: Any
-    args: tuple[Any, ...]
-    options: dict[str, Any]
-    node_options: dict[str, Any]
-    signals: tuple[_Signal, ...]
-    horizon: float
-
-    @property
-    def workflow_id(self) -> str:
-        return str(self.options["id"])
-
-
-@attrs.define
-class _Report:
-    """What one run left behind: every workflow's outcome and history, and what happened."""
-
-    workflow_id: str
-    outcomes: dict[str, Outcome] = attrs.Factory(dict)
-    histories: dict[str, list[Any]] = attrs.Factory(dict)
-    crashes: list[str] = attrs.Factory(list)
-    deliveries: list[str] = attrs.Factory(list)
-    ended: str = "?"
-
-    @property
-    def outcome(self) -> Outcome:
-        return self.outcomes.get(self.workflow_id, Outcome("never started"))
-
-    def story(self) -> str:
-        lines = [f"    run ended: {self.ended}"]
-        if self.crashes:
-            lines.append(f"    crashes: {'; '.join(self.crashes)}")
-        if self.deliveries:
-            lines.append(f"    signals: {'; '.join(self.deliveries)}")
-        return "\n".join(lines)
 
 
 # -- the properties ---------------------------------------------------------------------------
@@ -548,163 +411,3 @@ def _outcome(row: Mapping[str, Any]) -> Outcome:
     if error is None:
         return Outcome(status, result)
     return Outcome(status, result, error.kind, error.message)
-
-
-def _normal(value: Any) -> Any:
-    """``value`` as the store gives it back (tuples become lists, and so on)."""
-    return _CODEC.decode(_CODEC.encode(value, what="workflow result"))
-
-
-# -- checking ---------------------------------------------------------------------------------
-
-
-def _check_replays(app: App, report: _Report, label: str) -> None:
-    replayer = Replayer(app)
-    for workflow_id, history in report.histories.items():
-        if not history:
-            continue  # started and stopped before its first step: nothing to replay
-        recorded = report.outcomes[workflow_id]
-        expected: tuple[Any, ...]
-        if recorded.status == "failed":
-            expected = ("error", recorded.error_kind, recorded.error_message)
-        else:
-            expected = ("result", recorded.result)
-        try:
-            got: tuple[Any, ...] = ("result", _normal(replayer.replay(history)))
-        except NondeterminismError as exc:
-            message = _diverged_message(workflow_id, history, exc, report, label)
-            raise AssertionError(message) from exc
-        except Error as err:
-            got = ("error", err.kind, err.message)
-        if got != expected:
-            shown = Outcome("failed", None, *got[1:]) if got[0] == "error" else got[1]
-            raise AssertionError(
-                f"replaying workflow {workflow_id!r} ({label}) ended differently from the "
-                f"run that recorded it:\n"
-                f"    recorded: {recorded}\n"
-                f"    replayed: {_short(shown, 400)}\n"
-                f"{report.story()}\n"
-                "The workflow's code depends on something replay does not reproduce "
-                "(a global, the clock, randomness): read those through roost.now(), "
-                "roost.random() or an activity.\n"
-                f"  history:\n{_history_text(history)}"
-            )
-
-
-def _diverged_message(
-    workflow_id: str,
-    history: list[Any],
-    exc: NondeterminismError,
-    report: _Report,
-    label: str,
-) -> str:
-    activation = exc.details.get("activation")
-    upto = activation if isinstance(activation, int) else None
-    return (
-        f"replaying workflow {workflow_id!r} ({label}) diverged from its history:\n"
-        f"    {exc.message}\n"
-        f"    position: activation {activation} of {len(unflatten(history))}; code line "
-        f"{exc.details.get('location')}\n"
-        f"    outcome of the run: {report.outcomes[workflow_id]}\n"
-        f"{report.story()}\n"
-        f"  history up to the divergence:\n{_history_text(history, upto)}"
-    )
-
-
-def _compare(calm: _Report, crashed: _Report, points: Sequence[CrashPoint]) -> None:
-    ids = [calm.workflow_id, *sorted(set(calm.outcomes) | set(crashed.outcomes))]
-    for workflow_id in dict.fromkeys(ids):
-        a = calm.outcomes.get(workflow_id)
-        b = crashed.outcomes.get(workflow_id)
-        if a == b:
-            continue
-        which = "the workflow" if workflow_id == calm.workflow_id else "child workflow"
-        raise AssertionError(
-            f"crashes changed the outcome of {which} {workflow_id!r}:\n"
-            f"    without crashes: {a if a is not None else 'never started'}\n"
-            f"    with crashes:    {b if b is not None else 'never started'}\n"
-            f"  crash points: {', '.join(map(str, points)) or 'none'}\n"
-            f"  the run without crashes:\n{calm.story()}\n"
-            f"  the run with crashes:\n{crashed.story()}\n"
-            f"{_first_difference(workflow_id, calm, crashed)}"
-        )
-
-
-def _first_difference(workflow_id: str, calm: _Report, crashed: _Report) -> str:
-    """Where the two runs' histories of ``workflow_id`` part: commands, then events."""
-    a_hist = calm.histories.get(workflow_id, [])
-    b_hist = crashed.histories.get(workflow_id, [])
-    for what, a_items, b_items in (
-        ("command", _commands(a_hist), _commands(b_hist)),
-        ("event", _events(a_hist), _events(b_hist)),
-    ):
-        for n in range(max(len(a_items), len(b_items))):
-            a = a_items[n] if n < len(a_items) else None
-            b = b_items[n] if n < len(b_items) else None
-            if a is None or b is None or a[1] != b[1]:
-                return (
-                    f"  the histories of {workflow_id!r} part at {what} #{n + 1}:\n"
-                    f"    without crashes: {_at_activation(a)}\n"
-                    f"    with crashes:    {_at_activation(b)}\n"
-                    f"  history without crashes:\n{_history_text(a_hist)}\n"
-                    f"  history with crashes:\n{_history_text(b_hist)}"
-                )
-    return "  (their histories hold the same commands and events)"
-
-
-def _commands(history: list[Any]) -> list[tuple[int, str]]:
-    return [(act.index, describe(c)) for act in unflatten(history) for c in act.commands]
-
-
-def _events(history: list[Any]) -> list[tuple[int, str]]:
-    return [(act.index, _describe_event(e)) for act in unflatten(history) for e in act.events]
-
-
-def _at_activation(item: tuple[int, str] | None) -> str:
-    return "(history ends)" if item is None else f"{item[1]} (activation {item[0]})"
-
-
-def _describe_event(event: Any) -> str:  # noqa: PLR0911 - one arm per event kind
-    match event:
-        case Started(workflow_type=workflow_type):
-            return f"started {workflow_type!r}"
-        case ActivityResolved(seq=seq, error=None, value=value):
-            return f"#{seq} activity returned {_short(value, 60)}"
-        case ActivityResolved(seq=seq, error=error):
-            return f"#{seq} activity failed: {error}"
-        case TimerFired(seq=seq):
-            return f"#{seq} timer fired"
-        case MessageArrived(topic=topic, payload=payload):
-            return f"message {topic!r}: {_short(payload, 60)}"
-        case CancelRequested(reason=reason):
-            return f"cancel requested ({reason})"
-        case ProcessExited(pid=pid, error=None, value=value):
-            return f"{_child(pid)} exited: {_short(value, 60)}"
-        case ProcessExited(pid=pid, error=error):
-            return f"{_child(pid)} exited: {error}"
-    return _short(event, 80)
-
-
-def _child(pid: Pid) -> str:
-    """A child workflow by its id; a process by its seq (its PID holds the random run id)."""
-    if pid.host.endswith(":workflows"):
-        return f"child workflow {pid.id!r}"
-    return f"process #{pid.id.rsplit('.', 1)[-1]}"
-
-
-def _history_text(history: list[Any], upto: int | None = None) -> str:
-    """The last few activations (up to ``upto``) as one line each."""
-    acts = unflatten(history)
-    if upto is not None:
-        acts = acts[:upto]
-    lines = [] if len(acts) <= _SHOWN_ACTIVATIONS else ["    ..."]
-    for act in acts[-_SHOWN_ACTIVATIONS:]:
-        events = ", ".join(_describe_event(e) for e in act.events) or "-"
-        commands = ", ".join(describe(c) for c in act.commands) or "-"
-        lines.append(_short(f"    {act.index}: {events} => {commands}", _LINE))
-    return "\n".join(lines) or "    (empty)"
-
-
-def _short(value: Any, limit: int) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

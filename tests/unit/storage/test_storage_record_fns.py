@@ -19,8 +19,8 @@ from test_storage_codec import Item, Typed, aware, errors, payloads, pids
 import roost.queues
 import roost.workflow
 from roost.storage import Codec
-from roost.storage._codec import _CONVERTER, _DEFAULT_REGISTRY, TAG_PID, TAG_RECORD
 from roost.storage._record_fns import fast_structure, fast_unstructure
+from roost.storage._registry import _CONVERTER, _DEFAULT_REGISTRY, TAG_PID, TAG_RECORD
 
 assert roost.queues  # registers the queue records
 

@@ -1,0 +1,322 @@
+"""Storable records: the registry of attrs classes by tag, and the quick encodability scan.
+
+The codec (``_codec``) encodes with what this module knows; the storage format's tag
+numbers live here because a record type writes its own header bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar, get_args
+
+import attrs
+import cattrs
+import cbor2
+from cattrs.cols import is_any_set, iterable_unstructure_factory
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+
+from roost._errors import Error, ErrorKind, invalid
+from roost._pid import Pid
+from roost.storage._record_fns import checked_fields, fast_structure, fast_unstructure
+
+__all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Migrate", "record"]
+
+TAG_PID: Final = 39001
+TAG_ERROR: Final = 39002
+TAG_RECORD: Final = 39003
+
+# Encoded tag heads (major type 6, two-byte argument) of the tags above.
+_TAG_RECORD_HEAD: Final = b"\xd9" + TAG_RECORD.to_bytes(2, "big")
+_PID_HEADER: Final = b"\xd9" + TAG_PID.to_bytes(2, "big")
+
+Migrate = Callable[[int, dict[str, Any]], dict[str, Any]]
+"""A schema migration hook: ``migrate(stored_version, fields) -> fields`` for the current
+version. It receives the stored field map (already decoded) and returns the new one."""
+
+_C = TypeVar("_C", bound=type)
+
+_SCALARS: Final = frozenset({str, int, float, bool, bytes, type(None)})
+_LEAVES: Final = frozenset({Pid, uuid.UUID})
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _passthrough(value: Any, _type: Any) -> Any:
+    return value
+
+
+def _is_opaque(tp: Any) -> bool:
+    # Values the codec itself tags: cattrs must hand them over untouched when structuring.
+    return isinstance(tp, type) and issubclass(tp, Pid | Error | uuid.UUID | dt.datetime)
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    # Nested attrs instances stay objects, so cbor2's hook tags each with its own type and
+    # schema version (instead of cattrs flattening them into untyped dicts).
+    conv.register_unstructure_hook_func(attrs.has, _identity)
+    # A field declared as a set is stored as a list and rebuilt as a set from its annotation;
+    # an undeclared (Any) set stays a set and is refused like any other payload set.
+    conv.register_unstructure_hook_factory(
+        lambda tp: is_any_set(tp) and bool(get_args(tp)),
+        lambda tp: iterable_unstructure_factory(tp, conv, unstructure_to=list),
+    )
+    conv.register_structure_hook_func(_is_opaque, _passthrough)
+
+    def attrs_factory(tp: Any) -> Callable[[Any, Any], Any]:
+        from_dict = make_dict_structure_fn(tp, conv)
+
+        def structure(value: Any, _type: Any) -> Any:
+            # Nested records were already rebuilt by the decoder's tag handler.
+            return value if isinstance(value, tp) else from_dict(value, tp)
+
+        return structure
+
+    conv.register_structure_hook_factory(attrs.has, attrs_factory)
+    return conv
+
+
+_CONVERTER: Final = _make_converter()
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class _RecordType:
+    """One registered attrs class: its tag, schema version and (lazily built) cattrs fns."""
+
+    __slots__ = (
+        "_checked",
+        "_fast",
+        "_fast_built",
+        "_structure",
+        "_unstructure",
+        "cls",
+        "header",
+        "migrate",
+        "tag",
+        "version",
+    )
+
+    def __init__(self, cls: type, tag: str, version: int, migrate: Migrate | None) -> None:
+        if not isinstance(cls, type) or not attrs.has(cls):
+            raise invalid(f"only attrs classes can be records, got {cls!r}")
+        if not isinstance(tag, str) or not tag:
+            raise invalid(f"a record tag must be a non-empty string, got {tag!r}")
+        if type(version) is not int or version < 1:
+            raise invalid(f"a record schema version must be an int >= 1, got {version!r}")
+        if migrate is not None and not callable(migrate):
+            raise invalid(f"migrate must be callable(version, fields) -> fields, got {migrate!r}")
+        self.cls = cls
+        self.tag = tag
+        self.version = version
+        self.migrate = migrate
+        # Tag TAG_RECORD, an array of 3, the type tag and the version: what precedes the
+        # field map in every stored instance.
+        self.header = _TAG_RECORD_HEAD + b"\x83" + cbor2.dumps(tag) + cbor2.dumps(version)
+        self._unstructure: Callable[[Any], dict[str, Any]] | None = None
+        self._structure: Callable[[Mapping[str, Any], Any], Any] | None = None
+        # None when the class needs cattrs (see _record_fns).
+        self._fast: Callable[[Mapping[str, Any]], Any] | None = None
+        self._fast_built = False
+        self._checked: tuple[str, ...] | bool | None = False  # False: not built yet
+
+    def unstructure(self, obj: Any) -> dict[str, Any]:
+        """Return the field map of ``obj`` (nested records stay objects)."""
+        fn = self._unstructure
+        if fn is None:
+            # Built on first use: forward references are resolvable only once the defining
+            # module has finished importing.
+            fn = fast_unstructure(self.cls) or make_dict_unstructure_fn(self.cls, _CONVERTER)
+            self._unstructure = fn
+        return fn(obj)
+
+    def require_encodable(self, fields: dict[str, Any]) -> bool:
+        """True when the field map of one instance can be written as is.
+
+        Only fields whose declared type admits values the codec refuses are scanned.
+        """
+        checked = self._checked
+        if checked is False:
+            checked = self._checked = checked_fields(self.cls)
+        if checked is None or checked is True:
+            return _plain(fields)
+        for name in checked:
+            value = fields[name]
+            if type(value) not in _SCALARS and not _plain(value):
+                return False
+        return True
+
+    def fast_structure(self) -> Callable[[Mapping[str, Any]], Any] | None:
+        """The generated constructor for this class, or None when it needs cattrs."""
+        if not self._fast_built:
+            self._fast, self._fast_built = fast_structure(self.cls), True
+        return self._fast
+
+    def load(self, version: Any, fields: Mapping[str, Any]) -> Any:
+        """Rebuild an instance from a stored field map, migrating older schema versions."""
+        if type(version) is not int or version > self.version:
+            raise Error(
+                f"record {self.tag!r} was stored with schema version {version!r}, but "
+                f"{_qualname(self.cls)} is at version {self.version}: upgrade the application",
+                kind=ErrorKind.INTERNAL,
+                retryable=False,
+                details={"tag": self.tag, "version": version},
+            )
+        if version < self.version and self.migrate is not None:
+            data: Mapping[str, Any] = self._migrate(version, dict(fields))
+        else:
+            data = fields
+            fast = self.fast_structure()
+            if fast is not None:
+                try:
+                    return fast(data)
+                except Exception:  # noqa: BLE001, S110 - cattrs below fills in defaults of
+                    pass  # fields added since this was stored, or explains what is wrong
+        fn = self._structure
+        if fn is None:
+            fn = self._structure = make_dict_structure_fn(self.cls, _CONVERTER)
+        try:
+            return fn(data, self.cls)
+        except Exception as exc:
+            if isinstance(exc, cattrs.BaseValidationError):
+                reason = "; ".join(cattrs.transform_error(exc))
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
+            raise Error(
+                f"cannot decode record {self.tag!r} (schema version {version}) into "
+                f"{_qualname(self.cls)}: {reason}; if the class changed, register it "
+                "with a migrate hook",
+                kind=ErrorKind.INTERNAL,
+                retryable=False,
+                details={"tag": self.tag, "version": version},
+            ) from exc
+
+    def _migrate(self, version: int, data: dict[str, Any]) -> dict[str, Any]:
+        assert self.migrate is not None
+        try:
+            migrated = self.migrate(version, data)
+        except Error:
+            raise
+        except Exception as exc:
+            raise Error(
+                f"migrating record {self.tag!r} from schema version {version} to "
+                f"{self.version} failed: {type(exc).__name__}: {exc}",
+                kind=ErrorKind.INTERNAL,
+                retryable=False,
+                details={"tag": self.tag, "version": version},
+            ) from exc
+        if not isinstance(migrated, Mapping):
+            raise Error(
+                f"the migrate hook of record {self.tag!r} must return a field mapping, "
+                f"got {type(migrated).__name__}",
+                kind=ErrorKind.INTERNAL,
+                retryable=False,
+            )
+        return dict(migrated)
+
+
+# Bumped by every registration anywhere, so codecs know when their tag caches are stale.
+_REGISTRATIONS: Final = [0]
+
+
+class _Registry:
+    """Record types by tag and by class."""
+
+    def __init__(self) -> None:
+        self.by_tag: dict[str, _RecordType] = {}
+        self.by_class: dict[type, _RecordType] = {}
+
+    def add(self, rtype: _RecordType, *others: _Registry) -> None:
+        for registry in (self, *others):
+            registry.check_free(rtype)
+        _REGISTRATIONS[0] += 1  # invalidates every codec's decoder cache
+        stale = self.by_tag.get(rtype.tag)
+        if stale is not None:
+            self.by_class.pop(stale.cls, None)
+        self.by_tag[rtype.tag] = rtype
+        self.by_class[rtype.cls] = rtype
+
+    def check_free(self, rtype: _RecordType) -> None:
+        old = self.by_tag.get(rtype.tag)
+        # The same class re-registered (or re-created by a module reload) just replaces itself.
+        if old is not None and _qualname(old.cls) != _qualname(rtype.cls):
+            raise invalid(
+                f"record tag {rtype.tag!r} is already used by {_qualname(old.cls)}; "
+                f"give {_qualname(rtype.cls)} another tag",
+                tag=rtype.tag,
+            )
+        old = self.by_class.get(rtype.cls)
+        if old is not None and old.tag != rtype.tag:
+            raise invalid(
+                f"{_qualname(rtype.cls)} is already registered as record {old.tag!r}; "
+                "a class has exactly one tag",
+                tag=rtype.tag,
+            )
+
+
+_DEFAULT_REGISTRY: Final = _Registry()
+
+
+def record(tag: str, version: int = 1, *, migrate: Migrate | None = None) -> Callable[[_C], _C]:
+    """Register an attrs class as a storable record in the registry every `Codec` knows.
+
+    Args:
+        tag: the stable type tag written with each instance; never reuse it for another class.
+        version: the current schema version (bump it when fields change incompatibly).
+        migrate: ``migrate(stored_version, fields) -> fields``, called when an instance
+            stored with an older version is decoded.
+
+    Returns:
+        A class decorator that returns the class unchanged.
+
+    Raises:
+        roost.Error: kind Invalid for a non-attrs class or a tag already taken.
+    """
+
+    def decorate(cls: _C) -> _C:
+        _DEFAULT_REGISTRY.add(_RecordType(cls, tag, version, migrate))
+        return cls
+
+    return decorate
+
+
+def _plain(value: Any) -> bool:
+    """Fast scan: True when cbor2 can encode ``value`` as is (special leaves via the hook)."""
+    tp = type(value)
+    if tp in _SCALARS or tp in _LEAVES:
+        return True
+    if tp is dict:
+        return _plain_dict(value)
+    if tp is list or tp is tuple:
+        return _plain_items(value)
+    if tp is dt.datetime:
+        offset = value.utcoffset()
+        return offset is not None and not (offset.seconds % 60 or offset.microseconds)
+    # Subclasses of scalars (StrEnum, IntEnum values in records) encode as the scalar.
+    return isinstance(value, _SCALAR_BASES | Error) or hasattr(tp, "__attrs_attrs__")
+
+
+_SCALAR_BASES = str | int | float | bytes
+
+
+def _plain_dict(value: dict[Any, Any]) -> bool:
+    # Loops, not all(genexpr): this runs for every event written and is measurably faster.
+    for k, v in value.items():
+        if (type(k) not in _SCALARS and not _plain(k)) or (
+            type(v) not in _SCALARS and not _plain(v)
+        ):
+            return False
+    return True
+
+
+def _plain_items(value: list[Any] | tuple[Any, ...]) -> bool:
+    for v in value:  # noqa: SIM110 - hot path: a plain loop beats all(genexpr)
+        if type(v) not in _SCALARS and not _plain(v):
+            return False
+    return True

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
-import random
-import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any
@@ -29,6 +27,7 @@ from roost.actors._process import Upgrade
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
 from roost.workflow._driver_parts import (
+    Chance,
     DriverBackend,
     Future,
     Park,
@@ -101,7 +100,7 @@ class Status:
     CONTINUED = "continued"
 
 
-class Driver:
+class Driver(Chance):
     """Runs one workflow run deterministically, one activation at a time.
 
     Args:
@@ -126,7 +125,6 @@ class Driver:
         "_pending",
         "_ready",
         "_reply_pid",
-        "_rng",
         "_seq",
         "_spawn_pid",
         "_tasks",
@@ -178,7 +176,7 @@ class Driver:
         self._commands: list[Any] = []
         self._expected: deque[Any] | None = None
         self._seq = 0
-        self._rng: random.Random | None = None
+        super().__init__()
         self._divergence: NondeterminismError | None = None
         self.mailbox = Mailbox()
         self.started: Started | None = None
@@ -604,33 +602,3 @@ class Driver:
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Run ``fn(*args)`` as another coroutine of this workflow (FIFO after the caller)."""
         self._spawn(fn, args, getattr(fn, "__qualname__", "coroutine"))
-
-    # -- deterministic chance ------------------------------------------------------------
-
-    def rng(self) -> random.Random:
-        """The run's random generator, seeded from its history."""
-        if self._rng is None:
-            if self.started is None:
-                raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
-            # Seeded on first use: most workflows never draw, and a generator is 2.5 KB.
-            self._rng = random.Random(self.started.seed)  # noqa: S311 - replayable, not crypto
-        return self._rng
-
-    def uuid4(self) -> uuid.UUID:
-        """A UUID drawn from the run's seeded generator."""
-        return uuid.UUID(int=self.rng().getrandbits(128), version=4)
-
-    def uuid7(self) -> uuid.UUID:
-        """A version-7 UUID from the workflow time and the seeded generator."""
-        ms = int(self.now.timestamp() * 1000) & ((1 << 48) - 1)
-        rand = self.rng().getrandbits(74)
-        value = ms << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | (rand & ((1 << 62) - 1))
-        return uuid.UUID(int=value)
-
-    def random_bytes(self, n: int) -> bytes:
-        """``n`` bytes from the run's seeded generator."""
-        return self.rng().randbytes(n)
-
-    def random(self) -> random.Random:
-        """A ``random.Random`` seeded from the run's generator (so itself replayable)."""
-        return random.Random(self.rng().getrandbits(64))  # noqa: S311 - not crypto

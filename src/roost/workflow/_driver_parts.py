@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import contextvars
+import datetime as dt
+import random
 import sys
 import types
+import uuid
 from collections.abc import Awaitable, Coroutine, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roost._errors import Error, invalid
+from roost._errors import Error, ErrorKind, invalid
 from roost.mailbox._backend import Waiter
 
 if TYPE_CHECKING:
     from roost.workflow._driver import Driver
+    from roost.workflow._history import Started
 
-__all__ = ["DriverBackend", "Future", "Park", "Task", "call_site", "foreign_error", "trio_misuse"]
+__all__ = [
+    "Chance",
+    "DriverBackend",
+    "Future",
+    "Park",
+    "Task",
+    "call_site",
+    "foreign_error",
+    "trio_misuse",
+]
 
 _ROOST_DIR = str(Path(__file__).resolve().parents[1])
 
@@ -158,3 +171,42 @@ def foreign_error(task: Task, yielded: object) -> Error:
         f"{' -> '.join(chain[-3:])}); {_ADVICE}",
         awaited=type(yielded).__qualname__,
     )
+
+
+class Chance:
+    """The deterministic randomness of a run (a base of ``Driver``, which has its other slots)."""
+
+    __slots__ = ("_rng",)
+    started: Started | None
+    now: dt.datetime
+
+    def __init__(self) -> None:
+        self._rng: random.Random | None = None
+
+    def rng(self) -> random.Random:
+        """The run's random generator, seeded from its history."""
+        if self._rng is None:
+            if self.started is None:
+                raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
+            # Seeded on first use: most workflows never draw, and a generator is 2.5 KB.
+            self._rng = random.Random(self.started.seed)  # noqa: S311 - replayable, not crypto
+        return self._rng
+
+    def uuid4(self) -> uuid.UUID:
+        """A UUID drawn from the run's seeded generator."""
+        return uuid.UUID(int=self.rng().getrandbits(128), version=4)
+
+    def uuid7(self) -> uuid.UUID:
+        """A version-7 UUID from the workflow time and the seeded generator."""
+        ms = int(self.now.timestamp() * 1000) & ((1 << 48) - 1)
+        rand = self.rng().getrandbits(74)
+        value = ms << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | (rand & ((1 << 62) - 1))
+        return uuid.UUID(int=value)
+
+    def random_bytes(self, n: int) -> bytes:
+        """``n`` bytes from the run's seeded generator."""
+        return self.rng().randbytes(n)
+
+    def random(self) -> random.Random:
+        """A ``random.Random`` seeded from the run's generator (so itself replayable)."""
+        return random.Random(self.rng().getrandbits(64))  # noqa: S311 - not crypto

@@ -41,8 +41,36 @@ async def cancels():
     return {"first": first, "long": outcome, "quick_again": await quick}
 
 
+attempts: list = []
+
+
+@app.activity
+async def flaky_once(name):
+    attempts.append(roost.now())
+    if len(attempts) == 1:
+        raise roost.Error("first attempt fails", kind=roost.ErrorKind.UNAVAILABLE)
+    finished.append(name)
+    return name
+
+
+@app.workflow
+async def cancels_during_backoff():
+    handle = (
+        funcs.new()
+        .with_options(retry_policy={"initial_interval": 60, "backoff_coefficient": 1.0})
+        .start(flaky_once, "retried")
+    )
+    await roost.sleep(10)  # the first attempt failed; the retry waits out its backoff
+    handle.cancel()
+    try:
+        await handle
+    except roost.Error as err:
+        return err.kind
+
+
 @pytest.fixture(autouse=True)
 def _reset():
+    attempts.clear()
     finished.clear()
 
 
@@ -92,3 +120,15 @@ async def test_funcs_start_in_a_plain_process(autojump_clock):
         with pytest.raises(roost.Error) as info:
             funcs.start(starts_in_a_process)  # not an activity
         assert info.value.kind is roost.ErrorKind.INVALID
+
+
+async def test_a_cancel_during_the_retry_backoff_stops_the_retry(autojump_clock, tmp_path):
+    async with roost.open_node(app, tmp_path):
+        kind = await process.with_options(id="bk").exec(cancels_during_backoff)
+        assert kind == roost.ErrorKind.CANCELED
+        await roost.sleep("5m")  # well past the backoff
+        assert len(attempts) == 1  # the retry never ran
+    async with roost.open_node(app, tmp_path):  # and nothing of it is left stored
+        await roost.sleep("5m")
+        assert len(attempts) == 1
+        assert finished == []

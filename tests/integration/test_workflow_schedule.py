@@ -309,3 +309,28 @@ async def test_continue_as_new_is_suggested_for_long_histories(autojump_clock):
         result = await process.with_options(id="grows").exec("sched:grows", 0)
         assert result == {"round": 1, "before": False, "after": True}
         assert Replayer(app).replay(node.history("grows")) == result
+
+
+async def test_a_row_settled_for_a_run_that_closes_before_recording_it_is_deleted(
+    autojump_clock, tmp_path
+):
+    """A fired timer's event waits for the run's next step; if the run closes first (here:
+    terminated while its start is delayed), the timer's row must not stay behind."""
+    from roost.workflow._history import TimerFired  # noqa: PLC0415 - internals under test
+    from roost.workflow._records import TimerTask, timer_key  # noqa: PLC0415
+
+    async with roost.open_node(app, tmp_path) as node:
+        pid = await process.with_options(id="held", start_delay="1h").spawn("sched:inbox_reader", 1)
+        manager = node._node.ext["workflows"]
+        run = manager.runs["held"]
+        timer = TimerTask(workflow_id="held", run_id=run.record.run_id, seq=7, due=roost.now())
+        row = timer_key(timer.due, timer.run_id, timer.seq)
+        await node._node.transact(lambda txn: txn.put("timers", row, manager.codec.encode(timer)))
+        await manager.settle("timers", row, ("held", run.record.run_id), TimerFired(seq=7))
+        assert len(run.pending) == 2  # the start, and the timer's event: the run is held
+        process.monitor(pid)
+        process.terminate(pid)
+        await process.events().receive()
+        await trio.testing.wait_all_tasks_blocked()
+        with node._node.store.read() as txn:
+            assert txn.get("timers", row) is None

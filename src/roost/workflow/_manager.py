@@ -337,6 +337,18 @@ class WorkflowManager:
         ]
         if current is not None and moved:
             self.spawn_task(self._rehome, current, moved)
+        self.drop_settled(items)
+
+    def drop_settled(self, items: list[Pending]) -> None:
+        """Delete the task and timer rows of events no run will record (it has closed)."""
+        rows = [k for k, _ in items if isinstance(k, Settled)]
+        if rows and not self.node.stopping:
+
+            def write(txn: WriteTxn) -> None:
+                for settled in rows:
+                    txn.delete(settled.table, settled.row)
+
+            self.spawn_task(self.transact, write)
 
     def _recorded(self, key: bytes | Settled, event: Any) -> Any:
         data = self._staged.pop(key, None) if isinstance(key, bytes) else None
@@ -485,6 +497,7 @@ class WorkflowManager:
         """A run ended (its final status is committed): tell whoever is waiting."""
         if self.runs.get(run.record.workflow_id) is run:
             del self.runs[run.record.workflow_id]
+        self.drop_settled(run.pending)  # finished after the run's last step began
         record = run.record
         error = record.error
         result = ExitResult(record.result, error)

@@ -191,10 +191,9 @@ class Codec:
                 fields_map = rtype.unstructure(value)
             except Exception as exc:
                 raise _Unencodable from exc
-            if not rtype.require_encodable(fields_map) and (
-                self._find_problem(fields_map, "", set()) is not None
-            ):
-                raise _Unencodable
+            # Every field is scanned, whatever its annotation: a value of the wrong type
+            # (a set in a str field) would otherwise be written in a form nothing reads.
+            self._require_encodable(fields_map)
             encoder.write(rtype.header)
             encoder.encode_map(fields_map)
             return

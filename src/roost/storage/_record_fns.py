@@ -24,7 +24,7 @@ import attrs
 from roost._errors import Error
 from roost._pid import Pid
 
-__all__ = ["checked_fields", "fast_structure", "fast_unstructure"]
+__all__ = ["fast_structure", "fast_unstructure"]
 
 # Types whose decoded CBOR value already is the declared type (records are rebuilt by the
 # decoder's tag handler before their parent is).
@@ -73,35 +73,6 @@ def _converter(tp: Any, enums: list[type]) -> str | None:
         if inner is not None:
             return f"(None if {{v}} is None else {inner})"
     return None
-
-
-# Declared types whose every value cbor2 writes as the codec promises: nothing to check.
-# (Errors and nested records are checked by the codec's hook when it meets them.)
-_SOUND: frozenset[Any] = frozenset(
-    {str, int, bool, float, bytes, type(None), Pid, Error, uuid.UUID}
-)
-
-
-def _sound(tp: Any) -> bool:
-    if tp in _SOUND:
-        return True
-    if isinstance(tp, type):
-        return attrs.has(tp) or (issubclass(tp, enum.Enum) and issubclass(tp, str | int))
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType, list, dict):
-        return bool(args) and all(_sound(a) for a in args)
-    return False
-
-
-def checked_fields(cls: type) -> tuple[str, ...] | None:
-    """Fields of ``cls`` that can hold a value the codec must refuse (Any, datetimes, ...).
-
-    The codec scans only these before writing a record; None means scan every field.
-    """
-    fields, hints = _fields(cls), _hints(cls)
-    if fields is None or hints is None:
-        return None
-    return tuple(f.name for f in fields if not _sound(hints.get(f.name, Any)))
 
 
 def _fields(cls: type) -> tuple[attrs.Attribute[Any], ...] | None:

@@ -19,7 +19,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.storage._record_fns import checked_fields, fast_structure, fast_unstructure
+from roost.storage._record_fns import fast_structure, fast_unstructure
 
 __all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Migrate", "record"]
 
@@ -91,7 +91,6 @@ class _RecordType:
     """One registered attrs class: its tag, schema version and (lazily built) cattrs fns."""
 
     __slots__ = (
-        "_checked",
         "_fast",
         "_fast_built",
         "_structure",
@@ -124,7 +123,6 @@ class _RecordType:
         # None when the class needs cattrs (see _record_fns).
         self._fast: Callable[[Mapping[str, Any]], Any] | None = None
         self._fast_built = False
-        self._checked: tuple[str, ...] | bool | None = False  # False: not built yet
 
     def unstructure(self, obj: Any) -> dict[str, Any]:
         """Return the field map of ``obj`` (nested records stay objects)."""
@@ -135,22 +133,6 @@ class _RecordType:
             fn = fast_unstructure(self.cls) or make_dict_unstructure_fn(self.cls, _CONVERTER)
             self._unstructure = fn
         return fn(obj)
-
-    def require_encodable(self, fields: dict[str, Any]) -> bool:
-        """True when the field map of one instance can be written as is.
-
-        Only fields whose declared type admits values the codec refuses are scanned.
-        """
-        checked = self._checked
-        if checked is False:
-            checked = self._checked = checked_fields(self.cls)
-        if checked is None or checked is True:
-            return _plain(fields)
-        for name in checked:
-            value = fields[name]
-            if type(value) not in _SCALARS and not _plain(value):
-                return False
-        return True
 
     def fast_structure(self) -> Callable[[Mapping[str, Any]], Any] | None:
         """The generated constructor for this class, or None when it needs cattrs."""

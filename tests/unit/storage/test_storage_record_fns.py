@@ -133,3 +133,14 @@ def test_a_record_stored_before_a_field_was_added_gets_the_default() -> None:
     del fields["kind"]  # as written before TimerTask had a kind
     old = cbor2.dumps(cbor2.CBORTag(39003, ["wf.timer", 1, fields]))
     assert CODEC.decode(old) == task
+
+
+def test_a_wrongly_typed_field_is_refused_whatever_its_annotation():
+    # cbor2 would write the frozenset natively (tag 258), which nothing reads back.
+    from roost.workflow._history import SendMessage  # noqa: PLC0415
+
+    bad = SendMessage(seq=1, dest=roost.Pid("local", "h", "1"), topic=frozenset({1}))
+    with pytest.raises(roost.Error) as info:
+        CODEC.encode(bad)
+    assert info.value.kind == roost.ErrorKind.INVALID
+    assert "topic" in info.value.message

@@ -311,26 +311,55 @@ async def test_continue_as_new_is_suggested_for_long_histories(autojump_clock):
         assert Replayer(app).replay(node.history("grows")) == result
 
 
+async def _settle_a_fake_timer(node, workflow_id, waiting=2):
+    """Store a timer row for the run and settle it: its event waits for the held run."""
+    from roost.workflow._history import TimerFired  # noqa: PLC0415 - internals under test
+    from roost.workflow._records import TimerTask, timer_key  # noqa: PLC0415
+
+    manager = node._node.ext["workflows"]
+    run = manager.runs[workflow_id]
+    timer = TimerTask(workflow_id=workflow_id, run_id=run.record.run_id, seq=7, due=roost.now())
+    row = timer_key(timer.due, timer.run_id, timer.seq)
+    await node._node.transact(lambda txn: txn.put("timers", row, manager.codec.encode(timer)))
+    await manager.settle("timers", row, (workflow_id, run.record.run_id), TimerFired(seq=7))
+    assert len(run.pending) == waiting  # the timer's event (and the start): the run is held
+    return row
+
+
+def _stored_timer(node, row):
+    with node._node.store.read() as txn:
+        return txn.get("timers", row)
+
+
 async def test_a_row_settled_for_a_run_that_closes_before_recording_it_is_deleted(
     autojump_clock, tmp_path
 ):
     """A fired timer's event waits for the run's next step; if the run closes first (here:
     terminated while its start is delayed), the timer's row must not stay behind."""
-    from roost.workflow._history import TimerFired  # noqa: PLC0415 - internals under test
-    from roost.workflow._records import TimerTask, timer_key  # noqa: PLC0415
-
     async with roost.open_node(app, tmp_path) as node:
         pid = await process.with_options(id="held", start_delay="1h").spawn("sched:inbox_reader", 1)
-        manager = node._node.ext["workflows"]
-        run = manager.runs["held"]
-        timer = TimerTask(workflow_id="held", run_id=run.record.run_id, seq=7, due=roost.now())
-        row = timer_key(timer.due, timer.run_id, timer.seq)
-        await node._node.transact(lambda txn: txn.put("timers", row, manager.codec.encode(timer)))
-        await manager.settle("timers", row, ("held", run.record.run_id), TimerFired(seq=7))
-        assert len(run.pending) == 2  # the start, and the timer's event: the run is held
+        row = await _settle_a_fake_timer(node, "held")
         process.monitor(pid)
         process.terminate(pid)
         await process.events().receive()
         await trio.testing.wait_all_tasks_blocked()
-        with node._node.store.read() as txn:
-            assert txn.get("timers", row) is None
+        assert _stored_timer(node, row) is None
+
+
+async def test_a_row_settled_for_a_run_that_is_retried_before_recording_it_is_deleted(
+    autojump_clock, tmp_path
+):
+    """The same when the run times out and its retry takes over the workflow id."""
+    async with roost.open_node(app, tmp_path) as node:
+        retried = process.with_options(
+            id="retried", run_timeout="30m", retry_policy={"maximum_attempts": 2}
+        )
+        await retried.spawn("sched:inbox_reader", 1)
+        await trio.testing.wait_all_tasks_blocked()  # started, waiting for its message
+        first = node._node.ext["workflows"].runs["retried"]
+        first.held = True  # so the settled event is still waiting when the timeout hits
+        row = await _settle_a_fake_timer(node, "retried", waiting=1)
+        await roost.sleep("31m")
+        await trio.testing.wait_all_tasks_blocked()
+        assert node._node.ext["workflows"].runs["retried"] is not first  # the retry took over
+        assert _stored_timer(node, row) is None

@@ -100,7 +100,9 @@ async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) 
         m.runs.pop(run.record.workflow_id, None)
         m.closed(run)
     else:
-        hand_over(m, run, *nxt, moved={k for k, _ in run.pending})
+        # Inbox rows moved to the next run; settled task and timer rows are late events of
+        # this run, which hand_over drops (deleting their rows).
+        hand_over(m, run, *nxt, moved={k for k, _ in run.pending if isinstance(k, bytes)})
 
 
 def _close_writer(

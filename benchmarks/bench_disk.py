@@ -197,6 +197,12 @@ def _reading() -> tuple[int, int]:
     return rss_anon(), rss_bytes()
 
 
+def _tracked() -> int:
+    """Objects the cyclic collector tracks: what each of its full passes walks."""
+    gc.collect()
+    return len(gc.get_objects())
+
+
 async def _park_workflows(node: Any, n: int) -> dict[str, Any]:
     armed = process.listen("armed")
     me = process.pid()
@@ -212,14 +218,21 @@ async def _park_workflows(node: Any, n: int) -> dict[str, Any]:
     m = manager(node)
     evictions = m.stats["evictions"]
     anon0, total0 = _reading()
+    tracked0 = _tracked()
     t0 = now()
     await start_all(n)
     elapsed = now() - t0
     await trio.testing.wait_all_tasks_blocked()
     anon1, total1 = _reading()
+    tracked1 = _tracked()
     if m.stats["evictions"] != evictions or len(m.cached) < n:
         raise RuntimeError(f"only {len(m.cached)} of {n} workflows stayed cached")
-    return {"anon": anon1 - anon0, "total": total1 - total0, "seconds": elapsed}
+    return {
+        "anon": anon1 - anon0,
+        "total": total1 - total0,
+        "seconds": elapsed,
+        "tracked_per": (tracked1 - tracked0) / n,
+    }
 
 
 async def _park_processes(n: int) -> dict[str, Any]:
@@ -283,6 +296,7 @@ def _rss_rows(runs: dict[str, dict[str, Any]]) -> list[Result]:
     name = f"RSS per cached workflow (blocked on a signal), N={n}"
     note = (
         f"anonymous RSS; with the LMDB map's file pages {wf['total_per'] / 1024:.2f} KB/wf; "
+        f"{wf['tracked_per']:.1f} collector-tracked objects/wf; "
         f"{n} parked in {wf['seconds']:.2f}s, all cached (0 evictions)"
     )
     labels = {"process": "idle roost process", "trio": "bare trio task (sleep_forever)"}

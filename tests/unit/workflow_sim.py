@@ -17,7 +17,7 @@ from roost import Error, Pid
 from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
-from roost.workflow._driver import Driver, Status
+from roost.workflow._driver import Driver, Ports, Status
 from roost.workflow._history import (
     Activation,
     ActivityResolved,
@@ -37,14 +37,24 @@ def check(value: Any, what: str) -> None:
     CODEC.encode(value, what=what)
 
 
-def make_driver(fn: Callable[..., Any], pid: Pid) -> Driver:
-    def make_context(driver: Driver) -> contextvars.Context:
+class SimPorts(Ports):
+    """Workflow code runs as ``pid``; values are checked; no PIDs are handed out."""
+
+    def __init__(self, pid: Pid) -> None:
+        self.pid = pid
+
+    def make_context(self, driver: Driver) -> contextvars.Context:
         ctx = contextvars.copy_context()
-        ctx.run(set_current, WorkflowProcess(pid, None, driver))
+        ctx.run(set_current, WorkflowProcess(self.pid, None, driver))
         ctx.run(use_backend, driver.backend)
         return ctx
 
-    return Driver(fn, make_context=make_context, check=check)
+    def check(self, value: object, what: str) -> None:
+        check(value, what)
+
+
+def make_driver(fn: Callable[..., Any], pid: Pid) -> Driver:
+    return Driver(fn, SimPorts(pid))
 
 
 class Sim:

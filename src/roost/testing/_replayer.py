@@ -18,7 +18,7 @@ from roost.actors._app import App, EntryKind
 from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
-from roost.workflow._driver import Driver, Status
+from roost.workflow._driver import Driver, Ports, Status
 from roost.workflow._history import Activation, SendMessage, SpawnProcess, Started, unflatten
 
 __all__ = ["Replayer", "history_to_json", "load_history", "save_history"]
@@ -69,31 +69,7 @@ class Replayer:
             if isinstance(cmd, SendMessage) and cmd.reply_to is not None
         }
 
-        # Workflow code resolves entries through its node's app; replay must resolve them
-        # exactly as the live run did (an unknown entry fails at the same line).
-        shim: Any = types.SimpleNamespace(app=self.app)
-
-        def make_context(driver: Driver) -> contextvars.Context:
-            ctx = contextvars.copy_context()
-            proc = WorkflowProcess(pid, entry, driver, started.context, shim)
-            ctx.run(set_current, proc)
-            ctx.run(use_backend, driver.backend)
-            return ctx
-
-        def spawn_pid(seq: int) -> Pid:
-            return spawned.get(seq) or Pid("local", self.app.default_host, f"replay.{seq}")
-
-        driver = Driver(
-            entry.fn,
-            make_context=make_context,
-            check=lambda value, what: None,
-            spawn_pid=spawn_pid,
-            child_pid=lambda child_id: Pid("local", f"{self.app.name}:workflows", child_id),
-            reply_pid=lambda seq: (
-                reply_to.get(seq)
-                or Pid("local", f"{self.app.name}:replies", f"{started.run_id}.{seq}")
-            ),
-        )
+        driver = Driver(entry.fn, _ReplayPorts(self.app, pid, started, spawned, reply_to))
         try:
             for act in acts:
                 driver.activate(act.at, act.events, expected=act.commands)
@@ -115,6 +91,45 @@ class Replayer:
                     raise
                 results.append(exc)
         return results
+
+
+class _ReplayPorts(Ports):
+    """PIDs as the history recorded them; nothing is checked (it was, when recorded)."""
+
+    __slots__ = ("app", "pid", "reply_to", "shim", "spawned", "started")
+
+    def __init__(
+        self,
+        app: App,
+        pid: Pid,
+        started: Started,
+        spawned: dict[int, Pid],
+        reply_to: dict[int, Pid],
+    ) -> None:
+        self.app, self.pid, self.started = app, pid, started
+        self.spawned, self.reply_to = spawned, reply_to
+        # Workflow code resolves entries through its node's app; replay must resolve them
+        # exactly as the live run did (an unknown entry fails at the same line).
+        self.shim: Any = types.SimpleNamespace(app=app)
+
+    def make_context(self, driver: Driver) -> contextvars.Context:
+        ctx = contextvars.copy_context()
+        entry = self.app.resolve(self.started.workflow_type)
+        proc = WorkflowProcess(self.pid, entry, driver, self.started.context, self.shim)
+        ctx.run(set_current, proc)
+        ctx.run(use_backend, driver.backend)
+        return ctx
+
+    def spawn_pid(self, seq: int) -> Pid:
+        return self.spawned.get(seq) or Pid("local", self.app.default_host, f"replay.{seq}")
+
+    def child_pid(self, workflow_id: str) -> Pid:
+        return Pid("local", f"{self.app.name}:workflows", workflow_id)
+
+    def reply_pid(self, seq: int) -> Pid:
+        return self.reply_to.get(seq) or Pid(
+            "local", f"{self.app.name}:replies", f"{self.started.run_id}.{seq}"
+        )
 
 
 def _started(acts: list[Activation]) -> Started:

@@ -14,7 +14,6 @@ into it as a clear error.
 
 from __future__ import annotations
 
-import contextvars
 import datetime as dt
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
@@ -31,6 +30,7 @@ from roost.workflow._driver_parts import (
     DriverBackend,
     Future,
     Park,
+    Ports,
     Task,
     call_site,
     foreign_error,
@@ -61,9 +61,10 @@ from roost.workflow._history import (
 from roost.workflow._options import check_child_options
 from roost.workflow._retry import activity_options
 
-__all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Status"]
+__all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Ports", "Status"]
 
 DEFAULT_VERSION = -1
+_NO_PIDS: frozenset[Pid] = frozenset()
 
 
 class WorkflowActivity:
@@ -105,28 +106,23 @@ class Driver(Chance):
 
     Args:
         fn: the workflow's ``async def``.
-        make_context: returns a fresh ``contextvars.Context`` in which workflow code sees
-            itself as the current process and this driver's backend; called per coroutine.
-        check: validates a value that will be recorded (raises ``Invalid`` if it cannot be
-            encoded); called on arguments and payloads as commands are issued.
+        ports: what the driver asks of its host: a fresh context per coroutine (workflow
+            code sees itself as the current process, with this driver's backend), the
+            check of values to record, and the PIDs of what the run starts.
     """
 
     # Slots: every cached workflow keeps one driver (no per-instance dict to carry).
     __slots__ = (
         "_calls",
-        "_check",
-        "_child_pid",
         "_child_waits",
         "_commands",
         "_divergence",
         "_expected",
         "_fn",
-        "_make_context",
         "_pending",
+        "_ports",
         "_ready",
-        "_reply_pid",
         "_seq",
-        "_spawn_pid",
         "_tasks",
         "_tickers",
         "_timers",
@@ -146,26 +142,16 @@ class Driver(Chance):
         "status",
     )
 
-    def __init__(
-        self,
-        fn: Callable[..., Coroutine[Any, Any, Any]],
-        *,
-        make_context: Callable[[Driver], contextvars.Context],
-        check: Callable[[Any, str], None] = lambda value, what: None,
-        spawn_pid: Callable[[int], Pid] | None = None,
-        child_pid: Callable[[str], Pid] | None = None,
-        reply_pid: Callable[[int], Pid] | None = None,
-    ) -> None:
+    def __init__(self, fn: Callable[..., Coroutine[Any, Any, Any]], ports: Ports) -> None:
         self._fn = fn
-        self._reply_pid = reply_pid
+        self._ports = ports
         self._calls: dict[int, Channel[Message]] = {}
-        self._make_context = make_context
-        self._check = check
-        self._spawn_pid = spawn_pid
-        self._child_pid = child_pid
-        self.children: set[Pid] = set()
+        # Created on first use: most runs start none (a set is 216 bytes per cached run).
+        self.children: set[Pid] | frozenset[Pid] = _NO_PIDS
         self._child_waits: dict[Pid, Future] = {}
-        self._ready: deque[tuple[Task, BaseException | None]] = deque()
+        # A list read from the front by index (see activate), not a deque: a deque is 760
+        # bytes, and every cached run keeps its queue.
+        self._ready: list[tuple[Task, BaseException | None]] = []
         self._tasks: list[Task] = []
         self._pending: dict[int, Future] = {}
         self._timers: dict[int, Channel[Any]] = {}
@@ -209,11 +195,16 @@ class Driver(Chance):
         self._expected = deque(expected) if expected is not None else None
         for event in events:
             self._apply(event)
-        while self._ready and self.status == Status.RUNNING:
-            task, exc = self._ready.popleft()
-            self._step(task, exc)
-            if self._divergence is not None:  # raised even if workflow code caught it
-                raise self._divergence
+        ready, taken = self._ready, 0
+        try:
+            while taken < len(ready) and self.status == Status.RUNNING:
+                task, exc = ready[taken]
+                taken += 1
+                self._step(task, exc)
+                if self._divergence is not None:  # raised even if workflow code caught it
+                    raise self._divergence
+        finally:
+            del ready[:taken]
         if self._expected:
             self._diverged(None, self._expected[0], "<the workflow blocked instead>")
         commands, self._commands = self._commands, []
@@ -256,7 +247,8 @@ class Driver(Chance):
                 self._rearm(chan, period)
 
     def _child_exited(self, pid: Pid, value: Any, error: Error | None) -> None:
-        self.children.discard(pid)
+        if pid in self.children:
+            self._own_children().discard(pid)
         waiting = self._child_waits.pop(pid, None)
         if waiting is not None:  # a workflow.exec: the result goes to its caller
             waiting.resolve(value, error)
@@ -264,13 +256,19 @@ class Driver(Chance):
             exit_event = Exit(pid, value, error, self.now)
             self.mailbox.deliver(EVENTS, exit_event, None, force=True)
 
+    def _own_children(self) -> set[Pid]:
+        children = self.children
+        if not isinstance(children, set):
+            children = self.children = set()
+        return children
+
     def _start(self, started: Started) -> None:
         self.started = started
         task = self._spawn(self._fn, tuple(started.args), "main")
         task.main = True
 
     def _spawn(self, fn: Callable[..., Any], args: tuple[Any, ...], name: str) -> Task:
-        ctx = self._make_context(self)
+        ctx = self._ports.make_context(self)
         coro = ctx.run(fn, *args)
         if not isinstance(coro, Coroutine):
             raise invalid(f"{name} must be an async function, got {fn!r}")
@@ -339,7 +337,7 @@ class Driver(Chance):
     def _validate(self, value: Any, what: str) -> None:
         # A replayed command was validated when it was recorded: skip the re-encode.
         if self._expected is None:
-            self._check(value, what)
+            self._ports.check(value, what)
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -524,11 +522,9 @@ class Driver(Chance):
         Replies to that address come back as recorded events for this call only, so
         concurrent calls never mix; ``ack`` replies are skipped.
         """
-        if self._reply_pid is None:
-            raise Error("this driver cannot make calls", kind=ErrorKind.INVALID_STATE)
         self._validate(payload, f"payload of call {topic!r}")
+        reply_to = self._ports.reply_pid(self._seq + 1)  # raises if this driver cannot
         seq = self._next_seq()
-        reply_to = self._reply_pid(seq)
         replies: Channel[Message] = Channel(64)
         self._calls[seq] = replies
         self._issue(
@@ -555,13 +551,11 @@ class Driver(Chance):
 
         The process is monitored: its EXIT comes back as an event in the history.
         """
-        if self._spawn_pid is None:
-            raise Error("this driver cannot spawn processes", kind=ErrorKind.INVALID_STATE)
         self._validate(list(args), f"arguments of process {entry!r}")
+        pid = self._ports.spawn_pid(self._seq + 1)  # raises if this driver cannot
         seq = self._next_seq()
-        pid = self._spawn_pid(seq)
         self._issue(SpawnProcess(seq=seq, entry=entry, args=list(args), pid=pid))
-        self.children.add(pid)
+        self._own_children().add(pid)
         return pid
 
     def start_child(self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]) -> Pid:
@@ -570,12 +564,13 @@ class Driver(Chance):
         ``options`` are child start options (``id``, ``parent_close_policy``, timeouts,
         ``retry_policy``, ``cron_schedule``, ...), checked here.
         """
-        if self._child_pid is None or self.started is None:
-            raise Error("this driver cannot start child workflows", kind=ErrorKind.INVALID_STATE)
+        if self.started is None:
+            raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
         workflow_id, policy, child_options = check_child_options(options)
         self._validate(list(args), f"input of child workflow {entry!r}")
+        child_id = workflow_id or f"{self.started.workflow_id}.{self._seq + 1}"
+        pid = self._ports.child_pid(child_id)  # raises if this driver cannot
         seq = self._next_seq()
-        child_id = workflow_id or f"{self.started.workflow_id}.{seq}"
         self._issue(
             StartChild(
                 seq=seq,
@@ -586,8 +581,7 @@ class Driver(Chance):
                 options=child_options,
             )
         )
-        pid = self._child_pid(child_id)
-        self.children.add(pid)
+        self._own_children().add(pid)
         return pid
 
     async def exec_child(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import contextvars
 import datetime as dt
 import random
@@ -16,6 +17,7 @@ from roost._errors import Error, ErrorKind, invalid
 from roost.mailbox._backend import Waiter
 
 if TYPE_CHECKING:
+    from roost._pid import Pid
     from roost.workflow._driver import Driver
     from roost.workflow._history import Started
 
@@ -24,6 +26,7 @@ __all__ = [
     "DriverBackend",
     "Future",
     "Park",
+    "Ports",
     "Task",
     "call_site",
     "foreign_error",
@@ -31,6 +34,41 @@ __all__ = [
 ]
 
 _ROOST_DIR = str(Path(__file__).resolve().parents[1])
+
+
+class Ports(abc.ABC):
+    """What a driver asks of whoever runs it: one object, not a closure per need.
+
+    The runtime's subclass holds its run; every cached workflow keeps one, so one small
+    object here instead of five closures and their cells is memory and collector time
+    saved per workflow. The defaults suit a driver that only replays plain code: values are
+    not checked, and PIDs (processes, child workflows, reply addresses) are refused.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def make_context(self, driver: Driver) -> contextvars.Context:
+        """A fresh context in which workflow code sees ``driver`` (one per coroutine)."""
+
+    def check(self, value: object, what: str) -> None:  # noqa: B027 - by default, no check
+        """Raise ``Invalid`` if ``value`` cannot be recorded."""
+
+    def spawn_pid(self, seq: int) -> Pid:
+        """The PID of the process started by command ``seq``."""
+        raise _cannot("spawn processes")
+
+    def child_pid(self, workflow_id: str) -> Pid:
+        """The PID of the child workflow ``workflow_id``."""
+        raise _cannot("start child workflows")
+
+    def reply_pid(self, seq: int) -> Pid:
+        """The private reply address of call ``seq``."""
+        raise _cannot("make calls")
+
+
+def _cannot(what: str) -> Error:
+    return Error(f"this driver cannot {what}", kind=ErrorKind.INVALID_STATE)
 
 
 class Park:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from roost._pid import Pid
 from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
-from roost.workflow._driver import Driver
+from roost.workflow._driver import Driver, Ports
 from roost.workflow._history import Started
 from roost.workflow._records import history_key
 from roost.workflow._run import Run
@@ -19,41 +19,47 @@ from roost.workflow._run import Run
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["new_driver", "paused_gc", "rebuild", "touch"]
+__all__ = ["RunPorts", "new_driver", "paused_gc", "rebuild", "touch"]
 
 
-def _context_factory(m: WorkflowManager, run: Run) -> Callable[[Driver], contextvars.Context]:
-    def make(driver: Driver) -> contextvars.Context:
-        ctx = contextvars.copy_context()
-        proc = WorkflowProcess(run.pid, run.entry, driver, run.context, m.node)
+class RunPorts(Ports):
+    """A live run's ports: PIDs derived from the run, values checked by the node's codec."""
+
+    __slots__ = ("m", "run")
+
+    def __init__(self, m: WorkflowManager, run: Run) -> None:
+        self.m, self.run = m, run
+
+    def make_context(self, driver: Driver) -> contextvars.Context:
+        """A context in which workflow code is the run's process, on ``driver``'s backend."""
+        run, ctx = self.run, contextvars.copy_context()
+        proc = WorkflowProcess(run.pid, run.entry, driver, run.context, self.m.node)
         ctx.run(set_current, proc)
         ctx.run(use_backend, driver.backend)
         return ctx
 
-    return make
+    def check(self, value: object, what: str) -> None:
+        """Encode ``value`` with the node's codec (raises Invalid if it cannot be)."""
+        self.m.codec.encode(value, what=what)
+
+    def spawn_pid(self, seq: int) -> Pid:
+        """Deterministic, so replay returns the same PID; unique per run and seq."""
+        record, node = self.run.record, self.m.node
+        name = f"{record.workflow_id}.{record.run_id[:6]}.{seq}"
+        return Pid.trusted(node.name, node.app.default_host, name)
+
+    def child_pid(self, workflow_id: str) -> Pid:
+        """A child workflow's PID: its id on this node's workflow host."""
+        return Pid.trusted(self.m.node.name, self.m.host, workflow_id)
+
+    def reply_pid(self, seq: int) -> Pid:
+        """The private reply address of the run's call ``seq``."""
+        return self.m.replies.pid(self.run, seq)
 
 
 def new_driver(m: WorkflowManager, run: Run) -> Driver:
     """A fresh driver for ``run``, its PIDs (spawned processes, children, replies) fixed."""
-    host = m.node.app.default_host
-    prefix = f"{run.record.workflow_id}.{run.record.run_id[:6]}"
-    node_name = m.node.name
-
-    def spawn_pid(seq: int) -> Pid:
-        # Deterministic, so replay returns the same PID; unique per run and seq.
-        return Pid.trusted(node_name, host, f"{prefix}.{seq}")
-
-    def check(value: object, what: str) -> None:
-        m.codec.encode(value, what=what)
-
-    return Driver(
-        run.entry.fn,
-        make_context=_context_factory(m, run),
-        check=check,
-        spawn_pid=spawn_pid,
-        child_pid=lambda workflow_id: Pid.trusted(node_name, m.host, workflow_id),
-        reply_pid=lambda seq: m.replies.pid(run, seq),
-    )
+    return Driver(run.entry.fn, RunPorts(m, run))
 
 
 def rebuild(m: WorkflowManager, run: Run) -> Driver:

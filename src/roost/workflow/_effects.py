@@ -146,7 +146,7 @@ class Effects:
         event = ProcessExited(pid=pid, error=error)
         k, v = self.m.stage(self.run, event)
         self.workflow_sends.append((self.run, k, v, event))
-        self.run.exits_reported.add(pid)
+        self.run.exit_reported(pid)
 
     def _send(self, send: SendMessage) -> None:
         dest = send.dest
@@ -273,10 +273,10 @@ class Effects:
         for stop in self.stops:
             stop_process(m.node, self.run.pid, stop)
         for child in self.children:
-            self.run.exits_reported.discard(child.pid)  # an id may be run again
+            self.run.forget_exit(child.pid)  # an id may be run again
             m.runs[child.record.workflow_id] = child
             m.arm(child)
-            start, child.pending_start = child.pending_start, []
+            start, child.pending_start = child.pending_start, ()
             m.accept(child, [(k, event) for k, _, event in start])
         if self.continued is not None:
             hand_over(m, self.run, *self.continued, moved=self.moved)

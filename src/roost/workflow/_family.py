@@ -271,6 +271,6 @@ def start_child(
         at=at,
         **fields,
     )
-    child.watchers.add(parent.pid)
+    child.watch(parent.pid)
     child.pending_start = [(*m.stage(child, started), started)]
     return child

@@ -218,7 +218,7 @@ class WorkflowManager:
 
     def arm(self, run: Run) -> None:
         """Arm the runtime timers stored with ``run``'s start (after that commit)."""
-        timers, run.timers = run.timers, []
+        timers, run.timers = run.timers, ()
         for timer in timers:
             self.timers.add(timer)
 
@@ -551,7 +551,7 @@ class WorkflowManager:
             # An exit nobody in this run waits for (a child of a run that continued as
             # new, say) is not recorded.
             return
-        run.exits_reported.add(event.pid)
+        run.exit_reported(event.pid)
         incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
         try:
             self.codec.encode(incoming)
@@ -599,7 +599,7 @@ class WorkflowManager:
         """EXIT to ``watcher`` when the workflow closes (at once if it already has)."""
         run = self._open_or_closing(pid.id)
         if run is not None:
-            run.watchers.add(watcher.pid)
+            run.watch(watcher.pid)
             return
         record = self.stored_record(pid.id)
         at = self.node.now()
@@ -612,7 +612,7 @@ class WorkflowManager:
         """LINK_DOWN to ``proc`` if the workflow fails (at once if it is not running)."""
         run = self._open_or_closing(pid.id)
         if run is not None:
-            run.links.add(proc.pid)
+            run.link(proc.pid)
             return
         record = self.stored_record(pid.id)
         error = noproc_error(pid) if record is None else record.error
@@ -623,15 +623,14 @@ class WorkflowManager:
         """Drop monitors and links from ``proc``."""
         run = self._open_or_closing(pid.id)
         if run is not None:
-            run.watchers.discard(proc.pid)
-            run.links.discard(proc.pid)
+            run.unwatch(proc.pid)
 
     def exit_channel(self, pid: Pid) -> Channel[ExitResult]:
         """A channel that receives the workflow's result once it closes."""
         chan: Channel[ExitResult] = Channel(1)
         run = self._open_or_closing(pid.id)
         if run is not None:
-            run.exit_chans.append(chan)
+            run.exit_chans = [*run.exit_chans, chan]
         else:
             record = self.stored_record(pid.id)
             if record is None:

@@ -72,7 +72,7 @@ def _load(m: WorkflowManager, record: RunRecord) -> Run:
     run.next_index = record.activations + 1
     run.held = record.not_before is not None and record.not_before > m.node.now()
     if record.parent is not None and record.parent.host == m.host:
-        run.watchers.add(record.parent)  # a child workflow reports to its parent
+        run.watch(record.parent)  # a child workflow reports to its parent
     m.runs[record.workflow_id] = run
     if record.name is not None:
         m.node.registry.register(record.name, pid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -16,6 +17,10 @@ from roost.workflow._driver import Driver
 from roost.workflow._records import RunRecord, TimerTask
 
 __all__ = ["Pending", "Run", "Settled"]
+
+# The shared empty value of a Run's sets until one is needed: most runs never get a link or
+# a reported exit, and an empty set costs 216 bytes (and a collector visit) per open run.
+_NONE: frozenset[Pid] = frozenset()
 
 
 @attrs.frozen
@@ -50,18 +55,44 @@ class Run:
     queued: bool = False
     active: bool = False
     broken: Error | None = None
-    exits_reported: set[Pid] = attrs.field(factory=set)
-    pending_start: list[tuple[bytes, bytes, Any]] = attrs.field(factory=list)
-    watchers: set[Pid] = attrs.field(factory=set)
-    links: set[Pid] = attrs.field(factory=set)
-    exit_chans: list[Channel[ExitResult]] = attrs.field(factory=list)
-    timers: list[TimerTask] = attrs.field(factory=list)  # its own, stored with its start
+    # Sets and sequences start as shared empty immutables (see _NONE); change them through
+    # the methods below, or by assigning a new value.
+    exits_reported: set[Pid] | frozenset[Pid] = _NONE
+    pending_start: Sequence[tuple[bytes, bytes, Any]] = ()
+    watchers: set[Pid] | frozenset[Pid] = _NONE
+    links: set[Pid] | frozenset[Pid] = _NONE
+    exit_chans: Sequence[Channel[ExitResult]] = ()
+    timers: Sequence[TimerTask] = ()  # its own, stored with its start
     held: bool = False  # waiting for its start time (start_delay, retry backoff, cron)
     closing: bool = False  # closed from outside (terminate, a timeout): no activations
     idle: trio.Event | None = None  # set when an activation in flight has finished
     closed_event: trio.Event | None = None
     backoff: bool = False  # a failed workflow task waits before its retry
     task_failures: int = 0
+
+    def watch(self, pid: Pid) -> None:
+        """``pid`` gets the run's EXIT."""
+        self.watchers = _added(self.watchers, pid)
+
+    def link(self, pid: Pid) -> None:
+        """``pid`` gets a LINK_DOWN if the run fails."""
+        self.links = _added(self.links, pid)
+
+    def unwatch(self, pid: Pid) -> None:
+        """Drop ``pid``'s monitor and link."""
+        if isinstance(self.watchers, set):
+            self.watchers.discard(pid)
+        if isinstance(self.links, set):
+            self.links.discard(pid)
+
+    def exit_reported(self, pid: Pid) -> None:
+        """The EXIT of ``pid`` (a process the run started) is on its way into the history."""
+        self.exits_reported = _added(self.exits_reported, pid)
+
+    def forget_exit(self, pid: Pid) -> None:
+        """``pid`` is started again: its next EXIT is new."""
+        if isinstance(self.exits_reported, set):
+            self.exits_reported.discard(pid)
 
     async def wait_closed(self) -> None:
         """Wait until a close from outside has committed (see ``mark_closed``)."""
@@ -74,3 +105,10 @@ class Run:
         if self.closed_event is None:
             self.closed_event = trio.Event()
         self.closed_event.set()
+
+
+def _added(pids: set[Pid] | frozenset[Pid], pid: Pid) -> set[Pid]:
+    if isinstance(pids, set):
+        pids.add(pid)
+        return pids
+    return {pid}

@@ -122,6 +122,9 @@ async def test_bad_enqueues_store_nothing(autojump_clock, tmp_path):
             with pytest.raises(roost.Error) as info:
                 await roost.enqueue(queue, entry, payload)
             assert info.value.kind is kind, (queue, payload)
+        # The message says where in the payload the problem is, in the caller's terms.
+        with pytest.raises(roost.Error, match=r"payload for queue 'work'\[.key.\]: .*set"):
+            await roost.enqueue("work", "qs:handle", {"key": {1, 2}})
     async with roost.open_node(app, tmp_path):
         await roost.sleep(60)
         assert log == []

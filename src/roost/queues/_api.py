@@ -62,12 +62,12 @@ async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
             f"a queue target is an activity, a process or a workflow; {resolved.id!r} is a "
             f"{resolved.kind.value}"
         )
-    message = runtime.new_message(queue, resolved.id, payload)
+    message, data = runtime.new_message(queue, resolved.id, payload)
     delivery = DELIVERY.get()
     if delivery is not None and delivery.open and delivery.runtime is runtime:
-        delivery.handoff.append(message)
+        delivery.handoff.append((message, data))
         return message.receipt_id
-    await runtime.enqueue(message)
+    await runtime.enqueue(message, data)
     return message.receipt_id
 
 

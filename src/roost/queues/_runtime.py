@@ -34,7 +34,7 @@ from roost.queues._records import DeadLetter, QueueInfo, QueueMessage, message_k
 from roost.queues._spec import QueueSpec, declare_queue, load_config, queue_specs, retry_delay
 from roost.storage import Codec, Store, WriteTxn
 
-__all__ = ["DELIVERY", "Delivery", "QueueRuntime", "invoke", "run_target"]
+__all__ = ["DELIVERY", "Delivery", "Outgoing", "QueueRuntime", "invoke", "run_target"]
 
 log = logging.getLogger("roost.queues")
 
@@ -45,11 +45,14 @@ class Delivery:
 
     info: QueueInfo
     runtime: QueueRuntime
-    handoff: list[QueueMessage] = attrs.field(factory=list)
+    handoff: list[Outgoing] = attrs.field(factory=list)
     open: bool = True
 
 
 DELIVERY: ContextVar[Delivery | None] = ContextVar("roost_queue_delivery", default=None)
+
+# A message not stored yet, with its encoding (made once, when it was checked).
+Outgoing = tuple[QueueMessage, bytes]
 
 
 class QueueRuntime:
@@ -104,8 +107,8 @@ class QueueRuntime:
 
     # -- enqueue -------------------------------------------------------------------------
 
-    def new_message(self, queue: str, entry: str, payload: Any) -> QueueMessage:
-        """A checked, encodable message for ``queue`` (not stored yet).
+    def new_message(self, queue: str, entry: str, payload: Any) -> Outgoing:
+        """A checked message for ``queue`` and its encoding (not stored yet).
 
         Raises:
             roost.Error: Invalid for an undeclared queue, a FIFO payload without its group
@@ -129,21 +132,28 @@ class QueueRuntime:
                     queue=queue,
                 )
             group = str(value)
-        self.codec.encode(payload, what=f"payload for queue {queue!r}")
-        self._seq += 1
-        return QueueMessage(
+        message = QueueMessage(
             receipt_id=os.urandom(12).hex(),
             queue=queue,
-            seq=self._seq,
+            seq=self._seq + 1,
             entry=entry,
             payload=payload,
             group=group,
             enqueued_at=self.node.now(),
         )
+        try:
+            data = self.codec.encode(message)
+        except Error:
+            data = None
+        if data is None:
+            # Only the payload can be the problem: this names where in it, in its terms.
+            self.codec.encode(payload, what=f"payload for queue {queue!r}")
+            data = self.codec.encode(message)  # (raises again if the first did not)
+        self._seq += 1
+        return message, data
 
-    async def enqueue(self, message: QueueMessage) -> None:
-        """Store ``message``; it is acknowledged (returns) only once committed."""
-        data = self.codec.encode(message)
+    async def enqueue(self, message: QueueMessage, data: bytes) -> None:
+        """Store ``message`` (``data`` is its encoding); returns once committed."""
         row = message_key(message.queue, message.seq)
         await self.transact(lambda txn: txn.put("queue_messages", row, data))
         self.accept([message])
@@ -206,8 +216,8 @@ class QueueRuntime:
         finally:
             DELIVERY.reset(token)
 
-    async def _acknowledge(self, message: QueueMessage, handoff: list[QueueMessage]) -> None:
-        rows = [(message_key(m.queue, m.seq), self.codec.encode(m)) for m in handoff]
+    async def _acknowledge(self, message: QueueMessage, handoff: list[Outgoing]) -> None:
+        rows = [(message_key(m.queue, m.seq), data) for m, data in handoff]
         done = message_key(message.queue, message.seq)
 
         def write(txn: WriteTxn) -> None:
@@ -216,7 +226,7 @@ class QueueRuntime:
                 txn.put("queue_messages", k, v)
 
         await self.transact(write)
-        self.accept(handoff)
+        self.accept([m for m, _ in handoff])
 
     async def _failed(
         self, message: QueueMessage, spec: QueueSpec, error: Error

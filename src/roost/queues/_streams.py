@@ -25,8 +25,8 @@ from roost.actors._app import EntryKind, register_app_check, register_extension
 from roost.actors._node import Node
 from roost.actors._process import bound_node, maybe_current_process
 from roost.mailbox._mailbox import check_topic
-from roost.queues._records import QueueMessage, message_key
-from roost.queues._runtime import DELIVERY, QueueRuntime, run_target
+from roost.queues._records import message_key
+from roost.queues._runtime import DELIVERY, Outgoing, QueueRuntime, run_target
 from roost.queues._spec import DEFAULT_QUEUE, queue_specs
 
 __all__ = ["Subscription", "declare_subscription", "publish"]
@@ -125,9 +125,9 @@ def publish(topic: str, data: Any = None) -> Receipt:
     return DurableReceipt(done)
 
 
-async def _store(runtime: QueueRuntime, messages: list[QueueMessage], done: trio.Event) -> None:
+async def _store(runtime: QueueRuntime, messages: list[Outgoing], done: trio.Event) -> None:
     # One transaction: every durable subscriber gets the data, or (at a crash) none.
-    rows = [(message_key(m.queue, m.seq), runtime.codec.encode(m)) for m in messages]
+    rows = [(message_key(m.queue, m.seq), data) for m, data in messages]
 
     def write(txn: Any) -> None:
         for k, v in rows:
@@ -135,7 +135,7 @@ async def _store(runtime: QueueRuntime, messages: list[QueueMessage], done: trio
 
     try:
         await runtime.transact(write)
-        runtime.accept(messages)
+        runtime.accept([m for m, _ in messages])
     finally:
         done.set()
 

@@ -856,6 +856,7 @@ def main(argv: list[str] | None = None) -> None:
     if scenario not in SCENARIOS or phase not in ("run", "resume"):
         raise SystemExit(f"unknown scenario {scenario!r} or phase {phase!r}")
     WORK, PHASE = Path(work_dir), phase
+    crash_child.seal_logs(WORK)
     if phase == "run":
         trio.run(run_phase, data_dir, scenario)
     elif scenario in FEATURES:

@@ -134,7 +134,7 @@ class Child:
         if not path.exists():
             return []
         *complete, _partial = path.read_text().split("\n")
-        return [json.loads(line) for line in complete]
+        return [record for line in complete if (record := _parse(line)) is not None]
 
     def has_lines(self, name: str, count: int, **match: Any) -> bool:
         found = [x for x in self.lines(name) if all(x.get(k) == v for k, v in match.items())]
@@ -142,3 +142,12 @@ class Child:
 
     def marker(self, name: str) -> bool:
         return (self.work / name).exists()
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    """A log line's record; None for a line a SIGKILL cut short (see crash_child)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None

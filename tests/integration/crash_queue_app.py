@@ -502,6 +502,7 @@ def main(argv: list[str] | None = None) -> None:
     if base not in (*SCENARIOS, "cron") or phase not in ("run", "resume", "tick"):
         raise SystemExit(f"unknown scenario {scenario!r} or phase {phase!r}")
     WORK, PHASE, MODE = Path(work_dir), phase, mode
+    crash_child.seal_logs(WORK)
     if phase == "tick":
         trio.run(tick_phase, data_dir, stored_fire_times(data_dir))
     elif phase == "run":

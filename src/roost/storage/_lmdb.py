@@ -3,7 +3,10 @@
 Write path. ``transact_sync`` puts a request on the writer's queue; ``transact`` stages it,
 and at the end of the current trio scheduler tick every request staged during that tick moves
 to the queue at once (one thread wake-up per tick rather than per request, so the two threads
-do not trade the GIL back and forth). The writer thread takes *every* pending request at once,
+do not trade the GIL back and forth). If at that moment the writer thread is idle and no trio
+task is runnable, the tick's batch is committed right there in the trio thread instead, in
+the same way: the loop had nothing to do until the commit anyway, and two thread wake-ups
+are saved (see docs/design-notes.md). The writer thread takes *every* pending request at once,
 runs each request's function in its own child transaction of one parent transaction (so a
 function that raises is rolled back alone), and commits the parent once: one fsync covers the
 whole batch. It then wakes the batch's waiters: trio tasks with one
@@ -131,7 +134,7 @@ class LmdbStore:
     def _check_usable(self) -> None:
         if self._closed:
             raise closed_error()
-        if threading.get_ident() == self._writer.ident:
+        if self._writer.running_here():
             raise reentrant_error()
 
     def read(self) -> _LmdbReadContext:
@@ -167,7 +170,7 @@ class LmdbStore:
 
     def close(self) -> None:
         """Close the store: fail queued requests, finish the current batch, close LMDB."""
-        if threading.get_ident() == self._writer.ident:
+        if self._writer.running_here():
             raise reentrant_error()
         with self._close_lock:
             if self._closed:

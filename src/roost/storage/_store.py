@@ -87,12 +87,15 @@ class StoreStats:
         requests: transact requests processed (committed or failed).
         map_resizes: times the LMDB map was grown.
         largest_batch: the most requests one group commit carried.
+        inline_commits: commits made in the trio thread because it had nothing else to run
+            (the LMDB store; see ``roost.storage._lmdb``), counted in ``commits`` too.
     """
 
     commits: int = 0
     requests: int = 0
     map_resizes: int = 0
     largest_batch: int = 0
+    inline_commits: int = 0
 
 
 @runtime_checkable

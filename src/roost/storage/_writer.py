@@ -67,6 +67,10 @@ def deliver(batch: list[Request]) -> None:
             token.run_sync_soon(_reschedule_all, requests)
 
 
+def _abort_succeeds(_raise_cancel: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.SUCCEEDED
+
+
 def _is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, lmdb.DiskError):
         return True
@@ -109,20 +113,29 @@ class Writer:
         # _pending together: one hand-off (and one thread wake-up) per tick, not per request.
         self._staged: list[Request] = []
         self._closing = False
+        # The writer thread is waiting for work (not running a batch).
+        self._idle = False
+        # The thread running a batch inline (see _flush_staged), else None.
+        self._inline: int | None = None
+        # A system task of the trio run using this store that flushes _staged at the end of
+        # each tick (see _schedule_flush), and whether it is parked waiting for work.
+        self._flusher: trio.lowlevel.Task | None = None
+        self._flusher_token: trio.lowlevel.TrioToken | None = None
+        self._flusher_parked = False
         self._thread = threading.Thread(target=self._run, name=f"roost-writer:{self._path}")
         # A daemon, so a store the program forgot to close cannot hang interpreter exit;
         # LMDB's commit protocol keeps the data consistent even then.
         self._thread.daemon = True
         self._thread.start()
 
-    @property
-    def ident(self) -> int | None:
-        """The writer thread's id (transact functions run on it)."""
-        return self._thread.ident
+    def running_here(self) -> bool:
+        """Whether the calling thread is running a batch (inside a transact function)."""
+        me = threading.get_ident()
+        return me in (self._thread.ident, self._inline)
 
     def submit(self, req: Request) -> None:
         """Queue a request now (the blocking ``transact_sync`` path)."""
-        if threading.get_ident() == self._thread.ident:
+        if self.running_here():
             raise reentrant_error()
         with self._cond:
             if self._closing:
@@ -135,7 +148,7 @@ class Writer:
     def submit_soon(self, req: Request) -> None:
         """Queue a trio request at the end of the current trio tick (see ``_staged``)."""
         assert req.token is not None
-        if threading.get_ident() == self._thread.ident:
+        if self.running_here():
             raise reentrant_error()
         with self._cond:
             if self._closing:
@@ -143,22 +156,111 @@ class Writer:
             self._staged.append(req)
             first = len(self._staged) == 1
         if first:
-            req.token.run_sync_soon(self._flush_staged)
+            self._schedule_flush(req.token)
+
+    def _schedule_flush(self, token: trio.lowlevel.TrioToken) -> None:
+        """Have ``_flush_staged`` run once the tasks runnable now have run.
+
+        By rescheduling a parked system task rather than ``run_sync_soon``, which goes
+        through the run's wake-up socket: about 60 µs less per commit on a small VM.
+        """
+        if self._flusher_token is token and self._flusher is not None:
+            if self._flusher_parked:
+                self._flusher_parked = False
+                trio.lowlevel.reschedule(self._flusher)
+            return
+        if self._flusher_token is None:
+            with contextlib.suppress(RuntimeError):  # the run is shutting down
+                self._flusher = trio.lowlevel.spawn_system_task(
+                    self._flush_loop, name=f"roost-writer-flush:{self._path}"
+                )
+                self._flusher_token = token
+                return
+        token.run_sync_soon(self._flush_staged)  # another trio run (or none to spawn in)
+
+    async def _flush_loop(self) -> None:
+        try:
+            while True:
+                self._flush_staged()
+                self._flusher_parked = True
+                await trio.lowlevel.wait_task_rescheduled(_abort_succeeds)
+        finally:
+            self._flusher, self._flusher_token, self._flusher_parked = None, None, False
+            with self._cond:  # the run ends: whatever is staged goes to the thread
+                if self._staged and not self._closing:
+                    wake = not self._pending
+                    self._pending += self._staged
+                    self._staged.clear()
+                    if wake:
+                        self._cond.notify()
 
     def _flush_staged(self) -> None:
         with self._cond:
             if not self._staged:
                 return
-            wake = not self._pending
-            self._pending += self._staged
+            inline = (
+                self._idle
+                and not self._pending
+                and not self._closing
+                and self._inline is None
+                and trio.lowlevel.current_statistics().tasks_runnable == 0
+            )
+            if inline:
+                batch = list(self._staged)
+                self._inline = threading.get_ident()
+            else:
+                wake = not self._pending
+                self._pending += self._staged
             self._staged.clear()
-            if wake:
-                self._cond.notify()
+            if not inline:
+                if wake:
+                    self._cond.notify()
+                return
+        self._run_inline(batch)
+
+    def _run_inline(self, batch: list[Request]) -> None:
+        """Commit ``batch`` here, in the trio thread, because nothing else would run now.
+
+        When the writer thread is idle and no trio task is runnable, handing the batch to
+        the thread only adds two thread wake-ups (about 0.3 ms on a small VM) to the
+        commit's latency: the loop would sit idle until the commit is durable either way.
+        A batch that needs the map grown or split goes to the thread after all (growing
+        waits for read snapshots, which must not block the loop).
+        """
+        results: list[outcome.Outcome[Any]] | None = None
+        committed = False
+        try:
+            results = self._attempt(batch)
+            committed = True
+        except (lmdb.MapFullError, lmdb.TxnFullError):
+            results = None
+        except (lmdb.Error, OSError) as exc:
+            failure = _commit_failed(exc, self._path)
+            results = [outcome.Error(failure.clone()) for _ in batch]
+        except BaseException as exc:  # noqa: BLE001 - as on the thread: fail the batch
+            bug = Error.from_exception(exc)
+            results = [outcome.Error(bug.clone()) for _ in batch]
+        finally:
+            with self._cond:
+                self._inline = None
+                if results is None:
+                    self._pending[:0] = batch  # first: they were staged before the rest
+                self._cond.notify_all()  # the thread, if work waits; a close, if one does
+        if results is None:
+            return
+        for req, result in zip(batch, results, strict=True):
+            req.result = result
+        self._stats.requests += len(batch)
+        self._stats.inline_commits += committed
+        self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
+        _reschedule_all(batch)
 
     def close(self) -> None:
         """Stop taking requests, fail the queued ones, and wait for the current batch."""
         with self._cond:
             self._closing = True
+            while self._inline is not None:  # a batch committing in another thread
+                self._cond.wait()
             left, self._pending = self._pending + self._staged, []
             self._staged.clear()
             self._cond.notify()
@@ -170,8 +272,10 @@ class Writer:
 
     def _take(self) -> list[Request] | None:
         with self._cond:
-            while not self._pending and not self._closing:
+            self._idle = True
+            while (not self._pending or self._inline is not None) and not self._closing:
                 self._cond.wait()
+            self._idle = False
             if not self._pending:
                 return None
             batch, self._pending = self._pending, []

@@ -39,8 +39,10 @@ class WriterBlock:
         return "blocker"
 
     async def start(self, store: LmdbStore, nursery: trio.Nursery, results: dict[str, Any]) -> None:
+        # From a thread: a trio request into an idle store may commit inline, in the trio
+        # thread, which this blocking function would stall.
         async def run() -> None:
-            results["blocker"] = await store.transact(self)
+            results["blocker"] = await trio.to_thread.run_sync(store.transact_sync, self)
 
         nursery.start_soon(run)
         await trio.to_thread.run_sync(self.running.wait)
@@ -224,3 +226,92 @@ async def test_transact_after_close_is_unavailable(db: LmdbStore) -> None:
     with pytest.raises(Error, match="store closed") as info:
         await db.transact(lambda txn: None)
     assert info.value.kind is ErrorKind.UNAVAILABLE
+
+
+# -- inline commits: an idle store commits a trio request in the trio thread ---------------------
+
+
+async def test_an_idle_store_commits_a_trio_request_in_the_trio_thread(db: LmdbStore) -> None:
+    ran_in: list[int] = []
+
+    def put(txn: WriteTxn) -> str:
+        ran_in.append(threading.get_ident())
+        txn.put("state", b"k", b"v")
+        return "ok"
+
+    assert await db.transact(put) == "ok"
+    assert ran_in == [threading.get_ident()]
+    assert (db.stats.inline_commits, db.stats.commits, db.stats.requests) == (1, 1, 1)
+    with db.read() as txn:
+        assert txn.get("state", b"k") == b"v"
+
+
+async def test_a_busy_writer_takes_trio_requests_on_its_thread(db: LmdbStore) -> None:
+    block = WriterBlock()
+    results: dict[str, Any] = {}
+    ran_in: list[int] = []
+
+    def put(txn: WriteTxn) -> None:
+        ran_in.append(threading.get_ident())
+        txn.put("state", b"k", b"v")
+
+    async with trio.open_nursery() as nursery:
+        await block.start(db, nursery, results)
+        nursery.start_soon(db.transact, put)
+        await trio.testing.wait_all_tasks_blocked()
+        block.release.set()
+    assert ran_in and ran_in[0] != threading.get_ident()
+    assert db.stats.inline_commits == 0
+
+
+async def test_an_inline_request_that_fills_the_map_goes_to_the_writer(tmp_path: Path) -> None:
+    store = open_lmdb_store(tmp_path, durability="fast", map_size=64 * 1024)
+    ran_in: list[int] = []
+
+    def big(txn: WriteTxn) -> None:
+        ran_in.append(threading.get_ident())
+        for i in range(1000):
+            txn.put("dlq", key(i), b"p" * 500)
+
+    try:
+        await store.transact(big)
+        # Tried inline first; the map was grown (and the request run) on the writer thread.
+        assert ran_in[0] == threading.get_ident()
+        assert ran_in[-1] != threading.get_ident()
+        assert store.stats.map_resizes >= 1
+        assert store.stats.inline_commits == 0
+        with store.read() as txn:
+            assert txn.count("dlq") == 1000
+    finally:
+        store.close()
+
+
+async def test_an_inline_commit_failure_is_unavailable_and_writes_nothing(
+    db: LmdbStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def io_error(parent: Any) -> None:
+        raise lmdb.Error("mdb_txn_commit", errno.EIO)
+
+    monkeypatch.setattr(db._writer, "_commit", io_error)
+    with pytest.raises(Error, match=r"committing to the store .* failed") as info:
+        await db.transact(lambda txn: txn.put("state", b"k", b"v"))
+    assert info.value.kind is ErrorKind.UNAVAILABLE
+    monkeypatch.undo()
+    with db.read() as txn:
+        assert txn.get("state", b"k") is None
+    await db.transact(lambda txn: txn.put("state", b"k", b"v"))  # the store still works
+    assert db.stats.inline_commits == 1
+
+
+@pytest.mark.parametrize("call", ["transact_sync", "read", "close"])
+async def test_an_inline_transact_function_cannot_call_the_store(db: LmdbStore, call: str) -> None:
+    calls = {
+        "transact_sync": lambda: db.transact_sync(lambda inner: None),
+        "read": lambda: db.read().__enter__(),
+        "close": db.close,
+    }
+    with pytest.raises(Error, match="from inside a transact function") as info:
+        await db.transact(lambda txn: calls[call]())
+    assert info.value.kind is ErrorKind.INVALID_STATE
+    assert not db.closed
+    assert db.stats.inline_commits == 1  # the function ran inline (and its error was its own)

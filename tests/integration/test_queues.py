@@ -265,7 +265,7 @@ async def test_enqueue_inside_a_workflow_is_invalid(autojump_clock):
         return None
 
     async with roost.open_node(app):
-        assert await process.exec(enqueues) is roost.ErrorKind.INVALID
+        assert await process.exec(enqueues) == roost.ErrorKind.INVALID
         await trio.testing.wait_all_tasks_blocked()
 
 

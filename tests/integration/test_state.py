@@ -228,7 +228,7 @@ async def test_state_inside_a_workflow_is_invalid(autojump_clock):
         outcome = await process.exec("st:touches_state_directly")
         assert len(outcome) == 5
         for kind, message in outcome:
-            assert kind is INVALID
+            assert kind == INVALID  # a StrEnum comes back its value, as recorded
             assert "not available inside a workflow" in message
             assert "activity" in message
         assert await roost.state.get("s", "k") is None

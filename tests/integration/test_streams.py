@@ -107,7 +107,7 @@ async def test_bad_subscriptions_and_publishes_are_invalid(autojump_clock):
         with pytest.raises(roost.Error) as info:
             roost.publish("order.fulfilled", {"id": {1, 2}})  # not encodable
         assert info.value.kind is roost.ErrorKind.INVALID
-        assert await process.exec(publishes) is roost.ErrorKind.INVALID
+        assert await process.exec(publishes) == roost.ErrorKind.INVALID
     assert seen == []
 
 

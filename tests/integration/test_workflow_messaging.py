@@ -79,9 +79,9 @@ async def test_process_call_from_a_workflow(autojump_clock):
         helper = await process.spawn("msg:doubler")
         result = await process.with_options(id="caller-1").exec("msg:caller", target, helper)
         assert result["totals"][-1] == 6 and len(set(result["totals"])) == 3
-        assert result["nak"] == (roost.ErrorKind.CONFLICT, "add takes an int")
+        assert result["nak"] == [roost.ErrorKind.CONFLICT, "add takes an int"]
         assert result["doubled"] == 42
-        assert result["timeout"] == (roost.ErrorKind.TIMEOUT, 30.0)
+        assert result["timeout"] == [roost.ErrorKind.TIMEOUT, 30.0]
         assert result["final"] == 6
         # The calls are recorded: replay gives the same result, replies included.
         assert Replayer(app).replay(node.history("caller-1")) == result
@@ -192,9 +192,9 @@ async def stopper(mode):
 async def test_cancel_and_terminate_from_inside_a_workflow(autojump_clock):
     async with roost.open_node(app) as node:
         cancelled = await process.with_options(id="stop-c").exec("msg:stopper", "cancel")
-        assert cancelled == [("cancelled: enough", None)] * 2
+        assert cancelled == [["cancelled: enough", None]] * 2
         terminated = await process.with_options(id="stop-t").exec("msg:stopper", "terminate")
-        assert terminated == [(None, roost.ErrorKind.CANCELED), (None, roost.ErrorKind.CANCELED)]
+        assert terminated == [[None, roost.ErrorKind.CANCELED], [None, roost.ErrorKind.CANCELED]]
         assert Replayer(app).replay(node.history("stop-t")) == terminated
 
 

@@ -77,7 +77,10 @@ class Replayer:
             driver.close()
         if driver.status == Status.FAILED and driver.error is not None:
             raise driver.error.clone()
-        return driver.result if driver.status == Status.COMPLETED else None
+        if driver.status != Status.COMPLETED:
+            return None
+        # As the live run's watchers got it: recorded (a tuple comes back a list).
+        return _CODEC.decode(_CODEC.encode(driver.result))
 
     def replay_many(self, histories: Iterable[Iterable[Any]]) -> list[Any]:
         """Replay several histories; the first divergence raises (its index in details)."""

@@ -14,8 +14,10 @@ import attrs
 import trio
 
 from roost._errors import Error, ErrorKind
+from roost.actors._events import Exit
+from roost.actors._node import ExitResult
 from roost.storage import WriteTxn, key
-from roost.workflow._family import chain_next, hand_over, successor
+from roost.workflow._family import apply_close_policies, chain_next, hand_over, successor
 from roost.workflow._history import TimerFired
 from roost.workflow._records import RunStatus, TimerTask, timer_key
 from roost.workflow._run import Run
@@ -23,7 +25,10 @@ from roost.workflow._run import Run
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["close_from_outside", "fire_timer", "timeout_error"]
+__all__ = ["announce_closed", "close_from_outside", "fire_timer", "timeout_error"]
+
+# Results that decode as themselves: no need to round-trip them through the codec.
+_AS_RECORDED: frozenset[type] = frozenset({type(None), bool, int, float, str, bytes})
 
 
 async def fire_timer(m: WorkflowManager, timer: TimerTask) -> None:
@@ -128,3 +133,37 @@ def _close_writer(
             txn.put(table, k, v)
 
     return write
+
+
+def announce_closed(m: WorkflowManager, run: Run) -> None:
+    """A run ended (its final status is committed): tell whoever is waiting."""
+    if m.runs.get(run.record.workflow_id) is run:
+        del m.runs[run.record.workflow_id]
+    m.drop_settled(run.pending)  # finished after the run's last step began
+    record = run.record
+    error = record.error
+    # As recorded (a tuple comes back a list, an enum its value), the same as a watcher
+    # that arrives after the close, or after a restart, reads from the store.
+    value = record.result
+    if type(value) not in _AS_RECORDED:
+        value = m.codec.decode(m.codec.encode(value))
+    result = ExitResult(value, error)
+    at = m.node.now()
+    for watcher in run.watchers:
+        proc = m.node.procs.get(watcher)
+        if proc is not None:
+            m.node.post_event(proc, Exit(run.pid, value, error, at))
+        elif watcher.host == m.host:  # a parent workflow: into its history
+            m.process_exited(watcher, Exit(run.pid, value, error, at))
+    apply_close_policies(m, run)
+    m.node.registry.release(run.pid)
+    if error is not None:
+        for linked in run.links:
+            proc = m.node.procs.get(linked)
+            if proc is not None:
+                m.node.link_down(proc, run.pid, error, at)
+    for chan in run.exit_chans:
+        chan._try_send(result)
+    m.cached.pop(run.record.workflow_id, None)
+    if run.driver is not None:
+        run.driver.close()

@@ -32,7 +32,7 @@ class RunPorts(Ports):
 
     def make_context(self, driver: Driver) -> contextvars.Context:
         """A context in which workflow code is the run's process, on ``driver``'s backend."""
-        run, ctx = self.run, contextvars.copy_context()
+        run, ctx = self.run, self.m.base_context.copy()
         proc = WorkflowProcess(run.pid, run.entry, driver, run.context, self.m.node)
         ctx.run(set_current, proc)
         ctx.run(use_backend, driver.backend)

@@ -9,6 +9,8 @@ nothing recorded and duplicates nothing; an activity that was running may run ag
 
 from __future__ import annotations
 
+import contextvars
+import datetime as dt
 import logging
 import math
 import os
@@ -27,10 +29,12 @@ from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
-from roost.workflow._closing import close_from_outside
+from roost.workflow._closing import announce_closed, close_from_outside
+from roost.workflow._driver import Driver
 from roost.workflow._drivers import rebuild, touch
+from roost.workflow._eager import Start, eager_ok, start_eagerly
 from roost.workflow._effects import Effects
-from roost.workflow._family import apply_close_policies, new_run, record_for_start
+from roost.workflow._family import new_run, record_for_start
 from roost.workflow._history import (
     Activation,
     CancelRequested,
@@ -38,7 +42,7 @@ from roost.workflow._history import (
     ProcessExited,
     Started,
 )
-from roost.workflow._options import already_error, check_start_options
+from roost.workflow._options import check_start_options
 from roost.workflow._records import (
     RunRecord,
     RunStatus,
@@ -48,6 +52,7 @@ from roost.workflow._records import (
 )
 from roost.workflow._recovery import recover
 from roost.workflow._run import Pending, Run, Settled
+from roost.workflow._starting import claim_name, make_room
 from roost.workflow._task_failure import (
     DEFAULT_TASK_TIMEOUT,
     hold_after_task_timeout,
@@ -56,6 +61,7 @@ from roost.workflow._task_failure import (
 from roost.workflow._watchdog import TaskTimeout, guard
 
 __all__ = ["Run", "WorkflowManager"]
+
 
 log = logging.getLogger("roost.workflow")
 # Activations of different runs commit concurrently and share group commits: more
@@ -91,6 +97,9 @@ class WorkflowManager:
         self._outside_ready = trio.Event()
         self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
         self.cache_size = int(node.settings.get("workflow_cache", 10_000))
+        # What workflow code starts from (the runtime's own tasks' context): never the
+        # context of whoever caused an activation, such as a starter running one eagerly.
+        self.base_context = contextvars.copy_context()
         self.stats = {"activations": 0, "replays": 0, "evictions": 0}
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -144,13 +153,15 @@ class WorkflowManager:
         self.codec.encode(opts.get("memo", {}), what="memo")
         for topic, payload in messages:
             self.codec.encode(payload, what=f"start message {topic!r}")
-        pid = await self._make_room(workflow_id, explicit, opts, messages, parent.pid)
+        pid = await make_room(
+            self, workflow_id, explicit=explicit, opts=opts, messages=messages, sender=parent.pid
+        )
         if pid is not None:
             return pid
         pid = Pid.trusted(self.node.name, self.host, workflow_id)
         name = opts.get("name")
         if name is not None:
-            self._claim_name(name, pid)
+            claim_name(self, name, pid)
         at = self.node.now()
         run, started = new_run(
             entry=entry,
@@ -164,57 +175,21 @@ class WorkflowManager:
         events: list[Any] = [started]
         events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
         try:
-            await self._commit_incoming(run, events, put_record=run.record)
+            if eager_ok(self, run):
+                await start_eagerly(self, run, events)
+            else:
+                await self.commit_start(run, events)
         except BaseException:
             self.runs.pop(workflow_id, None)
             if name is not None:
                 self.node.registry.unregister(name)
             raise
-        self.arm(run)
         return run.pid
 
-    async def _make_room(
-        self,
-        workflow_id: str,
-        explicit: bool,
-        opts: dict[str, Any],
-        messages: tuple[tuple[str, Any], ...],
-        sender: Pid,
-    ) -> Pid | None:
-        """Apply the id policies; the running PID to return (use_existing), or None to start.
-
-        Raises:
-            roost.Error: AlreadyExists when the policies refuse.
-        """
-        replaced = False
-        while True:
-            while workflow_id in self.closing:  # a terminate of this id is committing
-                await self.closing[workflow_id].wait_closed()
-            existing = self.runs.get(workflow_id)
-            if existing is None:
-                break
-            policy = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
-            if opts.get("execution_error_when_already_started") and policy != "terminate_existing":
-                policy = "fail"
-            if policy == "fail":
-                raise already_error(workflow_id, existing.pid, "is already running")
-            if policy == "use_existing":
-                await self._signal_many(existing, messages, sender)
-                return existing.pid
-            # terminate_existing: the same path as terminate (watchers and concurrent
-            # starts of this id wait for the close), then look again.
-            self.terminate(existing.pid)
-            await existing.wait_closed()
-            replaced = True
-        if not replaced:
-            self._check_reuse(workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
-        return None
-
-    def _claim_name(self, name: str, pid: Pid) -> None:
-        holder = self.node.registry.lookup(name)
-        if holder is not None and holder != pid and not self.node.alive(holder):
-            self.node.registry.unregister(name)
-        self.node.registry.register(name, pid)  # AlreadyExists if a live process has it
+    async def commit_start(self, run: Run, events: list[Any]) -> None:
+        """Store a new run and its first events; an executor activates it (after any delay)."""
+        await self._commit_incoming(run, events, put_record=run.record)
+        self.arm(run)
 
     def arm(self, run: Run) -> None:
         """Arm the runtime timers stored with ``run``'s start (after that commit)."""
@@ -232,21 +207,6 @@ class WorkflowManager:
             return []
         started = self.codec.decode(first).events[0]
         return list(started.args) if isinstance(started, Started) else []
-
-    def _check_reuse(self, workflow_id: str, policy: str) -> None:
-        if policy == "allow_duplicate":
-            return  # the default: no need to read what ran before
-        record = self.stored_record(workflow_id)
-        if record is None:
-            return
-        if policy == "reject_duplicate":
-            raise already_error(
-                workflow_id, None, "ran before and id_reuse_policy is reject_duplicate"
-            )
-        if record.status is RunStatus.COMPLETED:  # allow_duplicate_failed_only
-            raise already_error(
-                workflow_id, None, "completed and id_reuse_policy is allow_duplicate_failed_only"
-            )
 
     def spawn_task(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` in the runtime's nursery."""
@@ -367,7 +327,7 @@ class WorkflowManager:
         await self.transact(write)
         self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
 
-    async def _signal_many(
+    async def signal_many(
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
     ) -> None:
         if messages:
@@ -478,48 +438,44 @@ class WorkflowManager:
             hold_after_task_timeout(self, run, batch)
             self.spawn_task(task_timed_out, self, run, watch)
             return
-        act = Activation(
-            index=run.next_index, at=at, events=[e for _, e in batch], commands=commands
-        )
-        effects = Effects(self, run, at, act.events)
+        events = [e for _, e in batch]
+        consumed = [k for k, _ in batch]
+        await self.record_activation(run, driver, at, events, commands, consumed=consumed)
+
+    async def record_activation(
+        self,
+        run: Run,
+        driver: Driver,
+        at: dt.datetime,
+        events: list[Any],
+        commands: list[Any],
+        *,
+        consumed: list[bytes | Settled],
+        start: Start | None = None,
+    ) -> None:
+        """Commit an activation of ``run`` (its driver has run it), then dispatch its effects.
+
+        ``start``: a run's beginning, committed with its first activation (``_eager``).
+        """
+        act = Activation(index=run.next_index, at=at, events=events, commands=commands)
+        effects = Effects(self, run, at, events)
         for command in commands:
             effects.add(command)
-        await self.transact(effects.writer(act, [k for k, _ in batch]))
+        write = effects.writer(act, consumed)
+        await self.transact(write if start is None else start.before(write))
         run.next_index += 1
         run.record = effects.record
         driver.history_size = run.record.history_size
         self.stats["activations"] += 1
+        if start is not None:
+            self.arm(run)
         effects.dispatch()
 
     # -- completion ----------------------------------------------------------------------
 
     def closed(self, run: Run) -> None:
         """A run ended (its final status is committed): tell whoever is waiting."""
-        if self.runs.get(run.record.workflow_id) is run:
-            del self.runs[run.record.workflow_id]
-        self.drop_settled(run.pending)  # finished after the run's last step began
-        record = run.record
-        error = record.error
-        result = ExitResult(record.result, error)
-        at = self.node.now()
-        for watcher in run.watchers:
-            proc = self.node.procs.get(watcher)
-            if proc is not None:
-                self.node.post_event(proc, Exit(run.pid, record.result, error, at))
-            elif watcher.host == self.host:  # a parent workflow: into its history
-                self.process_exited(watcher, Exit(run.pid, record.result, error, at))
-        apply_close_policies(self, run)
-        self.node.registry.release(run.pid)
-        if error is not None:
-            for linked in run.links:
-                proc = self.node.procs.get(linked)
-                if proc is not None:
-                    self.node.link_down(proc, run.pid, error, at)
-        for chan in run.exit_chans:
-            chan._try_send(result)
-        self.cached.pop(run.record.workflow_id, None)
-        if run.driver is not None:
-            run.driver.close()
+        announce_closed(self, run)
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         """See ``NodeHandle.describe``."""

@@ -1,0 +1,107 @@
+"""Eager start: a new run's first activation commits with its start, in one transaction.
+
+Without it a start is two commits in a row: the run record with its ``Started`` event in the
+inbox, then the first activation, which records that event and deletes its row. When the
+run may begin at once, the caller's task runs the first activation right away (as
+Temporal's eager workflow start hands the first workflow task to the starter) and one
+transaction stores the run record, its runtime timers and that activation. The history is
+the same either way: activation 1 holds ``Started`` (and the start messages) and the
+commands the workflow issued; a crash before the commit leaves nothing (the start was
+never acknowledged), after it the run is recovered as any other.
+
+The normal path remains for a run that must wait (a start delay or a retry's backoff), and
+for a first activation that runs past its task_timeout: that one is discarded, the start
+is stored the normal way, and the executor's retry takes it from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from roost.storage import WriteTxn
+from roost.workflow._drivers import new_driver, touch
+from roost.workflow._records import timer_key
+from roost.workflow._task_failure import (
+    DEFAULT_TASK_TIMEOUT,
+    hold_after_task_timeout,
+    task_timed_out,
+)
+from roost.workflow._watchdog import TaskTimeout, guard
+
+if TYPE_CHECKING:
+    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._run import Run
+
+__all__ = ["Start", "eager_ok", "start_eagerly"]
+
+
+class Start:
+    """What a run's beginning adds to its first activation's transaction: its timers."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, m: WorkflowManager, run: Run) -> None:
+        self.rows = [(timer_key(t.due, t.run_id, t.seq), m.codec.encode(t)) for t in run.timers]
+
+    def before(self, write: Callable[[WriteTxn], None]) -> Callable[[WriteTxn], None]:
+        """``write`` (the activation's writes, the run record among them) after the timers."""
+        rows = self.rows
+
+        def start_then_write(txn: WriteTxn) -> None:
+            for k, v in rows:
+                txn.put("timers", k, v)
+            write(txn)
+
+        return start_then_write
+
+
+def eager_ok(m: WorkflowManager, run: Run) -> bool:
+    """Whether ``run`` (new, not stored yet) may take its first activation now."""
+    return not run.held and not run.closing and not m.node.stopping
+
+
+async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None:
+    """Run and commit ``run``'s first activation together with its start.
+
+    Raises:
+        Whatever the commit raised; then nothing is stored and the run is gone from memory.
+    """
+    # The workflow sees what will be recorded (a tuple comes back a list), as on replay.
+    recorded = [m.codec.decode(m.codec.encode(event)) for event in events]
+    driver = run.driver = new_driver(m, run)
+    touch(m, run)
+    run.active = True  # no executor takes it meanwhile; events that arrive wait in pending
+    at = m.node.now()
+    seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
+    try:
+        try:
+            with guard(seconds) as watch:
+                commands = driver.activate(at, recorded)
+        except TaskTimeout:
+            # As for any activation: nothing of it is kept, the failure is recorded and the
+            # task retried after a backoff; only the start is stored first.
+            _forget_driver(m, run)
+            await m.commit_start(run, events)
+            hold_after_task_timeout(m, run, [])
+            m.spawn_task(task_timed_out, m, run, watch)
+            return
+        try:
+            start = Start(m, run)
+            await m.record_activation(run, driver, at, recorded, commands, consumed=[], start=start)
+        except BaseException:
+            _forget_driver(m, run)
+            raise
+    finally:
+        run.active = False
+        if run.idle is not None:  # a close from outside waits for this
+            run.idle.set()
+            run.idle = None
+    m.ready(run)  # events that arrived during the commit
+
+
+def _forget_driver(m: WorkflowManager, run: Run) -> None:
+    if run.driver is not None:
+        run.driver.close()
+        run.driver = None
+    m.cached.pop(run.record.workflow_id, None)

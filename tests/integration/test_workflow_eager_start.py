@@ -1,0 +1,79 @@
+"""A new workflow's first activation commits with its start, in one transaction.
+
+Observable through the public API: ``spawn`` returns once the run and its first step are
+stored, so the history already holds activation 1 and the commands it issued; a delayed
+start still waits; workflow code never sees the starter's context.
+"""
+
+import roost
+from roost import funcs, process
+
+app = roost.App("eager")
+app.queue("jobs", jitter=0, max_retries=0)
+
+
+@app.activity
+async def step(x):
+    return x + 1
+
+
+@app.workflow
+async def two_steps(x):
+    a = await funcs.call(step, x)
+    return await funcs.call(step, a)
+
+
+@app.workflow
+async def reports_queue_info():
+    info = roost.queue_info()
+    return None if info is None else info.queue
+
+
+@app.process
+async def handler(payload):
+    """A queue handler (a process) that runs a workflow to its end."""
+    RESULTS.append(await process.exec(reports_queue_info))
+
+
+RESULTS: list = []
+
+
+def _kinds(history):
+    return [type(item).__name__ for item in history]
+
+
+async def test_spawn_returns_with_the_first_step_stored(autojump_clock):
+    async with roost.open_node(app) as node:
+        stats = node._node.store.stats
+        before = stats.requests
+        pid = await process.with_options(id="e-1").spawn(two_steps, 1)
+        # No other task ran since spawn returned: the first step came with the start.
+        assert _kinds(node.history("e-1")) == ["WorkflowTask", "Started", "ScheduleActivity"]
+        assert stats.requests - before == 1  # one transaction: run record, step 1
+        events = process.events()
+        process.monitor(pid)
+        exit_event = await events.receive()
+        assert exit_event.value == 3
+        # Started in one transaction, then one per activity result: 3 in all, not 4.
+        assert stats.requests - before == 3
+        steps = [x.index for x in node.history("e-1") if type(x).__name__ == "WorkflowTask"]
+        assert steps == [1, 2, 3]
+
+
+async def test_a_delayed_start_waits_for_its_time(autojump_clock):
+    async with roost.open_node(app) as node:
+        await process.with_options(id="e-2", start_delay="1h").spawn(two_steps, 1)
+        assert node.history("e-2") == []
+        await roost.sleep(3601)
+        assert _kinds(node.history("e-2"))[:3] == ["WorkflowTask", "Started", "ScheduleActivity"]
+
+
+async def test_workflow_code_never_sees_the_starters_context(autojump_clock):
+    RESULTS.clear()
+    async with roost.open_node(app):
+        await roost.enqueue("jobs", handler, {})
+        while not RESULTS:
+            await roost.sleep(1)
+    # The handler sees its delivery; the workflow it started, run eagerly in the handler's
+    # task, does not (a replay would not either).
+    assert RESULTS == [None]

@@ -5,8 +5,11 @@ stored, so the history already holds activation 1 and the commands it issued; a 
 start still waits; workflow code never sees the starter's context.
 """
 
+import trio
+
 import roost
 from roost import funcs, process
+from roost.workflow import _eager, _manager
 
 app = roost.App("eager")
 app.queue("jobs", jitter=0, max_retries=0)
@@ -77,3 +80,25 @@ async def test_workflow_code_never_sees_the_starters_context(autojump_clock):
     # The handler sees its delivery; the workflow it started, run eagerly in the handler's
     # task, does not (a replay would not either).
     assert RESULTS == [None]
+
+
+async def test_eager_starts_in_flight_are_bounded(autojump_clock, monkeypatch):
+    # A burst of starts must not hold every first step's state at once: past the limit,
+    # starts take the normal path (the executors run their first steps).
+    monkeypatch.setattr(_eager, "EAGER_LIMIT", 2)
+    in_flight_at_start = []
+    real = _manager.start_eagerly
+
+    async def spy(m, run, events):
+        in_flight_at_start.append(m.eager_in_flight)
+        await real(m, run, events)
+
+    monkeypatch.setattr(_manager, "start_eagerly", spy)
+    async with roost.open_node(app):
+        events = process.events()
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(process.spawn_monitored, two_steps, i)
+        results = sorted([(await events.receive()).value for _ in range(6)])
+    assert results == [2, 3, 4, 5, 6, 7]
+    assert in_flight_at_start == [0, 1]  # the other four started the normal way

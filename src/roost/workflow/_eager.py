@@ -9,9 +9,12 @@ the same either way: activation 1 holds ``Started`` (and the start messages) and
 commands the workflow issued; a crash before the commit leaves nothing (the start was
 never acknowledged), after it the run is recovered as any other.
 
-The normal path remains for a run that must wait (a start delay or a retry's backoff), and
-for a first activation that runs past its task_timeout: that one is discarded, the start
-is stored the normal way, and the executor's retry takes it from there.
+The normal path remains for a run that must wait (a start delay or a retry's backoff), for
+a first activation that runs past its task_timeout (that one is discarded, the start is
+stored the normal way, and the executor's retry takes it from there), and for starts beyond
+``EAGER_LIMIT`` in flight at once: each holds its step's state until its commit, and a
+burst of thousands of starts would otherwise hold them all at the same time (the executors
+bound ordinary activations the same way).
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
     from roost.workflow._run import Run
 
-__all__ = ["Start", "eager_ok", "start_eagerly"]
+__all__ = ["EAGER_LIMIT", "Start", "eager_ok", "start_eagerly"]
+
+# At most this many first activations run eagerly at once (as many as there are executors).
+EAGER_LIMIT = 256
 
 
 class Start:
@@ -58,7 +64,9 @@ class Start:
 
 def eager_ok(m: WorkflowManager, run: Run) -> bool:
     """Whether ``run`` (new, not stored yet) may take its first activation now."""
-    return not run.held and not run.closing and not m.node.stopping
+    return (
+        not run.held and not run.closing and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
+    )
 
 
 async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None:
@@ -72,6 +80,7 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
     driver = run.driver = new_driver(m, run)
     touch(m, run)
     run.active = True  # no executor takes it meanwhile; events that arrive wait in pending
+    m.eager_in_flight += 1
     at = m.node.now()
     seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
     try:
@@ -93,6 +102,7 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
             _forget_driver(m, run)
             raise
     finally:
+        m.eager_in_flight -= 1
         run.active = False
         if run.idle is not None:  # a close from outside waits for this
             run.idle.set()

@@ -101,6 +101,7 @@ class WorkflowManager:
         # context of whoever caused an activation, such as a starter running one eagerly.
         self.base_context = contextvars.copy_context()
         self.stats = {"activations": 0, "replays": 0, "evictions": 0}
+        self.eager_in_flight = 0  # first activations running in their starters (_eager)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -67,6 +67,11 @@ def deliver(batch: list[Request]) -> None:
             token.run_sync_soon(_reschedule_all, requests)
 
 
+def _all_of_this_run(requests: list[Request]) -> bool:
+    token = trio.lowlevel.current_trio_token()
+    return all(req.token is token for req in requests)
+
+
 def _abort_succeeds(_raise_cancel: Any) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.SUCCEEDED
 
@@ -204,6 +209,7 @@ class Writer:
                 and not self._closing
                 and self._inline is None
                 and trio.lowlevel.current_statistics().tasks_runnable == 0
+                and _all_of_this_run(self._staged)  # their tasks are rescheduled from here
             )
             if inline:
                 batch = list(self._staged)
@@ -238,6 +244,8 @@ class Writer:
             failure = _commit_failed(exc, self._path)
             results = [outcome.Error(failure.clone()) for _ in batch]
         except BaseException as exc:  # noqa: BLE001 - as on the thread: fail the batch
+            # (A system task is KI-protected and no task_timeout guard is armed here, so
+            # this is a bug in a transact function or in roost, never a Ctrl-C.)
             bug = Error.from_exception(exc)
             results = [outcome.Error(bug.clone()) for _ in batch]
         finally:

@@ -5,6 +5,10 @@ stored, so the history already holds activation 1 and the commands it issued; a 
 start still waits; workflow code never sees the starter's context.
 """
 
+import errno
+
+import lmdb
+import pytest
 import trio
 
 import roost
@@ -102,3 +106,27 @@ async def test_eager_starts_in_flight_are_bounded(autojump_clock, monkeypatch):
         results = sorted([(await events.receive()).value for _ in range(6)])
     assert results == [2, 3, 4, 5, 6, 7]
     assert in_flight_at_start == [0, 1]  # the other four started the normal way
+
+
+async def test_a_failed_eager_commit_stores_nothing_and_the_id_stays_free(
+    autojump_clock, tmp_path, monkeypatch
+):
+    async with roost.open_node(app, tmp_path) as node:
+        writer = node._node.store._writer
+
+        def io_error(parent):
+            raise lmdb.Error("mdb_txn_commit", errno.EIO)
+
+        monkeypatch.setattr(writer, "_commit", io_error)
+        with pytest.raises(roost.Error) as info:
+            await process.with_options(id="e-3").spawn(two_steps, 1)
+        assert info.value.kind is roost.ErrorKind.UNAVAILABLE
+        monkeypatch.undo()
+        with pytest.raises(roost.Error) as missing:
+            node.describe("e-3")
+        assert missing.value.kind is roost.ErrorKind.NOT_FOUND
+        events = process.events()
+        pid = await process.with_options(id="e-3").spawn_monitored(two_steps, 1)
+        assert (await events.receive()).value == 3
+        assert node.describe("e-3")["status"] == "completed"
+        assert str(pid) == "{eager:workflows|e-3}"

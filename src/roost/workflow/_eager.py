@@ -99,7 +99,8 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
             start = Start(m, run)
             await m.record_activation(run, driver, at, recorded, commands, consumed=[], start=start)
         except BaseException:
-            _forget_driver(m, run)
+            if run.next_index == 1:  # the commit failed: nothing of the run is stored
+                _forget_driver(m, run)
             raise
     finally:
         m.eager_in_flight -= 1

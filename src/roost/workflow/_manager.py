@@ -181,9 +181,10 @@ class WorkflowManager:
             else:
                 await self.commit_start(run, events)
         except BaseException:
-            self.runs.pop(workflow_id, None)
-            if name is not None:
-                self.node.registry.unregister(name)
+            if run.next_index == 1:  # not stored (a stored run stays, whatever failed after)
+                self.runs.pop(workflow_id, None)
+                if name is not None:
+                    self.node.registry.unregister(name)
             raise
         return run.pid
 

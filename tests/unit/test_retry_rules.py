@@ -4,8 +4,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import roost
+from roost._backoff import capped_backoff
 from roost.queues._spec import make_spec, retry_delay
-from roost.workflow._retry import capped_backoff, next_retry
+from roost.workflow._retry import next_retry
 
 
 @given(

@@ -10,9 +10,9 @@ from typing import Any
 
 import attrs
 
+from roost._backoff import capped_backoff
 from roost._duration import parse_duration
 from roost._errors import Error, invalid
-from roost.workflow._retry import capped_backoff
 
 __all__ = [
     "DEFAULT_QUEUE",

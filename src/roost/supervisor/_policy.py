@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from roost._backoff import capped_backoff
 from roost._errors import ErrorKind
 from roost.supervisor._spec import Backoff, ChildSpec, Restart, Strategy
 
@@ -114,7 +115,7 @@ def prune(history: Sequence[float], now: float, period: float) -> tuple[float, .
 
 def backoff_delay(backoff: Backoff, attempt: int, rand: float) -> float:
     """``min(initial * factor^(attempt-1), max) * (1 ± jitter)``, rand in [0, 1)."""
-    base = min(backoff.initial_delay * backoff.factor ** (attempt - 1), backoff.max_delay)
+    base = capped_backoff(backoff.initial_delay, backoff.factor, attempt - 1, backoff.max_delay)
     return max(0.0, base * (1 + backoff.jitter * (2 * rand - 1)))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -85,8 +86,8 @@ class Backoff:
     def __attrs_post_init__(self) -> None:
         if isinstance(self.factor, bool) or not isinstance(self.factor, int | float):
             raise invalid(f"backoff factor must be a number >= 1, got {self.factor!r}")
-        if self.factor < 1:
-            raise invalid(f"backoff factor must be >= 1, got {self.factor}")
+        if not (math.isfinite(self.factor) and self.factor >= 1):
+            raise invalid(f"backoff factor must be a finite number >= 1, got {self.factor}")
         if isinstance(self.jitter, bool) or not 0 <= self.jitter < 1:
             raise invalid(f"backoff jitter must be in [0, 1), got {self.jitter!r}")
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):

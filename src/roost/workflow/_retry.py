@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from roost._backoff import capped_backoff
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 
-__all__ = ["RetryPolicy", "activity_options", "capped_backoff", "next_retry"]
+__all__ = ["RetryPolicy", "activity_options", "next_retry"]
 
 
 def _seconds(value: Duration | None) -> float | None:
@@ -116,12 +116,3 @@ def next_retry(options: Mapping[str, Any], attempt: int, error: Error) -> float 
     return capped_backoff(
         policy.initial_interval, policy.backoff_coefficient, attempt - 1, policy.cap
     )
-
-
-def capped_backoff(initial: float, coefficient: float, exponent: int, cap: float) -> float:
-    """``min(initial * coefficient ** exponent, cap)``, without overflowing for long runs."""
-    if initial <= 0 or coefficient <= 1:
-        return min(initial, cap)
-    if exponent * math.log(coefficient) >= math.log(cap / initial):
-        return cap  # (an activity failing for days would overflow a float here)
-    return min(initial * coefficient**exponent, cap)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from roost._backoff import capped_backoff
 from roost._errors import Error, ErrorKind
 from roost.workflow._run import Pending, Run
 from roost.workflow._watchdog import Guard
@@ -64,6 +65,6 @@ async def task_timed_out(m: WorkflowManager, run: Run, guard: Guard) -> None:
         await m.transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))
         if not run.closing:  # a close from outside may have begun during the commit
             run.record = record
-    await trio.sleep(min(2.0 ** (run.task_failures - 1), _MAX_BACKOFF))
+    await trio.sleep(capped_backoff(1.0, 2.0, run.task_failures - 1, _MAX_BACKOFF))
     run.backoff = False
     m.ready(run)

@@ -55,6 +55,7 @@ async def cancel_honouring():
 
 @app.process
 async def cancel_ignoring():
+    process.events()  # listening, so a shutdown gives it the grace period; it ignores it
     try:
         await trio.sleep_forever()
     finally:

@@ -40,8 +40,9 @@ async def worker(name):
 @app.process
 async def stubborn(name):
     trace.append(("start", name))
+    process.events()  # listens, so a shutdown gives it the grace period...
     try:
-        await trio.sleep_forever()  # ignores CANCEL
+        await trio.sleep_forever()  # ... but it ignores the CANCEL
     finally:
         trace.append(("killed", name))
 

@@ -25,6 +25,7 @@ from roost.actors._node_types import (
 )
 from roost.actors._process import Process, Upgrade, set_current
 from roost.actors._registry import Registry, check_name
+from roost.actors._stopping import shut_down, until_running
 from roost.actors._timers import Timers
 from roost.actors._trio_backend import TRIO_BACKEND
 from roost.mailbox._channel import Channel, select
@@ -547,13 +548,16 @@ class Node:
     async def shutdown(self, grace: float) -> None:
         """Cancel every process, wait up to ``grace`` seconds, then terminate the rest.
 
-        Children of supervisors get no CANCEL from the node: their supervisor stops them,
-        in reverse start order, when it is cancelled.
+        A process that does not listen on ``process.events()`` is stopped at once (see
+        ``_stopping.shut_down``). Children of supervisors get no CANCEL from the node: their
+        supervisor stops them, in reverse start order, when it is cancelled.
         """
         self.stopping = True
-        for proc in list(self.procs.values()):
-            if proc.entry is not None and not proc.supervised:
-                self.cancel(proc, "node shutdown")
+        targets = [p for p in self.procs.values() if p.entry is not None and not p.supervised]
+        await until_running(targets)
+        for proc in targets:
+            if proc.alive:
+                shut_down(self, proc, "node shutdown", by="node")
         with trio.move_on_after(grace):
             await self.wait_idle()
         for proc in list(self.procs.values()):

@@ -25,6 +25,7 @@ __all__ = [
     "is_cancelled",
     "is_mock_clock",
     "noproc_error",
+    "shutdown_error",
     "terminated_error",
 ]
 
@@ -67,6 +68,22 @@ def noproc_error(pid: Pid) -> Error:
 def terminated_error(pid: Pid, why: str = "terminated") -> Error:
     """The error a hard-stopped process exits with."""
     return Error(why, kind=ErrorKind.CANCELED, retryable=False, details={"reason": why}, pid=pid)
+
+
+def shutdown_error(pid: Pid, by: str) -> Error:
+    """The error of a process stopped at once by a shutdown it could not hear.
+
+    Its exit reason is ``shutdown``, as OTP gives a process that does not trap exits when
+    its supervisor shuts it down: an orderly stop, not a crash (kind Canceled).
+    """
+    return Error(
+        f"shutdown: stopped at once by the {by}, as it never opened process.events() to "
+        "hear the Cancel",
+        kind=ErrorKind.CANCELED,
+        retryable=False,
+        details={"reason": "shutdown", "by": by},
+        pid=pid,
+    )
 
 
 class VirtualHost(Protocol):

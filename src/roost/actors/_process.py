@@ -184,6 +184,11 @@ class Process:
         self._stop = scope
         return scope
 
+    @property
+    def has_run(self) -> bool:
+        """Whether its body has begun, or a kill already stops it (nothing to wait for)."""
+        return self._stop is not None
+
     def enter_body(self) -> None:
         """Called by the trampoline as the body starts, in the process's own task.
 

@@ -25,10 +25,16 @@ def _state(sup: Pid | str, what: str) -> SupervisorState:
 
 
 def which_children(sup: Pid | str) -> list[ChildInfo]:
-    """The children of ``sup`` in start order; ``pid`` is None while a child is down."""
+    """The children of ``sup`` in start order; ``pid`` is None while a child is down.
+
+    A child that is still starting (a supervisor child whose subtree is not up yet)
+    counts as down.
+    """
     state = _state(sup, "which_children")
     return [
-        ChildInfo(id=c.spec.id, pid=c.pid, type=c.spec.type, restart=c.spec.restart)
+        ChildInfo(
+            id=c.spec.id, pid=c.pid if c.up else None, type=c.spec.type, restart=c.spec.restart
+        )
         for c in state.children
     ]
 
@@ -39,7 +45,7 @@ def count_children(sup: Pid | str) -> dict[str, int]:
     children = state.children
     return {
         "specs": len(children),
-        "active": sum(1 for c in children if c.pid is not None),
+        "active": sum(1 for c in children if c.up),
         "supervisors": sum(1 for c in children if c.spec.type is ChildType.SUPERVISOR),
         "workers": sum(1 for c in children if c.spec.type is ChildType.WORKER),
     }
@@ -48,12 +54,14 @@ def count_children(sup: Pid | str) -> dict[str, int]:
 async def start_child(sup: Pid | str, *args: Any) -> Pid:
     """Start a child of a dynamic supervisor from its template, with ``args`` appended.
 
+    Returns once the child is up (for a supervisor template: its whole subtree).
+
     Raises:
         roost.Error: NotFound if ``sup`` is not a running supervisor; Invalid if it is not
             dynamic.
     """
     await trio.lowlevel.checkpoint()
-    return _state(sup, "start_child").start_dynamic(args)
+    return await _state(sup, "start_child").request_start(args)
 
 
 def terminate_child(sup: Pid | str, pid: Pid | str) -> None:

@@ -164,7 +164,9 @@ def decide(
 
     Args:
         flags: strategy, intensity, period.
-        order: the current children's ids in start order.
+        order: the current children's ids in start order. An id is whatever names one
+            child uniquely (the supervisor passes each dynamic child's instance id, as
+            they all share the template's spec id); decisions name children the same way.
         specs: child specs by id.
         child_id: the child that exited.
         exit_info: how it exited.
@@ -184,7 +186,7 @@ def decide(
             flags=flags,
             order=order,
             specs=specs,
-            spec=spec,
+            child_id=child_id,
             exit_info=exit_info,
             history=history,
             attempts=attempts,
@@ -208,23 +210,24 @@ def _decide_service(
     flags: Flags,
     order: Sequence[str],
     specs: dict[str, ChildSpec],
-    spec: ChildSpec,
+    child_id: str,
     exit_info: ExitInfo,
     history: Sequence[float],
     attempts: int,
     rand: float,
 ) -> tuple[Decision, tuple[float, ...], int]:
+    spec = specs[child_id]
     backoff = spec.backoff
     assert backoff is not None
     if exit_info.retryable is False:
         why = f"exited with a non-retryable {exit_info.error_kind} error"
-        return GiveUp(child_id=spec.id, reason=why), tuple(history), attempts
+        return GiveUp(child_id=child_id, reason=why), tuple(history), attempts
     attempt = 1 if exit_info.ran_for >= spec.stable_threshold else attempts + 1
     if backoff.max_attempts and attempt > backoff.max_attempts:
         why = f"gave up after {backoff.max_attempts} restart attempts"
-        return GiveUp(child_id=spec.id, reason=why), tuple(history), attempts
+        return GiveUp(child_id=child_id, reason=why), tuple(history), attempts
     delay = backoff_delay(backoff, attempt, rand)
     plan = _plan(
-        flags=flags, order=order, specs=specs, failed=spec.id, delay=delay, attempt=attempt
+        flags=flags, order=order, specs=specs, failed=child_id, delay=delay, attempt=attempt
     )
     return plan, tuple(history), attempt

@@ -16,6 +16,7 @@ from roost.actors._app import App, Entry, EntryKind
 from roost.actors._events import Cancel, Exit, LinkDown
 from roost.actors._node import Node, SpawnRequest, terminated_error
 from roost.actors._process import Process, current_process
+from roost.actors._stopping import shut_down, until_running
 from roost.mailbox._channel import UNBOUNDED, Channel, select
 from roost.mailbox._mailbox import EVENTS
 from roost.supervisor._policy import (
@@ -33,7 +34,7 @@ from roost.supervisor._spec import (
     order_by_requires,
 )
 
-__all__ = ["Child", "SupervisorState", "run_supervisor", "state_of"]
+__all__ = ["Child", "ShuttingDown", "SupervisorState", "run_supervisor", "state_of"]
 
 log = logging.getLogger("roost.supervisor")
 _LINKED = SpawnRequest(link=True, monitor=True)
@@ -42,13 +43,33 @@ _STATES = "roost.supervisor.states"
 
 @attrs.define(eq=False)
 class Child:
-    """A child as its supervisor tracks it."""
+    """A child as its supervisor tracks it.
+
+    Attributes:
+        key: how the restart policy names it: its spec id, or for a dynamic child (whose
+            id is the template's, shared by all) an id of its own instance.
+        pid: its current process, from the spawn on; None while it is down.
+        up: whether it has finished starting (a supervisor child: its whole subtree).
+    """
 
     spec: ChildSpec
     entry: Entry
+    key: str
     pid: Pid | None = None
+    up: bool = False
     started_at: float = 0.0
     attempts: int = 0
+
+
+class ShuttingDown(Exception):  # noqa: N818 - a signal to unwind, not an error
+    """The node is stopping and starts nothing: the supervisor shuts down as well."""
+
+
+def _forget(proc: Process, chan: Channel[Any]) -> None:
+    """Drop an exit channel nobody waits on any more (a long-lived process keeps them)."""
+    chans = proc.exit_chans
+    if chans is not None and chan in chans:
+        chans.remove(chan)
 
 
 def state_of(node: Node, pid: Pid) -> SupervisorState | None:
@@ -66,40 +87,111 @@ class SupervisorState:
         self.node: Node = proc.node
         self.flags = Flags(strategy=spec.strategy, intensity=spec.intensity, period=spec.period)
         self.children: list[Child] = [
-            Child(spec=c, entry=resolve_child(self.node.app, spec.name, c)) for c in children
+            Child(spec=c, entry=resolve_child(self.node.app, spec.name, c), key=c.id)
+            for c in children
         ]
+        # Opened before any child starts, so that the supervisor hears a Cancel (and
+        # counts as listening, see _stopping) during its start as well.
+        self.events = proc.get_mailbox().subscribe(EVENTS, message=False)
+        self._instances = 0
         self.by_pid: dict[Pid, Child] = {}
         # Children that ended with an error still owe us a LINK_DOWN (posted right after
         # their EXIT); any other LINK_DOWN means our parent failed.
         self.owed_link_down: set[Pid] = set()
         self.history: tuple[float, ...] = ()
-        self.control: Channel[tuple[str, Any]] = Channel(UNBOUNDED)
+        self.control: Channel[tuple[Any, ...]] = Channel(UNBOUNDED)
         self.timers: list[tuple[Channel[Any], tuple[str, ...]]] = []
         self.rand = random.Random()  # noqa: S311 - jitter, not cryptography
 
     # -- starting ------------------------------------------------------------------------
 
-    def start(self, child: Child) -> Pid:
-        """Spawn ``child`` linked to and monitored by the supervisor."""
-        pid = self.node.spawn(self.proc, child.entry, child.spec.args, _LINKED)
+    async def start(self, child: Child) -> None:
+        """Spawn ``child`` linked to and monitored by the supervisor; return once it is up.
+
+        A supervisor child is up once its whole subtree has started (OTP's synchronous
+        ``start_link``), so a tree starts depth first and a sibling that requires it
+        starts after all of it.
+
+        Raises:
+            roost.Error: it did not start: the spawn was refused, or a supervisor child
+                failed during its own start (with that child's error).
+            ShuttingDown: the node is stopping.
+        """
+        if self.node.stopping:
+            raise ShuttingDown
+        proc = self.node.start_process(self.proc, child.entry, child.spec.args, _LINKED)
+        pid = proc.pid
         child.pid = pid
         child.started_at = trio.current_time()
         self.by_pid[pid] = child
+        if proc.ready is None:
+            child.up = True
+            return
+        done = self.node.exit_channel(proc)
+        try:
+            got = await select(proc.ready.case_receive(), done.case_receive())
+        finally:
+            _forget(proc, done)
+        if got.channel is not done:
+            child.up = True
+            return
+        error = got.value.error
+        if error is None:
+            return  # it stopped during its start (a shutdown): its EXIT, queued, says so
+        # A failed start, not a crash of a running child: its EXIT and LINK_DOWN (queued
+        # already) must not be taken for one.
+        self.by_pid.pop(pid, None)
+        child.pid = None
+        self.owed_link_down.add(pid)
+        raise error.clone()
+
+    async def start_dynamic(self, args: tuple[Any, ...]) -> Pid:
+        """Start one more child from the template, with ``args`` appended (in the loop)."""
+        template = self.spec.template
+        assert template is not None
+        spec = attrs.evolve(template, args=(*template.args, *args))
+        entry = resolve_child(self.node.app, self.spec.name, spec)
+        self._instances += 1
+        child = Child(spec=spec, entry=entry, key=f"{spec.id}#{self._instances}")
+        await self.start(child)
+        self.children.append(child)
+        assert child.pid is not None
+        return child.pid
+
+    async def request_start(self, args: tuple[Any, ...]) -> Pid:
+        """``supervisor.start_child``: ask the supervisor's loop to start a child, and wait.
+
+        The start runs in the supervisor, as OTP's does, so that it is ordered with the
+        exits and restarts the supervisor handles.
+
+        Raises:
+            roost.Error: Invalid if the supervisor is not dynamic; the start's error if
+                the child did not start; Unavailable if the supervisor stopped first.
+        """
+        if self.spec.template is None:
+            raise invalid(f"supervisor {self.spec.name!r} is not dynamic: it has no template")
+        reply: Channel[Pid | Error] = Channel(1)
+        self.control._try_send(("start", args, reply))
+        done = self.node.exit_channel(self.proc)
+        try:
+            got = await select(reply.case_receive(), done.case_receive())
+        finally:
+            _forget(self.proc, done)
+        if got.channel is done:
+            raise Error(
+                f"supervisor {self.spec.name!r} stopped before it started the child",
+                kind=ErrorKind.UNAVAILABLE,
+                details={"supervisor": self.spec.name},
+                pid=self.proc.pid,
+            )
+        if isinstance(got.value, Error):
+            raise got.value
+        pid: Pid = got.value
         return pid
 
-    def start_dynamic(self, args: tuple[Any, ...]) -> Pid:
-        """Start one more child from the template, with ``args`` appended."""
-        template = self.spec.template
-        if template is None:
-            raise invalid(f"supervisor {self.spec.name!r} is not dynamic: it has no template")
-        spec = attrs.evolve(template, args=(*template.args, *args))
-        child = Child(spec=spec, entry=resolve_child(self.node.app, self.spec.name, spec))
-        self.children.append(child)
-        return self.start(child)
-
-    def child_by_id(self, child_id: str) -> Child | None:
-        """The child with this id (static supervisors)."""
-        return next((c for c in self.children if c.spec.id == child_id), None)
+    def child_by_key(self, key: str) -> Child | None:
+        """The child the restart policy calls ``key``."""
+        return next((c for c in self.children if c.key == key), None)
 
     # -- stopping ------------------------------------------------------------------------
 
@@ -114,6 +206,7 @@ class SupervisorState:
             return
         self.by_pid.pop(pid, None)
         child.pid = None
+        child.up = False
         target = self.node.procs.get(pid)
         if target is None:
             return
@@ -123,11 +216,12 @@ class SupervisorState:
         if timeout == 0:
             self.node.kill(target, terminated_error(pid, "terminated: supervisor shutdown"))
         else:
-            self.node.cancel(target, "shutdown")
-            with trio.move_on_after(timeout):
-                result = await done.receive()
-            if result is None:
-                self.node.kill(target, terminated_error(pid, "terminated: shutdown timeout"))
+            await until_running([target])
+            if target.alive and not shut_down(self.node, target, "shutdown", by="supervisor"):
+                with trio.move_on_after(timeout):
+                    result = await done.receive()
+                if result is None:
+                    self.node.kill(target, terminated_error(pid, "terminated: shutdown timeout"))
         if result is None:
             result = await done.receive()
         if result.error is not None:
@@ -150,7 +244,7 @@ class SupervisorState:
 
     async def run(self) -> str:
         """Supervise until cancelled (normal exit) or intensity is exceeded (error)."""
-        events = self.proc.get_mailbox().subscribe(EVENTS, message=False)
+        events = self.events
         while True:
             cases = [events, self.control, *(timer for timer, _ in self.timers)]
             got = await select(*cases)
@@ -158,9 +252,9 @@ class SupervisorState:
                 await self._on_control(got.value)
                 continue
             if got.channel is not events:
-                ids = next(ids for timer, ids in self.timers if timer is got.channel)
+                keys = next(keys for timer, keys in self.timers if timer is got.channel)
                 self.timers = [t for t in self.timers if t[0] is not got.channel]
-                await self._start_ids(ids)
+                await self._start_keys(keys)
                 continue
             match got.value:
                 case Cancel():
@@ -175,13 +269,26 @@ class SupervisorState:
                     await self.stop_all()
                     raise error.clone()
 
-    async def _on_control(self, command: tuple[str, Any]) -> None:
+    async def _on_control(self, command: tuple[Any, ...]) -> None:
         match command:
             case ("terminate", Pid() as pid):
                 child = self.by_pid.get(pid)
                 if child is not None:
                     await self._stop_one(child)
                     self.children.remove(child)
+            case ("start", tuple() as args, Channel() as reply):
+                try:
+                    reply._try_send(await self.start_dynamic(args))
+                except Error as exc:
+                    reply._try_send(exc)
+                except ShuttingDown:
+                    reply._try_send(
+                        Error(
+                            "the node is shutting down and starts no new processes",
+                            kind=ErrorKind.UNAVAILABLE,
+                        )
+                    )
+                    raise
 
     async def _on_exit(self, pid: Pid, value: Any, error: Error | None) -> None:
         child = self.by_pid.pop(pid, None)
@@ -190,6 +297,7 @@ class SupervisorState:
         if error is not None:
             self.owed_link_down.add(pid)
         child.pid = None
+        child.up = False
         info = ExitInfo(
             normal=error is None,
             error_kind=error.kind if error is not None else None,
@@ -202,9 +310,9 @@ class SupervisorState:
         """Ask the pure policy, and keep the history and attempt count it returns."""
         decision, self.history, child.attempts = decide(
             flags=self.flags,
-            order=[c.spec.id for c in self.children],
-            specs={c.spec.id: c.spec for c in self.children},
-            child_id=child.spec.id,
+            order=[c.key for c in self.children],
+            specs={c.key: c.spec for c in self.children},
+            child_id=child.key,
             exit_info=info,
             history=self.history,
             attempts=child.attempts,
@@ -221,6 +329,8 @@ class SupervisorState:
                 if delete or self.spec.dynamic:
                     self.children.remove(child)
             case GiveUp(reason=why):
+                if self.spec.dynamic:
+                    self.children.remove(child)  # a dynamic child that stays down is gone
                 log.warning(
                     "supervisor %s: giving up on child %s: %s",
                     self.spec.name,
@@ -252,20 +362,20 @@ class SupervisorState:
                     delay,
                     extra={**extra, "reason": reason, "attempt": child.attempts},
                 )
-                await self.stop([c for cid in stop if (c := self.child_by_id(cid))])
-                self.children = [c for c in self.children if c.spec.id not in delete]
+                await self.stop([c for key in stop if (c := self.child_by_key(key))])
+                self.children = [c for c in self.children if c.key not in delete]
                 if delay > 0:
                     self.timers.append((self.node.timers.add(delay), start))
                 else:
-                    await self._start_ids(start)
+                    await self._start_keys(start)
 
-    async def _start_ids(self, ids: Sequence[str]) -> None:
-        for cid in ids:
-            child = self.child_by_id(cid)
+    async def _start_keys(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            child = self.child_by_key(key)
             if child is None or child.pid is not None:
                 continue
             try:
-                self.start(child)
+                await self.start(child)
             except Error as exc:
                 # A failed restart counts as another failure of that child (OTP).
                 info = ExitInfo(normal=False, error_kind=exc.kind, retryable=exc.retryable)
@@ -305,11 +415,11 @@ async def run_supervisor(
     state = SupervisorState(spec, proc, children)
     states: dict[Pid, SupervisorState] = proc.node.ext.setdefault(_STATES, {})
     states[proc.pid] = state
+    started: list[Child] = []
     try:
-        started: list[Child] = []
         try:
             for child in state.children:
-                state.start(child)
+                await state.start(child)
                 started.append(child)
                 await trio.lowlevel.checkpoint()
         except Error:
@@ -317,5 +427,10 @@ async def run_supervisor(
             raise
         proc.node.mark_ready(proc)
         return await state.run()
+    except ShuttingDown:
+        # The node stops: whatever is running stops in order and the supervisor ends
+        # as a cancelled one does, rather than failing for a start the node refused.
+        await state.stop_all()
+        return "shutdown"
     finally:
         states.pop(proc.pid, None)

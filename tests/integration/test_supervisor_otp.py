@@ -96,6 +96,12 @@ app.supervisor(
     intensity=5,
 )
 app.supervisor(
+    "deaf_rest",
+    children=[child("w", "worker", "w"), child("deaf", "deaf", "deaf")],
+    strategy="rest_for_one",
+    intensity=5,
+)
+app.supervisor(
     "tidy_all",
     children=[child("tidy", "tidy", "tidy", 2), child("w", "worker", "w")],
     strategy="one_for_all",
@@ -152,9 +158,16 @@ def clear_trace():
 # -- 1. a shutdown stops at once what cannot hear it ------------------------------------
 
 
-async def test_one_for_all_restart_stops_a_deaf_child_at_once(autojump_clock):
+@pytest.mark.parametrize(
+    ("sup_entry", "restarted"),
+    [
+        ("otp:deaf_all", [("start", "deaf"), ("start", "w")]),
+        ("otp:deaf_rest", [("start", "w"), ("start", "deaf")]),
+    ],
+)
+async def test_a_restart_stops_a_deaf_sibling_at_once(autojump_clock, sup_entry, restarted):
     async with roost.open_node(app):
-        sup = await process.spawn("otp:deaf_all")
+        sup = await process.spawn(sup_entry)
         await settle()
         before = pids(sup)
         process.monitor(before["deaf"])
@@ -167,7 +180,7 @@ async def test_one_for_all_restart_stops_a_deaf_child_at_once(autojump_clock):
         assert event.pid == before["deaf"]
         assert event.error.kind is roost.ErrorKind.CANCELED
         assert event.error.details["reason"] == "shutdown"
-        assert trace == [("killed", "deaf"), ("start", "deaf"), ("start", "w")]
+        assert trace == [("killed", "deaf"), *restarted]
         after = pids(sup)
         assert None not in after.values() and after["deaf"] != before["deaf"]
 

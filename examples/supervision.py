@@ -79,6 +79,9 @@ async def main():
 
     print("\n2. A service with backoff: the payments api fails 3 times, then stays up")
     print(f"  the api is up on attempt {await api_up.receive()}")
+    # rest_for_one restarts "orders" after the api, and a supervisor child counts as up
+    # (which_children lists its pid) once its own start is done: give it a moment.
+    await roost.sleep("10ms")
     print(f"  counts: {supervisor.count_children(root)}")
 
     print("\n3. A dynamic supervisor: start order workers at run time")

@@ -185,3 +185,24 @@ def test_service_terminal_errors_and_max_attempts(retryable, max_attempts):
         assert isinstance(decision, GiveUp)
     else:
         assert isinstance(decision, RestartChildren)
+
+
+@given(failed=st.sampled_from(["w#1", "w#2", "w#3"]), service=st.booleans())
+def test_decisions_name_children_by_the_id_given_not_by_their_spec_id(failed, service):
+    # A dynamic supervisor's children share the template's spec id ("w"); the supervisor
+    # names each by its instance, and every decision must name that same instance.
+    backoff = supervisor.Backoff(jitter=0) if service else None
+    template = supervisor.child("w", "x:w", backoff=backoff)
+    keys = ["w#1", "w#2", "w#3"]
+    decision, _, _ = decide(
+        flags=Flags(intensity=5),
+        order=keys,
+        specs=dict.fromkeys(keys, template),
+        child_id=failed,
+        exit_info=EXITS["error"],
+        history=(),
+        attempts=0,
+        now=0.0,
+    )
+    assert isinstance(decision, RestartChildren)
+    assert decision.start == (failed,) and decision.stop == ()

@@ -58,7 +58,8 @@ async def start_child(sup: Pid | str, *args: Any) -> Pid:
 
     Raises:
         roost.Error: NotFound if ``sup`` is not a running supervisor; Invalid if it is not
-            dynamic.
+            dynamic; the child's own error if it failed to start; Unavailable if the
+            supervisor stopped before it started the child.
     """
     await trio.lowlevel.checkpoint()
     return await _state(sup, "start_child").request_start(args)

@@ -103,6 +103,7 @@ def _spoil(data: Path) -> dict[str, bytes]:
         txn.put(history_row, UNKNOWN_TAG, db=dbs["histories"])
         txn.put(key(runs["bad-inbox"], 1), FUTURE, db=dbs["inbox"])
         txn.put(key(runs["bad-task-owner"], 7), GARBAGE[:3], db=dbs["tasks"])
+        txn.put(ORPHAN, GARBAGE, db=dbs["tasks"])  # of no open run: set aside on its own
         timers = {
             unpack_key(k, int, str, int)[1]: k for k, _ in txn.cursor(db=dbs["timers"]).iternext()
         }
@@ -122,6 +123,7 @@ def _spoil(data: Path) -> dict[str, bytes]:
     return written
 
 
+ORPHAN = key("no-such-run", 1)
 BAD = ["bad-run", "bad-inbox", "bad-task-owner", "bad-timer"]  # found on open
 
 
@@ -196,6 +198,7 @@ async def test_unreadable_rows_quarantine_their_workflow_and_the_rest_recovers(
         *(("workflow", w) for w in [*BAD, "bad-history"]),
         ("queue_message", "jobs#2"),
         ("dead_letter", "jobs#3"),
+        ("row", f"tasks:{ORPHAN.hex()}"),
     }
     await _check_kept(data)
     caplog.clear()
@@ -233,3 +236,39 @@ async def _check_kept(data: Path) -> None:
         # bad-run's timer was neither fired nor dropped: it stays for the quarantined run.
         assert len(list(txn.cursor(db=dbs["timers"]).iternext())) == 1
         assert txn.get(message_key("jobs", 1), db=dbs["queue_messages"]) is None  # delivered
+
+
+cron_app = roost.App("qzc")
+ticks: list[Any] = []
+
+
+@cron_app.activity
+async def tick(info: Any) -> None:
+    ticks.append(info)
+
+
+TRIGGER = cron_app.cron("*/10 * * * * *", tick, catch_up="all")  # every 10 seconds
+
+
+async def test_an_unreadable_cron_row_is_set_aside_and_the_trigger_goes_on(
+    tmp_path: Path, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    ticks.clear()
+    data = tmp_path / "data"
+    open_lmdb_store(data).close()
+    row = key(TRIGGER.id)
+    with raw(data) as (txn, dbs):
+        txn.put(row, GARBAGE, db=dbs["cron"])  # its last fire time, unreadable
+    with caplog.at_level(logging.ERROR):
+        async with roost.open_node(cron_app, data) as node:
+            await trio.sleep(25)
+            assert len(ticks) >= 2  # it fires on, as a trigger that never fired before
+            entries = quarantined(node._node.store)
+    assert [(e["unit"], e["id"], e["rows"][0]["size"]) for e in entries] == [
+        ("row", f"cron:{row.hex()}", len(GARBAGE))
+    ]
+    assert any("quarantined" in r.getMessage() for r in caplog.records)
+    with raw(data) as (txn, dbs):
+        stored = CODEC.decode(txn.get(key("row", f"cron:{row.hex()}"), db=dbs["quarantine"]))
+        assert stored.rows[0].data == GARBAGE
+        assert CODEC.decode(txn.get(row, db=dbs["cron"])) > dt.datetime(2000, 1, 1, tzinfo=dt.UTC)

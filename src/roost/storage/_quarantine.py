@@ -37,6 +37,7 @@ __all__ = [
     "quarantine_key",
     "quarantined",
     "read_quarantine",
+    "set_aside",
     "write_quarantine",
 ]
 
@@ -144,6 +145,35 @@ def write_quarantine(
     stored = attrs.evolve(entry, rows=list(rows.values()))
     txn.put(QUARANTINE_TABLE, k, codec.encode(stored, what="quarantine entry"))
     return stored
+
+
+def set_aside(
+    store: Store,
+    codec: Codec,
+    row: tuple[str, bytes, bytes],
+    exc: BaseException,
+    at: dt.datetime,
+) -> Quarantine:
+    """Quarantine one unreadable ``(table, key, data)`` row on its own (unit "row"), now.
+
+    For a row no workflow or message owns (a cron trigger's last fire time, say). It is
+    logged at ERROR; a failed commit is logged too, and the row then stays where it is.
+    """
+    table, row_key, data = row
+    error = decode_error(exc, table, row_key)
+    kept = QuarantinedRow(table=table, key=row_key, data=data, error=error)
+    entry = Quarantine(unit="row", id=f"{table}:{row_key.hex()}", error=error, at=at, rows=[kept])
+    log.error(
+        "row %s quarantined: %s; it is kept, raw, in the quarantine table "
+        "(roost.storage.quarantined lists it) and the node goes on without it",
+        entry.id,
+        error.message,
+    )
+    try:
+        store.transact_sync(lambda txn: write_quarantine(txn, codec, entry))
+    except Error:
+        log.exception("storing the quarantine of row %s failed", entry.id)
+    return entry
 
 
 def read_quarantine(txn: ReadTxn, codec: Codec, unit: str | None = None) -> list[Quarantine]:

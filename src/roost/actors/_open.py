@@ -144,7 +144,9 @@ async def open_node(
             None (the default) serves nothing.
 
     Raises:
-        roost.Error: kind Invalid for a bad argument, before anything starts.
+        roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
+            when another node (in this or another OS process, whose pid the message names)
+            has ``data_dir`` open.
     """
     if not isinstance(app, App):
         raise invalid(f"open_node needs a roost.App, got {type(app).__name__}")
@@ -162,7 +164,8 @@ async def open_node(
     temp = data_dir is None
     path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else Path(data_dir)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store makes it 0700 exactly
+        # Holds the directory's lock until closed: one OS process per data directory.
         store = open_lmdb_store(path, durability=durability)  # type: ignore[arg-type]
         try:
             # Bumped and persisted before any PID exists: PIDs are never reused.

@@ -24,6 +24,7 @@ from roost.actors._node import Node
 from roost.queues._runtime import run_target
 from roost.storage import Codec, key
 from roost.storage._codec import record
+from roost.storage._quarantine import set_aside
 
 __all__ = ["CronTick", "CronTrigger", "declare_cron"]
 
@@ -91,9 +92,18 @@ class CronRuntime:
             nursery.start_soon(runtime._run, trigger, name=f"roost.cron {trigger.id}")
 
     def _last(self, trigger: CronTrigger) -> dt.datetime | None:
+        row = key(trigger.id)
         with self.store.read() as txn:
-            data = txn.get("cron", key(trigger.id))
-        return self.codec.decode(data) if data is not None else None
+            data = txn.get("cron", row)
+        if data is None:
+            return None
+        try:
+            last: dt.datetime = self.codec.decode(data)
+        except Exception as exc:  # noqa: BLE001 - unreadable, whatever the decoder raised
+            # Set aside (kept, raw): the trigger goes on as one that never fired.
+            set_aside(self.store, self.codec, ("cron", row, data), exc, self.node.now())
+            return None
+        return last
 
     async def _store_last(self, trigger: CronTrigger, at: dt.datetime) -> None:
         data = self.codec.encode(at)

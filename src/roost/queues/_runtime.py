@@ -30,6 +30,7 @@ from roost.actors._node import Node
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import Spawner
 from roost.queues._dispatch import QueueState
+from roost.queues._quarantine import quarantine_messages, readable_messages
 from roost.queues._records import DeadLetter, QueueInfo, QueueMessage, message_key
 from roost.queues._spec import QueueSpec, declare_queue, load_config, queue_specs, retry_delay
 from roost.storage import Codec, Store, WriteTxn
@@ -86,9 +87,11 @@ class QueueRuntime:
 
     def _recover(self) -> None:
         with self.store.read() as txn:
-            messages = [self.codec.decode(v) for _, v in txn.range("queue_messages")]
-            dead = [self.codec.decode(v) for _, v in txn.range("dlq")]
+            messages, dead, bad = readable_messages(txn, self.codec, self.node.now())
         self._seq = max([m.seq for m in messages] + [d.seq for d in dead] + [0])
+        # A quarantined message's seq is not given again: its key stays its own.
+        self._seq = max([self._seq] + [seq for entry in bad if (seq := entry.info.get("seq"))])
+        quarantine_messages(self.store, self.codec, bad)
         for message in messages:
             state = self.states.get(message.queue)
             if state is None:

@@ -22,7 +22,19 @@ Failures. A commit that fails (a full disk, an I/O error) aborts the batch's par
 transaction, so nothing of the batch is written, and every request in it gets a
 ``roost.Error`` of kind Unavailable that says what happened and what to do.
 
-Opening the same data directory twice in one process is an error of kind InvalidState:
+A store that reaches ``max_map_size`` (when one is set) fails the batch the same way, with
+kind Unavailable too: both are a state of the machine, not of the request, and clear once
+there is room (after deletes, or a reopen with a larger limit). LimitExceeded is kept for a
+single transaction too large for any LMDB commit, which no retry fixes. Either way the writer
+thread goes on, and the next batch commits as soon as it fits.
+
+The data directory (see ``roost.storage._datadir``): created 0700, files 0600, and held by one
+OS process at a time through an exclusive lock, so a second open fails at once with
+InvalidState naming the holder's pid. ``readonly=True, lock=False`` opens the store for
+reading beside the process that holds it (LMDB's own reader table keeps those snapshots
+consistent); such a store has no writer thread and refuses every write.
+
+Opening the same data directory twice in one process is an error of kind InvalidState too:
 LMDB forbids it (a second open breaks the lock file's advisory locks), so close the first
 store before reopening.
 """
@@ -40,7 +52,8 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.storage import _writer
-from roost.storage._lmdb_txn import LmdbReadTxn, ReaderGate, abort_quietly
+from roost.storage._datadir import FILE_MODE, DirLock, in_use_error, prepare_dir, tighten_file
+from roost.storage._lmdb_txn import MISSING_TABLE, LmdbReadTxn, ReaderGate, abort_quietly
 from roost.storage._store import (
     TABLES,
     ReadTxn,
@@ -82,13 +95,19 @@ class _LmdbReadContext:
     def __enter__(self) -> ReadTxn:
         store = self._store
         store._check_usable()
-        store._gate.enter()
-        try:
-            store._check_usable()
-            self._lmdb_txn = store._env.begin(write=False)
-        except BaseException:
-            store._gate.exit()
-            raise
+        while True:
+            store._gate.enter()
+            try:
+                store._check_usable()
+                self._lmdb_txn = store._env.begin(write=False)
+                break
+            except lmdb.MapResizedError:
+                # Only beside another process's writer (a read-only store): it grew the map.
+                store._gate.exit()
+                store._adopt_map_size()
+            except BaseException:
+                store._gate.exit()
+                raise
         self._txn = LmdbReadTxn(self._lmdb_txn, store._dbs)
         return self._txn
 
@@ -110,21 +129,32 @@ class LmdbStore:
     Attributes:
         path: the data directory.
         durability: "sync" (fsync per group commit) or "fast" (no fsync).
+        readonly: opened with ``readonly=True``: reads only, no writer thread.
         stats: write-path counters (``commits < requests`` shows group commit at work).
     """
 
     def __init__(
-        self, env: lmdb.Environment, dbs: dict[str, Any], path: str, durability: Durability
+        self,
+        env: lmdb.Environment,
+        dbs: dict[str, Any],
+        path: str,
+        durability: Durability,
+        *,
+        readonly: bool = False,
+        lock: DirLock | None = None,
+        max_map_size: int | None = None,
     ) -> None:
         self._env = env
         self._dbs = dbs
         self.path = path
         self.durability = durability
+        self.readonly = readonly
         self.stats = StoreStats()
         self._gate = ReaderGate()
         self._closed = False
         self._close_lock = threading.Lock()
-        self._writer = Writer(env, dbs, self._gate, self.stats)
+        self._lock = lock
+        self._writer = None if readonly else Writer(env, dbs, self._gate, self.stats, max_map_size)
 
     @property
     def closed(self) -> bool:
@@ -134,8 +164,35 @@ class LmdbStore:
     def _check_usable(self) -> None:
         if self._closed:
             raise closed_error()
-        if self._writer.running_here():
+        if self._writer is not None and self._writer.running_here():
             raise reentrant_error()
+
+    def _live_writer(self) -> Writer:
+        if self._writer is None:
+            raise Error(
+                f"the store {self.path} was opened read-only: it cannot write; open it with "
+                "readonly=False (in the one process that holds the data directory) to write",
+                kind=ErrorKind.INVALID_STATE,
+                retryable=False,
+                details={"path": self.path},
+            )
+        return self._writer
+
+    def _adopt_map_size(self) -> None:
+        # set_mapsize(0) takes the size the writing process gave the map; LMDB allows it
+        # only with no transaction of this process open.
+        if not self._gate.acquire_exclusive(_writer.QUIESCE_TIMEOUT):
+            raise Error(
+                f"the store {self.path} grew in the process that writes it, and this read-only "
+                f"store could not follow: read snapshots stayed open for "
+                f"{_writer.QUIESCE_TIMEOUT:g} s; keep `with store.read()` blocks short",
+                kind=ErrorKind.UNAVAILABLE,
+                retryable=True,
+            )
+        try:
+            self._env.set_mapsize(0)
+        finally:
+            self._gate.release_exclusive()
 
     def read(self) -> _LmdbReadContext:
         """Open a read-only snapshot: ``with store.read() as txn:`` (do not await inside)."""
@@ -149,16 +206,17 @@ class LmdbStore:
             roost.Error: kind Unavailable when the commit failed or the store was closed.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        writer = self._live_writer()
         req = Request(
             fn, task=trio.lowlevel.current_task(), token=trio.lowlevel.current_trio_token()
         )
-        self._writer.submit_soon(req)
+        writer.submit_soon(req)
         return cast(T, await trio.lowlevel.wait_task_rescheduled(_abort_fails))
 
     def transact_sync(self, fn: Callable[[WriteTxn], T]) -> T:
         """Blocking form of `transact`, for threads and code outside trio."""
         req = Request(fn)
-        self._writer.submit(req)
+        self._live_writer().submit(req)
         assert req.event is not None
         req.event.wait()
         assert req.result is not None
@@ -170,16 +228,18 @@ class LmdbStore:
 
     def close(self) -> None:
         """Close the store: fail queued requests, finish the current batch, close LMDB."""
-        if self._writer.running_here():
+        writer = self._writer
+        if writer is not None and writer.running_here():
             raise reentrant_error()
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
-        self._writer.close()
+        if writer is not None:
+            writer.close()
         quiet = self._gate.acquire_exclusive(_writer.QUIESCE_TIMEOUT)
         try:
-            if self.durability == "fast":
+            if self.durability == "fast" and writer is not None:
                 self._env.sync(
                     force=True
                 )  # a clean shutdown is durable even without per-commit fsync
@@ -187,6 +247,8 @@ class LmdbStore:
         finally:
             if quiet:
                 self._gate.release_exclusive()
+            if self._lock is not None:
+                self._lock.release()  # after LMDB's close: its last write is done
             with _open_paths_lock:
                 _open_paths.discard(self.path)
 
@@ -200,32 +262,62 @@ def open_lmdb_store(
     *,
     durability: Durability = "sync",
     map_size: int = DEFAULT_MAP_SIZE,
+    max_map_size: int | None = None,
+    readonly: bool = False,
+    lock: bool = True,
 ) -> LmdbStore:
     """Open (creating it if needed) the LMDB store in the data directory ``path``.
 
     Args:
-        path: the data directory; created if missing.
+        path: the data directory; created (mode 0700) if missing.
         durability: "sync" fsyncs every group commit; "fast" does not (a commit survives a
             process crash, not a power loss).
         map_size: the initial map size in bytes; it doubles automatically when full.
+        max_map_size: the map never grows past this many bytes (None: as far as the disk
+            and address space allow); a write that does not fit then fails with
+            Unavailable, and the store goes on.
+        readonly: open for reading only (no writer thread; every write raises
+            InvalidState). The directory and the store must exist.
+        lock: hold the data directory's exclusive lock while open. Every process that
+            writes must; a read-only inspector beside a running node passes False.
 
     Returns:
         The open store; close it with ``close()`` or ``await aclose()``.
 
     Raises:
-        roost.Error: kind Invalid for a bad option, InvalidState if this process already has
-            the directory open, Unavailable if LMDB cannot open it.
+        roost.Error: kind Invalid for a bad option; InvalidState if this process already
+            has the directory open, or another process holds its lock (the message names
+            that process's pid); NotFound for a read-only open of a directory without a
+            store; Unavailable if LMDB cannot open it.
     """
     if durability not in ("sync", "fast"):
         raise invalid(f"durability must be 'sync' or 'fast', got {durability!r}")
     if type(map_size) is not int or map_size <= 0:
         raise invalid(f"map_size must be a positive int (bytes), got {map_size!r}")
+    if max_map_size is not None and (type(max_map_size) is not int or max_map_size < map_size):
+        raise invalid(
+            f"max_map_size must be None or an int >= map_size ({map_size}), got {max_map_size!r}"
+        )
+    for name, flag in (("readonly", readonly), ("lock", lock)):
+        if type(flag) is not bool:
+            raise invalid(f"{name} must be True or False, got {flag!r}")
     real = os.path.realpath(os.fspath(path))
     _claim(real)
+    held: DirLock | None = None
     try:
-        env, dbs = _open_env(real, durability, map_size)
-        return LmdbStore(env, dbs, real, durability)
+        if readonly:
+            _require_store(real)
+        else:
+            _prepare(real)
+        if lock:
+            held = _lock(real)
+        env, dbs = _open_env(real, durability, map_size, readonly)
+        return LmdbStore(
+            env, dbs, real, durability, readonly=readonly, lock=held, max_map_size=max_map_size
+        )
     except BaseException:
+        if held is not None:
+            held.release()
         with _open_paths_lock:
             _open_paths.discard(real)
         raise
@@ -234,20 +326,48 @@ def open_lmdb_store(
 def _claim(path: str) -> None:
     with _open_paths_lock:
         if path in _open_paths:
-            raise Error(
-                f"the store {path} is already open in this process: close it before opening it "
-                "again (LMDB must not open one environment twice in a process)",
-                kind=ErrorKind.INVALID_STATE,
-                retryable=False,
-            )
+            raise in_use_error(path, os.getpid(), here=True)
         _open_paths.add(path)
 
 
+def _unavailable(path: str, exc: BaseException) -> Error:
+    return Error(
+        f"cannot open the store in {path}: {type(exc).__name__}: {exc}",
+        kind=ErrorKind.UNAVAILABLE,
+        retryable=False,
+        details={"path": path},
+    )
+
+
+def _prepare(path: str) -> None:
+    try:
+        prepare_dir(path)
+    except OSError as exc:
+        raise _unavailable(path, exc) from exc
+
+
+def _lock(path: str) -> DirLock:
+    try:
+        return DirLock.acquire(path)
+    except OSError as exc:
+        raise _unavailable(path, exc) from exc
+
+
+def _require_store(path: str) -> None:
+    if not os.path.isfile(os.path.join(path, "data.mdb")):
+        raise Error(
+            f"there is no roost store in {path}: a read-only open needs a data directory a "
+            "node has already opened; check the path",
+            kind=ErrorKind.NOT_FOUND,
+            retryable=False,
+            details={"path": path},
+        )
+
+
 def _open_env(
-    path: str, durability: Durability, map_size: int
+    path: str, durability: Durability, map_size: int, readonly: bool
 ) -> tuple[lmdb.Environment, dict[str, Any]]:
     try:
-        os.makedirs(path, exist_ok=True)
         env = lmdb.open(
             path,
             map_size=map_size,
@@ -255,18 +375,36 @@ def _open_env(
             max_readers=_MAX_READERS,
             sync=durability == "sync",
             metasync=durability == "sync",
+            readonly=readonly,
+            mode=FILE_MODE,
         )
     except (lmdb.Error, OSError) as exc:
-        raise Error(
-            f"cannot open the store in {path}: {type(exc).__name__}: {exc}",
-            kind=ErrorKind.UNAVAILABLE,
-            retryable=False,
-            details={"path": path},
-        ) from exc
+        raise _unavailable(path, exc) from exc
     try:
+        if readonly:
+            return env, _existing_tables(env)
+        # The mode LMDB was given applies to files it creates; files an earlier version
+        # created wider are tightened here.
+        for name in ("data.mdb", "lock.mdb"):
+            tighten_file(os.path.join(path, name))
+        env.reader_check()  # reader slots of killed processes (inspectors) are freed
         with env.begin(write=True) as txn:
             dbs = {name: env.open_db(name.encode(), txn=txn, create=True) for name in TABLES}
     except BaseException:
         env.close()
         raise
     return env, dbs
+
+
+def _existing_tables(env: lmdb.Environment) -> dict[str, Any]:
+    # A table missing from a store an earlier version wrote (and no writer has opened
+    # since) reads as empty.
+    dbs: dict[str, Any] = {}
+    for name in TABLES:
+        # Each in a transaction py-lmdb makes for it: handles opened in a read transaction
+        # of ours would not outlive it.
+        try:
+            dbs[name] = env.open_db(name.encode(), create=False)
+        except lmdb.NotFoundError:
+            dbs[name] = MISSING_TABLE
+    return dbs

@@ -18,7 +18,11 @@ from roost.storage._store import (
     finished_error,
 )
 
-__all__ = ["LmdbReadTxn", "LmdbWriteTxn", "ReaderGate", "abort_quietly"]
+__all__ = ["MISSING_TABLE", "LmdbReadTxn", "LmdbWriteTxn", "ReaderGate", "abort_quietly"]
+
+# Stands for a table a read-only store did not find (a store written by an earlier version):
+# it reads as empty.
+MISSING_TABLE: Any = object()
 
 
 class ReaderGate:
@@ -82,7 +86,11 @@ class LmdbReadTxn(ReadTxnBase):
 
     def get(self, table: str, key: bytes) -> bytes | None:
         """Return the value stored under ``key``, or None."""
-        return self._live().get(check_key(key), db=self._db(table))
+        txn, db = self._live(), self._db(table)
+        if db is MISSING_TABLE:
+            check_key(key)
+            return None
+        return txn.get(check_key(key), db=db)
 
     def range(
         self,
@@ -95,7 +103,10 @@ class LmdbReadTxn(ReadTxnBase):
     ) -> Iterator[tuple[bytes, bytes]]:
         """Yield ``(key, value)`` for ``start <= key < stop`` in key order."""
         check_range(start, stop, limit)
-        cursor = self._live().cursor(db=self._db(table))
+        txn, db = self._live(), self._db(table)
+        if db is MISSING_TABLE:
+            return iter(())
+        cursor = txn.cursor(db=db)
         return self._scan(cursor, start, stop, reverse, limit)
 
     def _scan(
@@ -117,7 +128,8 @@ class LmdbReadTxn(ReadTxnBase):
 
     def count(self, table: str) -> int:
         """Return the number of keys in ``table``."""
-        return self._live().stat(self._db(table))["entries"]
+        txn, db = self._live(), self._db(table)
+        return 0 if db is MISSING_TABLE else txn.stat(db)["entries"]
 
 
 def _walk(

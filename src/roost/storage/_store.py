@@ -69,6 +69,7 @@ TABLES: Final[tuple[str, ...]] = (
     "inbox",
     "cron",
     "queue_groups",
+    "quarantine",
 )
 _TABLE_SET: Final = frozenset(TABLES)
 

@@ -105,12 +105,18 @@ class Writer:
     """The single writer thread and its queue."""
 
     def __init__(
-        self, env: lmdb.Environment, dbs: dict[str, Any], gate: ReaderGate, stats: StoreStats
+        self,
+        env: lmdb.Environment,
+        dbs: dict[str, Any],
+        gate: ReaderGate,
+        stats: StoreStats,
+        max_map_size: int | None = None,
     ) -> None:
         self._env = env
         self._dbs = dbs
         self._gate = gate
         self._stats = stats
+        self._max_map_size = max_map_size
         self._path = env.path()
         self._cond = threading.Condition()
         self._pending: list[Request] = []
@@ -308,8 +314,13 @@ class Writer:
                 return self._attempt(batch)
             except lmdb.MapFullError:
                 problem = self._grow()
-                if problem is not None:
-                    return [outcome.Error(problem.clone()) for _ in batch]
+                if problem is None:
+                    continue
+                if len(batch) > 1 and self._at_max():
+                    # The requests that fit on their own still commit.
+                    half = len(batch) // 2
+                    return self._run_batch(batch[:half]) + self._run_batch(batch[half:])
+                return [outcome.Error(problem.clone()) for _ in batch]
             except lmdb.TxnFullError:
                 if len(batch) == 1:
                     return [outcome.Error(_txn_too_large())]
@@ -351,8 +362,17 @@ class Writer:
         # One method, so fault-injection tests can make the commit fail like a full disk.
         parent.commit()
 
+    def _at_max(self) -> bool:
+        limit = self._max_map_size
+        return limit is not None and self._env.info()["map_size"] >= limit
+
     def _grow(self) -> Error | None:
-        size = self._env.info()["map_size"] * 2
+        current = self._env.info()["map_size"]
+        size = current * 2
+        if self._max_map_size is not None:
+            if current >= self._max_map_size:
+                return _at_max_size(self._path, self._max_map_size)
+            size = min(size, self._max_map_size)
         if not self._gate.acquire_exclusive(QUIESCE_TIMEOUT):
             return Error(
                 f"the store {self._path} is full and could not grow: read snapshots stayed "
@@ -374,6 +394,17 @@ class Writer:
             self._gate.release_exclusive()
         self._stats.map_resizes += 1
         return None
+
+
+def _at_max_size(path: str, limit: int) -> Error:
+    return Error(
+        f"the store {path} is full: it reached its max_map_size of {limit} bytes, so nothing "
+        "of this transaction was written; delete data the store no longer needs, or reopen "
+        "it with a larger max_map_size, then retry",
+        kind=ErrorKind.UNAVAILABLE,
+        retryable=True,
+        details={"path": path, "max_map_size": limit},
+    )
 
 
 def _txn_too_large() -> Error:

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 from roost._pid import Pid
 from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
+from roost.storage._quarantine import QuarantinedRow, decode_error
 from roost.workflow._driver import Driver, Ports
 from roost.workflow._history import Started
+from roost.workflow._quarantine import RunQuarantined
 from roost.workflow._records import history_key
 from roost.workflow._run import Run
 
@@ -67,6 +69,7 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
 
     Raises:
         roost.NondeterminismError: the code no longer replays the history.
+        RunQuarantined: a row of the history cannot be decoded.
     """
     driver = new_driver(m, run)
     if run.record.activations == 0:
@@ -74,10 +77,15 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
     m.stats["replays"] += 1
     with paused_gc():
         with m.store.read() as txn:
-            stored = [v for _, v in txn.prefix("histories", history_key(run.record.run_id, 0)[:-8])]
+            stored = list(txn.prefix("histories", history_key(run.record.run_id, 0)[:-8]))
         # Decoded one at a time: a long history never has all its records alive at once.
-        for data in stored:
-            act = m.codec.decode(data)
+        for k, data in stored:
+            try:
+                act = m.codec.decode(data)
+            except Exception as exc:  # whatever the decoder raises, the row is unreadable
+                error = decode_error(exc, "histories", k)
+                row = QuarantinedRow(table="histories", key=k, data=data, error=error)
+                raise RunQuarantined(row) from exc
             if act.index == 1 and act.events and isinstance(act.events[0], Started):
                 # Before replaying: workflow code sees the context from its first step on.
                 run.context = act.events[0].context

@@ -13,6 +13,7 @@ from roost.actors._app import Entry
 from roost.mailbox._mailbox import EVENTS
 from roost.workflow._history import MessageArrived, StartChild, Started
 from roost.workflow._options import CHAIN_OPTIONS
+from roost.workflow._quarantine import quarantined_error
 from roost.workflow._records import RunRecord, RunStatus, TimerTask
 from roost.workflow._retry import next_retry
 from roost.workflow._run import Run, Settled
@@ -253,6 +254,8 @@ def start_child(
     ``taken`` holds the ids of children started earlier in the same step (not yet running).
     """
     pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
+    if command.workflow_id in m.quarantined:
+        return quarantined_error(command.workflow_id)
     if command.workflow_id in m.runs or command.workflow_id in taken:
         return Error(
             f"child workflow id {command.workflow_id!r} is already running",

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import functools
 import re
-from typing import Any
+from typing import Any, Final
 
-from roost._errors import invalid, not_found
+import attrs
+
+from roost._errors import Error, ErrorKind, invalid, not_found
 from roost.storage import Codec, Store, key
+from roost.storage._quarantine import (
+    QUARANTINE_TABLE,
+    Quarantine,
+    QuarantinedRow,
+    decode_error,
+    quarantine_key,
+    read_quarantine,
+)
 from roost.workflow._history import flatten
-from roost.workflow._records import RunRecord
+from roost.workflow._records import RunRecord, RunStatus
 
 __all__ = ["describe", "history", "list_workflows", "parse_query"]
 
 _CLAUSE = re.compile(r"^\s*(\w+)\s*(=|!=)\s*'([^']*)'\s*$")
+# The "when" of a row found unreadable by inspection, not quarantined (yet).
+_NEVER: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _as_dict(record: RunRecord) -> dict[str, Any]:
@@ -42,18 +57,29 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
     }
 
 
-def _record(store: Store, codec: Codec, workflow_id: str) -> RunRecord:
+def _lookup(store: Store, codec: Codec, workflow_id: str) -> RunRecord | dict[str, Any]:
+    """The latest run record, or the description of a quarantined (or unreadable) one."""
     with store.read() as txn:
         data = txn.get("runs", workflow_id.encode())
-    if data is None:
+        entry = None
+        if data is None:
+            raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
+            entry = None if raw is None else _decoded_entry(codec, raw)
+    if data is not None:
+        return _decode_row(codec, workflow_id.encode(), data)
+    if entry is None:
         raise not_found(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
-    record: RunRecord = codec.decode(data)
-    return record
+    return _quarantined(codec, entry)
 
 
 def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
-    """Status, result or error, type and timestamps of a workflow's latest run."""
-    return _as_dict(_record(store, codec, workflow_id))
+    """Status, result or error, type and timestamps of a workflow's latest run.
+
+    A quarantined workflow has status ``"quarantined"``, its decode error under ``error``
+    and, under ``quarantine``, when and which rows (``{"table", "key", "error"}``).
+    """
+    found = _lookup(store, codec, workflow_id)
+    return found if isinstance(found, dict) else _as_dict(found)
 
 
 def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
@@ -61,8 +87,19 @@ def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
 
     Each activation starts with a ``WorkflowTask`` marker, so replay can feed exactly the
     recorded batches.
+
+    Raises:
+        roost.Error: NotFound for an unknown id; InvalidState for a quarantined workflow.
     """
-    record = _record(store, codec, workflow_id)
+    record = _lookup(store, codec, workflow_id)
+    if isinstance(record, dict):
+        raise Error(
+            f"workflow {workflow_id!r} is quarantined, so its history is not read: "
+            f"{record['error'].message}; roost.storage.quarantined lists its rows",
+            kind=ErrorKind.INVALID_STATE,
+            retryable=False,
+            details={"workflow_id": workflow_id},
+        )
     with store.read() as txn:
         acts = [codec.decode(v) for _, v in txn.prefix("histories", key(record.run_id))]
     return flatten(acts)
@@ -94,8 +131,80 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     """Latest runs of every workflow id that match ``query`` (see ``parse_query``)."""
     clauses = parse_query(query)
     with store.read() as txn:
-        rows = [_as_dict(codec.decode(v)) for _, v in txn.range("runs")]
+        rows = [_as_dict_or_unreadable(codec, k, v) for k, v in txn.range("runs")]
+        entries = read_quarantine(txn, codec, "workflow")
+    if entries:
+        listed = {row["workflow_id"] for row in rows}
+        rows += [_quarantined(codec, e) for e in entries if e.id not in listed]
+        rows.sort(key=lambda row: row["workflow_id"].encode("utf-8", "surrogateescape"))
     return [row for row in rows if all(_matches(row, clause) for clause in clauses)]
+
+
+# -- quarantined workflows (see roost.workflow._quarantine) ------------------------------------
+
+
+def _decoded_entry(codec: Codec, raw: bytes) -> Quarantine | None:
+    try:
+        entry: Quarantine = codec.decode(raw)
+    except Error:
+        return None
+    return entry
+
+
+def _decode_row(codec: Codec, k: bytes, data: bytes) -> RunRecord | dict[str, Any]:
+    try:
+        record: RunRecord = codec.decode(data)
+    except Exception as exc:  # noqa: BLE001 - unreadable, whatever the decoder raised
+        # Not quarantined yet (the node that opens the directory next does it): shown so.
+        row = QuarantinedRow(table="runs", key=k, data=data, error=decode_error(exc, "runs", k))
+        assert row.error is not None
+        workflow_id = k.decode("utf-8", "replace")
+        entry = Quarantine(unit="workflow", id=workflow_id, error=row.error, at=_NEVER)
+        return _quarantined(codec, attrs.evolve(entry, rows=[row]))
+    return record
+
+
+def _as_dict_or_unreadable(codec: Codec, k: bytes, data: bytes) -> dict[str, Any]:
+    found = _decode_row(codec, k, data)
+    return found if isinstance(found, dict) else _as_dict(found)
+
+
+@functools.cache
+def _as_dict_keys() -> tuple[str, ...]:
+    # Whatever _as_dict shows, a quarantined workflow without a readable record shows too.
+    blank = RunRecord(
+        workflow_id="", run_id="", workflow_type="", status=RunStatus.RUNNING, started_at=_NEVER
+    )
+    return tuple(_as_dict(blank))
+
+
+def _quarantined(codec: Codec, entry: Quarantine) -> dict[str, Any]:
+    record = None
+    for row in entry.rows:
+        if row.table == "runs" and row.error is None:
+            with contextlib.suppress(Error):
+                record = codec.decode(row.data)
+    if isinstance(record, RunRecord):
+        out = _as_dict(record)
+    else:
+        out = dict.fromkeys(_as_dict_keys())
+        out.update(
+            workflow_id=entry.id,
+            run_id=entry.info.get("run_id"),
+            workflow_type=entry.info.get("workflow_type"),
+            search_attributes={},
+            memo={},
+            options={},
+        )
+    out["status"] = "quarantined"
+    out["error"] = entry.error
+    out["quarantine"] = {
+        "at": None if entry.at is _NEVER else entry.at,
+        "rows": [
+            {"table": row.table, "key": row.key.hex(), "error": row.error} for row in entry.rows
+        ],
+    }
+    return out
 
 
 _FIELDS = ("workflow_id", "run_id", "workflow_type", "status", "task_queue")

@@ -43,6 +43,7 @@ from roost.workflow._history import (
     Started,
 )
 from roost.workflow._options import check_start_options
+from roost.workflow._quarantine import RunQuarantined, quarantine_run
 from roost.workflow._records import (
     RunRecord,
     RunStatus,
@@ -102,6 +103,9 @@ class WorkflowManager:
         self.base_context = contextvars.copy_context()
         self.stats = {"activations": 0, "replays": 0, "evictions": 0}
         self.eager_in_flight = 0  # first activations running in their starters (_eager)
+        # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
+        # theirs is loaded, started, or has its task and timer rows touched.
+        self.quarantined: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -236,6 +240,8 @@ class WorkflowManager:
         commit instead of two), or at once when no run takes the event.
         """
         workflow_id, run_id = task
+        if workflow_id in self.quarantined:
+            return  # the row stays with the rest of the quarantined workflow
         run = self.runs.get(workflow_id)
         if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
             await self.transact(lambda txn: txn.delete(table, row))
@@ -418,6 +424,9 @@ class WorkflowManager:
     async def _activate(self, run: Run) -> None:
         try:
             driver = run.driver or rebuild(self, run)
+        except RunQuarantined as exc:
+            await quarantine_run(self, run, exc)
+            return
         except NondeterminismError as exc:
             run.broken = exc
             log.exception("workflow %s cannot be replayed", run.pid)

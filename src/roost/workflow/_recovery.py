@@ -1,15 +1,30 @@
-"""A node starting on a data directory: resume every open run where it stopped."""
+"""A node starting on a data directory: resume every open run where it stopped.
+
+A stored row that cannot be decoded does not stop this: its workflow is quarantined (see
+``_quarantine``) and recovery goes on with the rest.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from roost._errors import Error
 from roost._pid import Pid
 from roost.actors._events import Exit
+from roost.storage import ReadTxn, unpack_key
+from roost.storage._quarantine import (
+    Quarantine,
+    QuarantinedRow,
+    decode_error,
+    read_quarantine,
+)
 from roost.workflow._effects import lost_error
 from roost.workflow._history import ProcessExited
+from roost.workflow._quarantine import commit_quarantines, workflow_entry
 from roost.workflow._records import RunRecord, RunStatus, inbox_key
 from roost.workflow._run import Run
 
@@ -20,36 +35,131 @@ __all__ = ["recover"]
 
 log = logging.getLogger("roost.workflow")
 
+_BAD: Any = object()  # what ``_Unreadable.decode`` returns for a row it could not decode
+
+
+class _Unreadable:
+    """The rows recovery could not decode, by the workflow (or lone row) they belong to."""
+
+    def __init__(self, m: WorkflowManager) -> None:
+        self.m = m
+        self.workflows: dict[str, list[QuarantinedRow]] = {}
+        self.records: dict[str, RunRecord] = {}  # run records that decode, of those workflows
+        self.lone: list[Quarantine] = []
+
+    def decode(
+        self, table: str, k: bytes, v: bytes, owner: Callable[[bytes], RunRecord | str | None]
+    ) -> Any:
+        """``v`` decoded, or ``_BAD`` after noting the row under the workflow ``owner`` names."""
+        try:
+            return self.m.codec.decode(v)
+        except Exception as exc:  # noqa: BLE001 - whatever the decoder raises, the row is unreadable
+            row = QuarantinedRow(table=table, key=k, data=v, error=decode_error(exc, table, k))
+        found = owner(k)
+        if found is None:
+            assert row.error is not None
+            at = self.m.node.now()
+            entry = Quarantine(unit="row", id=f"{table}:{k.hex()}", error=row.error, at=at)
+            self.lone.append(attrs.evolve(entry, rows=[row]))
+            return _BAD
+        if isinstance(found, str):
+            workflow_id = found
+        else:
+            workflow_id = found.workflow_id
+            self.records[workflow_id] = found
+        self.workflows.setdefault(workflow_id, []).append(row)
+        return _BAD
+
+    def entries(self) -> list[Quarantine]:
+        entries = [
+            workflow_entry(self.m, workflow_id, rows, self.records.get(workflow_id))
+            for workflow_id, rows in self.workflows.items()
+        ]
+        return entries + self.lone
+
+
+def _owner_by_run(
+    runs: dict[str, RunRecord], *kinds: type[Any], at: int
+) -> Callable[[bytes], RunRecord | None]:
+    def owner(k: bytes) -> RunRecord | None:
+        try:
+            run_id = unpack_key(k, *kinds)[at]
+        except Error:
+            return None
+        record = runs.get(str(run_id))
+        # A row of a closed run is a leftover: it goes alone, the closed run stays as it is.
+        return record if record is not None and record.status is RunStatus.RUNNING else None
+
+    return owner
+
+
+def _read(m: WorkflowManager, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[Any]]:
+    m.quarantined.update(entry.id for entry in read_quarantine(txn, m.codec, "workflow"))
+    records: list[RunRecord] = []
+    for k, v in txn.range("runs"):
+        record = bad.decode("runs", k, v, lambda k: k.decode("utf-8", "replace"))
+        if record is not _BAD:
+            records.append(record)
+    by_run = {record.run_id: record for record in records}
+    for record in records:
+        if record.status is RunStatus.RUNNING and record.workflow_id not in m.quarantined:
+            _resume(m, txn, bad, record)
+    task_owner = _owner_by_run(by_run, str, int, at=0)
+    tasks = [bad.decode("tasks", k, v, task_owner) for k, v in txn.range("tasks")]
+    timer_owner = _owner_by_run(by_run, int, str, int, at=1)
+    timers = [bad.decode("timers", k, v, timer_owner) for k, v in txn.range("timers")]
+    return [t for t in tasks if t is not _BAD], [t for t in timers if t is not _BAD]
+
+
+def _resume(m: WorkflowManager, txn: ReadTxn, bad: _Unreadable, record: RunRecord) -> None:
+    pending: list[tuple[bytes, Any]] = []
+    for k, v in txn.prefix("inbox", inbox_key(record.run_id, 0)[:-8]):
+        event = bad.decode("inbox", k, v, lambda _k: record)
+        if event is _BAD:
+            return
+        pending.append((k, event))
+    try:
+        run = _load(m, record)
+    except Error:
+        log.exception(
+            "workflow %s of type %s cannot resume: this app has no such entry; "
+            "it stays stored, untouched, until a node with that entry opens",
+            record.workflow_id,
+            record.workflow_type,
+        )
+        return
+    for k, event in pending:
+        run.pending.append((k, event))
+        run.inbox_seq = max(run.inbox_seq, int.from_bytes(k[-8:], "big"))
+
 
 def recover(m: WorkflowManager) -> None:
-    """Load open runs with their pending events, re-arm tasks and timers, report lost children."""
+    """Load open runs with their pending events, re-arm tasks and timers, report lost children.
+
+    Rows that cannot be decoded quarantine their workflow (or themselves, if no workflow
+    owns them); the rest recovers as if they were not there.
+    """
+    bad = _Unreadable(m)
     with m.store.read() as txn:
-        records = [m.codec.decode(v) for _, v in txn.range("runs")]
-        for record in records:
-            if record.status is not RunStatus.RUNNING:
-                continue
-            try:
-                run = _load(m, record)
-            except Error:
-                log.exception(
-                    "workflow %s of type %s cannot resume: this app has no such entry; "
-                    "it stays stored, untouched, until a node with that entry opens",
-                    record.workflow_id,
-                    record.workflow_type,
-                )
-                continue
-            for k, v in txn.prefix("inbox", inbox_key(record.run_id, 0)[:-8]):
-                run.pending.append((k, m.codec.decode(v)))
-                run.inbox_seq = max(run.inbox_seq, int.from_bytes(k[-8:], "big"))
-        tasks = [m.codec.decode(v) for _, v in txn.range("tasks")]
-        timers = [m.codec.decode(v) for _, v in txn.range("timers")]
+        tasks, timers = _read(m, txn, bad)
+    for workflow_id in bad.workflows:
+        _unload(m, workflow_id)
+    commit_quarantines(m, bad.entries())
     for run in list(m.runs.values()):
         m.ready(run)
         _report_children(m, run)
     for task in tasks:
-        m.activities.submit(task)
+        if task.workflow_id not in m.quarantined:
+            m.activities.submit(task)
     for timer in timers:
-        m.timers.add(timer)
+        if timer.workflow_id not in m.quarantined:
+            m.timers.add(timer)
+
+
+def _unload(m: WorkflowManager, workflow_id: str) -> None:
+    run = m.runs.pop(workflow_id, None)
+    if run is not None and run.record.name is not None:
+        m.node.registry.unregister(run.record.name)
 
 
 def _report_children(m: WorkflowManager, run: Run) -> None:
@@ -59,6 +169,8 @@ def _report_children(m: WorkflowManager, run: Run) -> None:
             continue
         if pid.host != m.host:  # plain processes do not survive a restart
             m.process_exited(run.pid, Exit(pid, None, lost_error(pid), m.node.now()))
+            continue
+        if pid.id in m.quarantined:  # not closed: the parent keeps waiting for it
             continue
         child = m.stored_record(pid.id)  # a child workflow that closed just before a crash
         if child is not None and child.status is not RunStatus.RUNNING:

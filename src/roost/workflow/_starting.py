@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost._pid import Pid
 from roost.workflow._options import already_error
+from roost.workflow._quarantine import quarantined_error
 from roost.workflow._records import RunStatus
 
 if TYPE_CHECKING:
@@ -26,8 +27,10 @@ async def make_room(
     """Apply the id policies; the running PID to return (use_existing), or None to start.
 
     Raises:
-        roost.Error: AlreadyExists when the policies refuse.
+        roost.Error: AlreadyExists when the policies refuse; InvalidState for a quarantined id.
     """
+    if workflow_id in m.quarantined:
+        raise quarantined_error(workflow_id)
     replaced = False
     while True:
         while workflow_id in m.closing:  # a terminate of this id is committing

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import fcntl
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -315,3 +317,163 @@ async def test_an_inline_transact_function_cannot_call_the_store(db: LmdbStore, 
     assert info.value.kind is ErrorKind.INVALID_STATE
     assert not db.closed
     assert db.stats.inline_commits == 1  # the function ran inline (and its error was its own)
+
+
+# -- a full map, read-only stores ---------------------------------------------------------------
+
+
+def test_a_map_at_max_map_size_fails_the_write_clearly_and_the_store_goes_on(
+    tmp_path: Path,
+) -> None:
+    store = open_lmdb_store(tmp_path, durability="fast", map_size=64 * 1024, max_map_size=64 * 1024)
+    try:
+        written = 0
+        with pytest.raises(Error, match="reached its max_map_size of 65536 bytes") as info:
+            while True:
+                store.transact_sync(lambda txn, i=written: txn.put("dlq", key(i), b"p" * 500))
+                written += 1
+        assert info.value.kind is ErrorKind.UNAVAILABLE
+        assert info.value.retryable is True
+        assert store.stats.map_resizes == 0
+        with store.read() as txn:
+            assert txn.count("dlq") == written  # nothing of the failed write
+        # Room made by deleting: the writer thread is alive and the next commits go through.
+        store.transact_sync(lambda txn: [txn.delete("dlq", key(i)) for i in range(written)])
+        store.transact_sync(lambda txn: txn.put("dlq", key(0), b"p" * 500))
+        with store.read() as txn:
+            assert txn.count("dlq") == 1
+    finally:
+        store.close()
+
+
+async def test_a_request_too_big_for_the_max_map_fails_alone(tmp_path: Path) -> None:
+    store = open_lmdb_store(
+        tmp_path, durability="fast", map_size=64 * 1024, max_map_size=128 * 1024
+    )
+    block = WriterBlock()
+    results: dict[str, Any] = {}
+
+    def big(txn: WriteTxn) -> None:
+        for i in range(1000):
+            txn.put("dlq", key(i), b"p" * 500)
+
+    async def run(name: str, fn: Any) -> None:
+        try:
+            results[name] = await store.transact(fn)
+        except Error as exc:
+            results[name] = exc
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await block.start(store, nursery, results)
+            nursery.start_soon(run, "small", lambda txn: txn.put("state", b"small", b"1"))
+            nursery.start_soon(run, "big", big)
+            await trio.testing.wait_all_tasks_blocked()
+            block.release.set()
+        assert isinstance(results["big"], Error)
+        assert results["big"].kind is ErrorKind.UNAVAILABLE
+        assert results["small"] is None  # in the same group as "big", committed all the same
+        with store.read() as txn:
+            assert txn.get("state", b"small") == b"1"
+            assert txn.count("dlq") == 0
+    finally:
+        store.close()
+
+
+def test_max_map_size_below_map_size_is_invalid(tmp_path: Path) -> None:
+    with pytest.raises(Error, match="max_map_size must be None or an int >= map_size") as info:
+        open_lmdb_store(tmp_path, map_size=128 * 1024, max_map_size=64 * 1024)
+    assert info.value.kind is ErrorKind.INVALID
+
+
+def test_a_read_only_store_reads_and_refuses_writes(tmp_path: Path) -> None:
+    store = open_lmdb_store(tmp_path)
+    store.transact_sync(lambda txn: txn.put("state", b"k", b"v"))
+    store.close()
+    reader = open_lmdb_store(tmp_path, readonly=True, lock=False)
+    try:
+        assert reader.readonly
+        with reader.read() as txn:
+            assert txn.get("state", b"k") == b"v"
+        for write in (
+            lambda: reader.transact_sync(lambda txn: None),
+            reader.next_incarnation,
+        ):
+            with pytest.raises(Error, match="opened read-only") as info:
+                write()
+            assert info.value.kind is ErrorKind.INVALID_STATE
+    finally:
+        reader.close()
+
+
+async def test_a_read_only_transact_is_invalid_state(tmp_path: Path) -> None:
+    open_lmdb_store(tmp_path).close()
+    reader = open_lmdb_store(tmp_path, readonly=True, lock=False)
+    try:
+        with pytest.raises(Error, match="opened read-only") as info:
+            await reader.transact(lambda txn: None)
+        assert info.value.kind is ErrorKind.INVALID_STATE
+    finally:
+        reader.close()
+
+
+def test_a_read_only_open_needs_a_store(tmp_path: Path) -> None:
+    with pytest.raises(Error, match="there is no roost store in") as info:
+        open_lmdb_store(tmp_path / "nothing", readonly=True, lock=False)
+    assert info.value.kind is ErrorKind.NOT_FOUND
+    assert not (tmp_path / "nothing").exists()  # a read-only open creates nothing
+
+
+def test_a_read_only_store_reads_a_missing_table_as_empty(tmp_path: Path) -> None:
+    open_lmdb_store(tmp_path).close()
+    env = lmdb.open(str(tmp_path), max_dbs=128)
+    with env.begin(write=True) as txn:  # as a store from before the table existed
+        txn.drop(env.open_db(b"cron", txn=txn), delete=True)
+    env.close()
+    reader = open_lmdb_store(tmp_path, readonly=True, lock=False)
+    try:
+        with reader.read() as txn:
+            assert txn.get("cron", b"k") is None
+            assert list(txn.range("cron")) == []
+            assert txn.count("cron") == 0
+            assert txn.count("state") == 0
+    finally:
+        reader.close()
+
+
+def test_the_lock_is_held_while_open_and_released_on_close(tmp_path: Path) -> None:
+    store = open_lmdb_store(tmp_path)
+    lock_file = tmp_path / "roost.lock"
+    try:
+        assert lock_file.read_text().strip() == str(os.getpid())
+        # Another open file description of the lock conflicts, as another process's would.
+        fd = os.open(lock_file, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    finally:
+        store.close()
+    assert lock_file.read_text() == ""  # no pid of a process that no longer holds it
+    fd = os.open(lock_file, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free
+    finally:
+        os.close(fd)
+
+
+def test_a_read_only_store_without_the_lock_opens_beside_a_locked_one(tmp_path: Path) -> None:
+    # (In one process LMDB forbids two environments on one directory: across processes
+    # this is what an inspector does; see tests/integration/test_data_dir.py.)
+    open_lmdb_store(tmp_path).close()
+    locked_elsewhere = os.open(tmp_path / "roost.lock", os.O_RDWR)
+    try:
+        fcntl.flock(locked_elsewhere, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(Error, match="in use by another roost node") as info:
+            open_lmdb_store(tmp_path)
+        assert info.value.kind is ErrorKind.INVALID_STATE
+        reader = open_lmdb_store(tmp_path, readonly=True, lock=False)
+        reader.close()
+    finally:
+        os.close(locked_elsewhere)

@@ -1,0 +1,131 @@
+"""Workflows with a stored row that cannot be decoded: out of the runtime, kept, visible.
+
+A workflow is quarantined when its ``runs`` record, a row of its history, a pending inbox
+event, an activity task or a timer of it cannot be decoded (see ``roost.storage._quarantine``).
+The unreadable row and the workflow's ``runs`` record move to the ``quarantine`` table, raw;
+its other rows stay where they are, keyed by its run id, and nothing touches them: the run
+is not loaded, its tasks and timers are not run, and its id is not started again (a start
+or a child start of that id is refused with InvalidState) while the entry exists. Runs and
+history rows are checked as they are read: runs, inbox, tasks and timers when the node
+opens, history rows when the run is rebuilt (at once on open for a run with work pending,
+otherwise when its next event arrives).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from roost._errors import Error, ErrorKind
+from roost.storage._quarantine import Quarantine, QuarantinedRow, write_quarantine
+
+if TYPE_CHECKING:
+    from roost.storage import WriteTxn
+    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._records import RunRecord
+    from roost.workflow._run import Run
+
+__all__ = [
+    "RunQuarantined",
+    "commit_quarantines",
+    "quarantine_run",
+    "quarantined_error",
+    "workflow_entry",
+]
+
+log = logging.getLogger("roost.workflow")
+
+
+class RunQuarantined(Exception):  # noqa: N818 - a control-flow signal of rebuild, not an error
+    """A row of a run's history cannot be decoded; raised by ``rebuild``."""
+
+    def __init__(self, row: QuarantinedRow) -> None:
+        super().__init__(row.error.message if row.error is not None else "")
+        self.row = row
+
+
+def quarantined_error(workflow_id: str) -> Error:
+    """The error for starting a workflow id that is quarantined."""
+    return Error(
+        f"workflow {workflow_id!r} is quarantined (a row of it stored in this data directory "
+        "cannot be decoded; node.describe(id) shows which and why): its id stays taken so "
+        "nothing overwrites its rows; start the work under another id, or restore or discard "
+        "the quarantined rows (roost.storage.quarantined lists them)",
+        kind=ErrorKind.INVALID_STATE,
+        retryable=False,
+        details={"workflow_id": workflow_id},
+    )
+
+
+def workflow_entry(
+    m: WorkflowManager,
+    workflow_id: str,
+    rows: list[QuarantinedRow],
+    record: RunRecord | None,
+) -> Quarantine:
+    """The quarantine entry of one workflow; ``record`` is its run record when it decodes."""
+    first = next(row.error for row in rows if row.error is not None)
+    info: dict[str, Any] = {}
+    if record is not None:
+        info = {
+            "workflow_type": record.workflow_type,
+            "run_id": record.run_id,
+            "status": record.status.value,
+        }
+    return Quarantine(
+        unit="workflow", id=workflow_id, error=first, at=m.node.now(), rows=rows, info=info
+    )
+
+
+def _writer(m: WorkflowManager, entries: list[Quarantine]) -> Any:
+    def write(txn: WriteTxn) -> None:
+        for entry in entries:
+            keep = [("runs", entry.id.encode())] if entry.unit == "workflow" else []
+            write_quarantine(txn, m.codec, entry, keep)
+
+    return write
+
+
+def _announce(entry: Quarantine) -> None:
+    log.error(
+        "%s %s quarantined: %s; its rows are kept, raw, in the quarantine table "
+        "(roost.storage.quarantined lists them) and the node goes on without it",
+        entry.unit.replace("_", " "),
+        entry.id,
+        entry.error.message,
+    )
+
+
+def commit_quarantines(m: WorkflowManager, entries: list[Quarantine]) -> None:
+    """Store ``entries`` now (on open, before anything runs), and log each at ERROR."""
+    if not entries:
+        return
+    for entry in entries:
+        _announce(entry)
+        if entry.unit == "workflow":
+            m.quarantined.add(entry.id)
+    try:
+        m.store.transact_sync(_writer(m, entries))
+    except Error as exc:  # kept out of this node all the same; the next open tries again
+        log.exception("storing the quarantine entries failed: %s", exc.message)
+
+
+async def quarantine_run(m: WorkflowManager, run: Run, exc: RunQuarantined) -> None:
+    """Take a loaded ``run`` out of the runtime because a row of its history is unreadable."""
+    record = run.record
+    workflow_id = record.workflow_id
+    run.broken = exc.row.error
+    m.quarantined.add(workflow_id)
+    if m.runs.get(workflow_id) is run:
+        del m.runs[workflow_id]
+    m.cached.pop(workflow_id, None)
+    if record.name is not None:
+        m.node.registry.unregister(record.name)
+    entry = workflow_entry(m, workflow_id, [exc.row], record)
+    _announce(entry)
+    try:
+        await m.transact(_writer(m, [entry]))
+    except Error as failure:  # kept out of this node all the same; the next open tries again
+        log.exception(
+            "storing the quarantine of workflow %s failed: %s", workflow_id, failure.message
+        )

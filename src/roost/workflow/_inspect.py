@@ -8,7 +8,7 @@ from typing import Any
 from roost._errors import invalid, not_found
 from roost.storage import Codec, Store, key
 from roost.workflow._history import flatten
-from roost.workflow._records import RunRecord
+from roost.workflow._records import ActivityTask, RunRecord
 
 __all__ = ["describe", "history", "list_workflows", "parse_query"]
 
@@ -52,8 +52,32 @@ def _record(store: Store, codec: Codec, workflow_id: str) -> RunRecord:
 
 
 def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
-    """Status, result or error, type and timestamps of a workflow's latest run."""
-    return _as_dict(_record(store, codec, workflow_id))
+    """Status, result or error, type and timestamps of a workflow's latest run.
+
+    ``pending_activities`` lists the activities the run waits for, in the order it
+    scheduled them (see ``_pending``).
+    """
+    record = _record(store, codec, workflow_id)
+    with store.read() as txn:
+        tasks = [codec.decode(v) for _, v in txn.prefix("tasks", key(record.run_id))]
+    return {**_as_dict(record), "pending_activities": [_pending(t) for t in tasks]}
+
+
+def _pending(task: ActivityTask) -> dict[str, Any]:
+    """One pending activity, as Temporal's PendingActivityInfo shows it.
+
+    ``attempt`` is the attempt running now or waiting to run; ``last_error`` the error of
+    the attempt before it (None on the first); ``next_attempt_at`` when that attempt may
+    start (None for the first, which starts when scheduled).
+    """
+    return {
+        "entry": task.entry,
+        "attempt": task.attempt,
+        "last_error": task.errors[-1] if task.errors else None,
+        "next_attempt_at": task.not_before,
+        "seq": task.seq,
+        "scheduled_at": task.scheduled_at,
+    }
 
 
 def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:

@@ -198,10 +198,13 @@ class Effects:
         record_bytes = codec.encode(record)
         tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
         dropped = [task_key(record.run_id, seq) for seq in self.cancelled]
-        timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
-        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         run_id = record.run_id
         closing = self.final or self.continued is not None
+        # A closing run's timers never fire: their rows go with it (this step's are not kept).
+        own = () if closing else self.timers
+        timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in own]
+        unarmed = self.m.timers.rows(self.run) if closing else []
+        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         child_rows = [
             (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
             for c in self.children
@@ -233,6 +236,8 @@ class Effects:
                 txn.put("tasks", k, v)
             for k in dropped:
                 txn.delete("tasks", k)
+            for k in unarmed:
+                txn.delete("timers", k)
             for k, v in timers:
                 txn.put("timers", k, v)
             for k, v in sends:
@@ -262,8 +267,11 @@ class Effects:
             m.activities.submit(task)
         for seq in self.cancelled:
             m.activities.cancel(self.run.record.run_id, seq)
-        for timer in self.timers:
-            m.timers.add(timer)
+        if self.final or self.continued is not None:
+            m.timers.drop(self.run)  # their rows went with this step's commit
+        else:
+            for timer in self.timers:
+                m.timers.add(timer)
         for target, k, _, event in self.workflow_sends:
             m.accept(target, [(k, event)])
         for spawn in self.spawns:  # first: messages may go to processes started here

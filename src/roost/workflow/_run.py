@@ -63,6 +63,8 @@ class Run:
     links: set[Pid] | frozenset[Pid] = _NONE
     exit_chans: Sequence[Channel[ExitResult]] = ()
     timers: Sequence[TimerTask] = ()  # its own, stored with its start
+    # Stored, armed and not yet fired (see DurableTimers): their rows go when the run closes.
+    armed_timers: tuple[TimerTask, ...] = ()
     held: bool = False  # waiting for its start time (start_delay, retry backoff, cron)
     closing: bool = False  # closed from outside (terminate, a timeout): no activations
     idle: trio.Event | None = None  # set when an activation in flight has finished

@@ -1,5 +1,7 @@
 """Bounded growth: a closed workflow leaves no timer rows; unread messages are capped."""
 
+import pytest
+
 import roost
 from roost import channel, process
 from roost.testing import open_test_node
@@ -73,3 +75,102 @@ async def test_continue_as_new_leaves_no_timer_rows_of_the_runs_before():
     async with open_test_node(app) as node:
         assert await process.exec("bounds:arms_then_continues", 5) == "done"
         assert timer_rows(node) == []
+
+
+# -- the unread-message limit ----------------------------------------------------------------
+
+
+@app.workflow
+async def deaf():
+    """Never reads what it is sent."""
+    await roost.sleep("30d")
+
+
+@app.workflow
+async def reads_after_an_hour():
+    """Reads nothing for an hour, then everything, as it comes."""
+    await roost.sleep("1h")
+    got = []
+    async for payload in process.listen("m"):
+        got.append(payload)
+        if payload == "last":
+            return got
+    return got
+
+
+@app.workflow
+async def forwards(dest, n):
+    """Sends ``n`` messages to ``dest`` (a workflow's send never raises for its target)."""
+    for i in range(n):
+        process.send(dest, "m", i)
+    return "sent"
+
+
+def message_count(node, workflow_id):
+    return sum(type(e).__name__ == "MessageArrived" for e in node.history(workflow_id))
+
+
+def inbox_rows(node):
+    with node._node.store.read() as txn:
+        return len(list(txn.range("inbox")))
+
+
+async def test_a_workflow_that_does_not_read_refuses_sends_past_its_limit_and_stores_nothing():
+    async with open_test_node(app, workflow_unread_limit=5) as node:
+        pid = await process.with_options(id="deaf-1").spawn("bounds:deaf")
+        for i in range(5):
+            await process.send(pid, "m", i)
+        with pytest.raises(roost.Error) as refused:
+            process.send(pid, "m", 5)
+        err = refused.value
+        assert err.kind is roost.ErrorKind.LIMIT_EXCEEDED
+        assert err.details == {"workflow_id": "deaf-1", "unread": 5, "limit": 5, "count": 1}
+        assert "workflow_unread_limit" in err.message
+        await node.wait_until_blocked()
+        assert message_count(node, "deaf-1") == 5 and inbox_rows(node) == 0
+        assert node.describe("deaf-1")["unread_messages"] == 5
+        # Out of memory (a restart): the count stored with the run still holds.
+        await node.restart()
+        with pytest.raises(roost.Error, match="5 unread messages"):
+            process.send(pid, "m", 6)
+        # A start message to the running id (use_existing) is refused the same way.
+        with pytest.raises(roost.Error) as start:
+            await process.with_options(id="deaf-1").with_message("m", 7).spawn("bounds:deaf")
+        assert start.value.kind is roost.ErrorKind.LIMIT_EXCEEDED
+        await node.wait_until_blocked()
+        assert message_count(node, "deaf-1") == 5 and inbox_rows(node) == 0
+
+
+async def test_room_comes_back_as_the_workflow_reads():
+    async with open_test_node(app, workflow_unread_limit=3, workflow_cache=1) as node:
+        pid = await process.spawn("bounds:reads_after_an_hour")
+        other = await process.spawn("bounds:deaf")  # evicts the first from the cache of 1
+        for i in range(3):
+            await process.send(pid, "m", i)
+        with pytest.raises(roost.Error, match="3 unread messages"):
+            process.send(pid, "m", 3)
+        await roost.sleep("2h")  # it has read all three
+        for i in (3, 4):
+            await process.send(pid, "m", i)
+        await process.send(pid, "m", "last")
+        await node.wait_until_blocked()
+        assert node.describe(pid.id)["result"] == [0, 1, 2, 3, 4, "last"]
+        process.terminate(other)
+
+
+async def test_a_workflow_sending_to_a_full_workflow_does_not_fail_and_nothing_is_stored(caplog):
+    async with open_test_node(app, workflow_unread_limit=2) as node:
+        target = await process.with_options(id="deaf-2").spawn("bounds:deaf")
+        assert await process.exec("bounds:forwards", target, 4) == "sent"
+        await node.wait_until_blocked()
+        assert message_count(node, "deaf-2") == 2
+        refused = [r for r in caplog.records if "not delivered" in r.getMessage()]
+        assert len(refused) == 2 and "LimitExceeded" in refused[0].getMessage()
+
+
+async def test_the_unread_limit_must_be_a_positive_int():
+    for bad in (0, -1, 1.5, True, "10"):
+        with pytest.raises(roost.Error) as refused:
+            async with roost.open_node(app, workflow_unread_limit=bad):
+                pass
+        assert refused.value.kind is roost.ErrorKind.INVALID

@@ -41,6 +41,7 @@ from roost.workflow._records import (
     timer_key,
 )
 from roost.workflow._run import Run, Settled
+from roost.workflow._unread import check_room, counts
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -156,10 +157,29 @@ class Effects:
         if found is not None:  # a workflow (or a workflow's reply address): same commit
             target, call = found
             event = MessageArrived(topic=send.topic, payload=send.payload, sender=sender, call=call)
+            if not self._room(target, event, send):
+                return
             k, v = self.m.stage(target, event)
             self.workflow_sends.append((target, k, v, event))
         else:
             self.local_sends.append((sender, send))
+
+    def _room(self, target: Run, event: MessageArrived, send: SendMessage) -> bool:
+        # Like any send from a workflow, a refused one does not raise: it is logged.
+        if not counts(event):
+            return True
+        try:
+            check_room(self.m, target)
+        except Error as exc:
+            log.warning(
+                "workflow %s: message %r to %s not delivered: %s",
+                self.run.pid,
+                send.topic,
+                send.dest,
+                exc,
+            )
+            return False
+        return True
 
     def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
         if status is RunStatus.COMPLETED and self.record.cancel_requested:
@@ -186,7 +206,7 @@ class Effects:
     def writer(
         self, act: Activation, consumed: list[bytes | Settled]
     ) -> Callable[[WriteTxn], None]:
-        codec, record = self.m.codec, self.record
+        codec, record, driver = self.m.codec, self.record, self.run.driver
         act_bytes = codec.encode(act)
         self.record = record = attrs.evolve(
             record,
@@ -194,6 +214,7 @@ class Effects:
             activations=act.index,
             history_length=record.history_length + len(act.events) + len(act.commands),
             history_size=record.history_size + len(act_bytes),
+            unread=driver.mailbox.unread_messages() if driver is not None else record.unread,
         )
         record_bytes = codec.encode(record)
         tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]

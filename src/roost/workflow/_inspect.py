@@ -39,6 +39,7 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
         "details": record.details,
         "name": record.name,
         "task_failure": record.task_failure,
+        "unread_messages": record.unread,  # as of its last activation (see _unread)
     }
 
 

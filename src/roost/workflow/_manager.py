@@ -58,6 +58,7 @@ from roost.workflow._task_failure import (
     hold_after_task_timeout,
     task_timed_out,
 )
+from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room, counts
 from roost.workflow._watchdog import TaskTimeout, guard
 
 __all__ = ["Run", "WorkflowManager"]
@@ -97,6 +98,7 @@ class WorkflowManager:
         self._outside_ready = trio.Event()
         self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
         self.cache_size = int(node.settings.get("workflow_cache", 10_000))
+        self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
         # context of whoever caused an activation, such as a starter running one eagerly.
         self.base_context = contextvars.copy_context()
@@ -257,6 +259,8 @@ class WorkflowManager:
         run.inbox_seq += 1
         k, data = inbox_key(run.record.run_id, run.inbox_seq), self.codec.encode(event)
         self._staged[k] = data
+        if counts(event):
+            run.arriving += 1  # until accept: counted by the unread-message limit
         return k, data
 
     async def _commit_incoming(
@@ -285,7 +289,7 @@ class WorkflowManager:
         """
         # The workflow gets what was recorded (a tuple comes back a list), so a live run
         # and its replay see identical values.
-        items = [(k, self._recorded(k, e)) for k, e in items]
+        items = [(k, self._recorded(run, k, e)) for k, e in items]
         current = self.runs.get(run.record.workflow_id)
         if current is run:
             run.pending.extend(items)
@@ -312,9 +316,13 @@ class WorkflowManager:
 
             self.spawn_task(self.transact, write)
 
-    def _recorded(self, key: bytes | Settled, event: Any) -> Any:
+    def _recorded(self, run: Run, key: bytes | Settled, event: Any) -> Any:
         data = self._staged.pop(key, None) if isinstance(key, bytes) else None
-        return self.codec.decode(data) if data is not None else event
+        if data is None:
+            return event
+        if counts(event) and run.arriving:
+            run.arriving -= 1  # now in run.pending
+        return self.codec.decode(data)
 
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
         staged = [self.stage(run, event) for _, event in items]
@@ -333,6 +341,7 @@ class WorkflowManager:
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
     ) -> None:
         if messages:
+            check_room(self, run, len(messages))
             events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
             await self._commit_incoming(run, events)
 
@@ -341,12 +350,14 @@ class WorkflowManager:
 
         Raises:
             roost.Error: NotFound if no run with that id is open; Invalid for a payload
-                that cannot be encoded (nothing is stored).
+                that cannot be encoded; LimitExceeded when the workflow holds its limit of
+                unread messages (nothing is stored).
         """
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.codec.encode(payload, what=f"payload of message {topic!r}")
+        check_room(self, run)
         return self.from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
 
     def from_outside(self, run: Run, event: Any) -> trio.Event:

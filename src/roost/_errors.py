@@ -105,8 +105,8 @@ class Error(Exception):
         A plain exception (``SystemExit`` and ``GeneratorExit`` included) becomes kind
         Internal, keeping its qualified type name (``details["type"]``) and its text
         (``details["message"]``). Never raises: a ``__str__`` that raises or recurses falls
-        back to ``repr``, then to the type name; lone surrogates are escaped
-        (``"\\ud800"``) and a text longer than ``MAX_TEXT`` characters is cut. A
+        back to ``repr``, then to the type name; lone surrogates are escaped as
+        backslash sequences and a text longer than ``MAX_TEXT`` characters is cut. A
         ``roost.Error`` comes back as itself, or as a cleaned copy when its message or
         details hold something the codec refuses (see ``storable``).
         """
@@ -127,7 +127,7 @@ def safe_text(value: object, limit: int = MAX_TEXT) -> str:
     Never raises (a ``__str__`` that does is replaced by a description of the failure).
     """
     try:
-        text = value if type(value) is str else str.__str__(str(value))  # type: ignore[assignment]
+        text = value if type(value) is str else str.__str__(str(value))
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is described
         text = f"<{_type_name(value)} object: str() raised {type(exc).__name__}>"
     if not text.isascii():
@@ -152,7 +152,8 @@ def _type_name(value: object) -> str:
     """The qualified type name of ``value`` (``module.Qualname``, builtins unqualified)."""
     tp = type(value)
     try:
-        name, module = tp.__qualname__, tp.__module__
+        name: object = tp.__qualname__
+        module: object = tp.__module__
     except BaseException:  # noqa: BLE001 - a metaclass may make these raise
         return "<unnamed type>"
     if not isinstance(name, str) or not isinstance(module, str):
@@ -250,9 +251,7 @@ def _clean(value: Any, depth: int) -> bool:
         return all(_clean(v, depth + 1) for v in value)
     if tp is dict:
         return all(_clean(k, depth + 1) and _clean(v, depth + 1) for k, v in value.items())
-    if isinstance(value, Error):
-        return storable(value) is value
-    return _other_ok(value)
+    return storable(value) is value if isinstance(value, Error) else _other_ok(value)
 
 
 def _other_ok(value: Any) -> bool:
@@ -276,19 +275,23 @@ def _cleaned_details(details: Any) -> dict[str, Any]:
 
 def _cleaned(value: Any, depth: int) -> Any:
     try:
-        if _clean(value, depth):
-            return value
-        tp = type(value)
-        if tp is str:
-            return safe_text(value)
-        if depth < _MAX_DEPTH and (tp is list or tp is tuple):
-            return [_cleaned(v, depth + 1) for v in value]
-        if depth < _MAX_DEPTH and tp is dict:
-            return {_cleaned_key(k): _cleaned(v, depth + 1) for k, v in value.items()}
-        if isinstance(value, Error):
-            return storable(value)
-    except BaseException:  # noqa: BLE001, S110 - a hostile value: its repr is kept instead
-        pass
+        return _cleaned_or_repr(value, depth)
+    except BaseException:  # noqa: BLE001 - a hostile value: its repr is kept instead
+        return _safe_repr(value)
+
+
+def _cleaned_or_repr(value: Any, depth: int) -> Any:
+    if _clean(value, depth):
+        return value
+    tp = type(value)
+    if tp is str:
+        return safe_text(value)
+    if isinstance(value, Error):
+        return storable(value)
+    if depth < _MAX_DEPTH and (tp is list or tp is tuple):
+        return [_cleaned(v, depth + 1) for v in value]
+    if depth < _MAX_DEPTH and tp is dict:
+        return {_cleaned_key(k): _cleaned(v, depth + 1) for k, v in value.items()}
     return _safe_repr(value)
 
 

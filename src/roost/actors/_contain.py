@@ -47,5 +47,5 @@ def in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
     except Exception:
         raise
-    except BaseException as exc:  # noqa: BLE001 - user code's, in a thread no signal reaches
+    except BaseException as exc:  # user code's: no signal ever reaches a worker thread
         raise Error.from_exception(exc) from exc

@@ -171,12 +171,7 @@ class Mailbox:
             if sub is None:
                 sub = self._inbox
         if sub is None:
-            pending = self._pending
-            if pending is None:
-                pending = self._pending = deque()
-            pending.append(Message(topic, payload, sender))
-            if topic == EVENTS:
-                self._pending_events += 1
+            self._retain(Message(topic, payload, sender))
         elif sub._closed:
             self._drop(sub)
             self.deliver(topic, payload, sender, force=True)
@@ -199,6 +194,15 @@ class Mailbox:
             receiver.value = Message(topic, payload, sender) if sub.message else payload
             receiver.ok = True
             receiver.wake()
+
+    def _retain(self, msg: Message) -> None:
+        """Keep ``msg`` until a subscription takes it."""
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = deque()
+        pending.append(msg)
+        if msg.topic == EVENTS:
+            self._pending_events += 1
 
     def _route(self, topic: str) -> _SubChannel | None:
         if topic == EVENTS:

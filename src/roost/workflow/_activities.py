@@ -15,9 +15,9 @@ from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
 from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._process import activity_context, bind_node, set_current
+from roost.workflow._activity_log import KEPT_ERRORS, log_failure
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
-from roost.workflow._activity_log import KEPT_ERRORS, log_failure
 from roost.workflow._retry import next_retry
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
-
 
 
 class _Unstorable(Exception):  # noqa: N818 - private control flow, never seen by users
@@ -48,13 +47,21 @@ def _failed_with(seq: int) -> Callable[[Error], ActivityResolved]:
 
 def _result_error(task: ActivityTask, problem: Error) -> Error:
     """The failure of an attempt whose result the codec refused (retried per policy)."""
+    # The codec names the place in the recorded event; the user knows it as the result.
+    where = problem.message.replace(_RESULT_PATH, "result", 1)
+    details = dict(problem.details)
+    if isinstance(details.get("path"), str):
+        details["path"] = details["path"].replace(_RESULT_PATH, "result", 1)
     return Error(
         f"activity {task.entry!r} attempt {task.attempt} returned a value that cannot be "
-        f"stored: {problem.message}. Return plain data (None, bool, int, float, str, bytes, "
-        "lists, dicts, aware datetimes, UUIDs, Pids or registered attrs records)",
+        f"stored: {where}. Return plain data (None, bool, int, float, str, bytes, lists, "
+        "dicts, aware datetimes, UUIDs, Pids or registered attrs records)",
         kind=ErrorKind.INVALID,
-        details={**problem.details, "attempt": task.attempt, "reason": "unencodable result"},
+        details={**details, "attempt": task.attempt, "reason": "unencodable result"},
     )
+
+
+_RESULT_PATH = "payload.value"  # where the codec finds a result in ActivityResolved
 
 
 @attrs.frozen(kw_only=True)
@@ -179,9 +186,10 @@ class ActivityWorker:
                 if error is None:
                     try:
                         await self._resolve(task, value, None)
-                        return
                     except _Unstorable as exc:  # nothing was written: the attempt failed
                         error = _result_error(task, exc.error)
+                    else:
+                        return
                 delay = next_retry(task.options, task.attempt, error)
                 if delay is not None and self._past_schedule_to_close(task, delay):
                     error = self._schedule_to_close_error(task, error)

@@ -231,6 +231,7 @@ async def keeps_failing():
 
 @app.activity
 async def never_works():
+    attempts.append("never")
     raise ConnectionError("still down")
 
 
@@ -272,3 +273,21 @@ async def test_describe_lists_pending_activities_with_their_last_error(autojump_
         process.terminate(pid)
         await node.wait_until_blocked()
         assert node.describe("stuck")["pending_activities"] == []
+        # Its run closed while attempt 5 waited out its backoff: it never starts.
+        tried = len(attempts)
+        await roost.sleep("1h")
+        assert len(attempts) == tried
+
+
+async def test_list_workflows_shows_the_same_pending_activities(autojump_clock):
+    async with open_test_node(app) as node:
+        await process.with_options(id="stuck-a").spawn("contain:calls", "contain:never_works")
+        await process.with_options(id="idle").spawn("contain:calls", "contain:unstorable_then_fine")
+        await roost.sleep("10s")
+        listed = {row["workflow_id"]: row for row in node.list_workflows()}
+        assert (
+            listed["stuck-a"]["pending_activities"]
+            == node.describe("stuck-a")["pending_activities"]
+        )
+        assert listed["stuck-a"]["pending_activities"][0]["attempt"] == 5
+        assert listed["idle"]["pending_activities"] == []

@@ -180,6 +180,8 @@ class ActivityWorker:
             while True:
                 if not await self._wait_until(task.not_before, work):
                     return  # cancelled while waiting for its next attempt
+                if not self._wanted(task):
+                    return  # its run closed (its row went with it): no more attempts
                 value, error = await self._attempt(task, work)
                 if work.cancelled:
                     return  # the workflow cancelled it: its row is gone, write nothing
@@ -190,6 +192,8 @@ class ActivityWorker:
                         error = _result_error(task, exc.error)
                     else:
                         return
+                if not self._wanted(task):
+                    return  # its run closed meanwhile (its row is gone): no more attempts
                 delay = next_retry(task.options, task.attempt, error)
                 if delay is not None and self._past_schedule_to_close(task, delay):
                     error = self._schedule_to_close_error(task, error)
@@ -201,6 +205,10 @@ class ActivityWorker:
                 task = await self._reschedule(task, error, delay)
         finally:
             self.running.pop((task.run_id, task.seq), None)
+
+    def _wanted(self, task: ActivityTask) -> bool:
+        run = self.m.runs.get(task.workflow_id)
+        return run is not None and run.record.run_id == task.run_id
 
     def _schedule_to_close_left(self, task: ActivityTask) -> float:
         limit = task.options.get("schedule_to_close_timeout")

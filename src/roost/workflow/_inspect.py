@@ -120,7 +120,13 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     clauses = parse_query(query)
     with store.read() as txn:
         rows = [_as_dict(codec.decode(v)) for _, v in txn.range("runs")]
-    return [row for row in rows if all(_matches(row, clause) for clause in clauses)]
+        rows = [row for row in rows if all(_matches(row, clause) for clause in clauses)]
+        pending: dict[str, list[dict[str, Any]]] = {}
+        if rows:  # one pass over every pending activity, as describe lists them per run
+            for _, v in txn.range("tasks"):
+                task: ActivityTask = codec.decode(v)
+                pending.setdefault(task.run_id, []).append(_pending(task))
+    return [{**row, "pending_activities": pending.get(row["run_id"], [])} for row in rows]
 
 
 _FIELDS = ("workflow_id", "run_id", "workflow_type", "status", "task_queue")

@@ -110,8 +110,9 @@ class Error(Exception):
         ``roost.Error`` comes back as itself, or as a cleaned copy when its message or
         details hold something the codec refuses (see ``storable``).
         """
-        if isinstance(exc, Error):
-            return storable(exc)
+        # issubclass of the type, not isinstance: that would consult a __class__ property.
+        if issubclass(type(exc), Error):
+            return storable(exc)  # type: ignore[arg-type]
         return _foreign(exc)
 
 

@@ -159,3 +159,15 @@ def test_any_message_and_detail_text_is_stored(message, detail):
         err = roost.Error.from_exception(exc)
         round_trip(err)
         err.message.encode("utf-8")  # no lone surrogate left
+
+
+class LiesAboutClassError(Exception):
+    @property
+    def __class__(self):
+        raise RuntimeError("no class either")
+
+
+def test_an_exception_whose_class_attribute_raises():
+    err = round_trip(roost.Error.from_exception(LiesAboutClassError("x")))
+    assert err.details["type"].endswith("LiesAboutClassError")
+    assert err.details["message"] == "x"

@@ -29,10 +29,12 @@ __all__ = ["in_worker_thread", "must_propagate"]
 
 def must_propagate(exc: BaseException) -> bool:
     """Whether ``exc`` (or a member of a group) is a Cancelled or a KeyboardInterrupt."""
-    if isinstance(exc, trio.Cancelled | KeyboardInterrupt):
+    # The type, not isinstance: user code may give its exception a __class__ property.
+    tp = type(exc)
+    if issubclass(tp, trio.Cancelled | KeyboardInterrupt):
         return True
-    if isinstance(exc, BaseExceptionGroup):
-        return any(must_propagate(e) for e in exc.exceptions)
+    if issubclass(tp, BaseExceptionGroup):
+        return any(must_propagate(e) for e in exc.exceptions)  # type: ignore[attr-defined]
     return False
 
 

@@ -174,3 +174,16 @@ async def test_the_unread_limit_must_be_a_positive_int():
             async with roost.open_node(app, workflow_unread_limit=bad):
                 pass
         assert refused.value.kind is roost.ErrorKind.INVALID
+
+
+async def test_sends_not_yet_committed_count_too():
+    async with open_test_node(app, workflow_unread_limit=3) as node:
+        pid = await process.with_options(id="deaf-3").spawn("bounds:deaf")
+        receipts = [process.send(pid, "m", i) for i in range(3)]  # none awaited yet
+        assert not any(r.accepted for r in receipts)
+        with pytest.raises(roost.Error, match="3 unread messages"):
+            process.send(pid, "m", 3)
+        for receipt in receipts:
+            await receipt
+        await node.wait_until_blocked()
+        assert message_count(node, "deaf-3") == 3

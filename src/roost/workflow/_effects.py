@@ -68,6 +68,7 @@ class Effects:
         self.spawns: list[SpawnProcess] = []
         # Events for workflows (messages, a refused child's EXIT), committed in this step.
         self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived | ProcessExited]] = []
+        self.sent_to: dict[int, int] = {}  # id(run) -> messages to it in this step
         self.record = run.record
         if any(isinstance(e, CancelRequested) for e in events):
             self.record = attrs.evolve(self.record, cancel_requested=True)
@@ -168,8 +169,9 @@ class Effects:
         # Like any send from a workflow, a refused one does not raise: it is logged.
         if not counts(event):
             return True
+        sent = self.sent_to.get(id(target), 0)  # messages to it earlier in this step
         try:
-            check_room(self.m, target)
+            check_room(self.m, target, 1 + sent)
         except Error as exc:
             log.warning(
                 "workflow %s: message %r to %s not delivered: %s",
@@ -179,6 +181,7 @@ class Effects:
                 exc,
             )
             return False
+        self.sent_to[id(target)] = sent + 1
         return True
 
     def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:

@@ -259,8 +259,6 @@ class WorkflowManager:
         run.inbox_seq += 1
         k, data = inbox_key(run.record.run_id, run.inbox_seq), self.codec.encode(event)
         self._staged[k] = data
-        if counts(event):
-            run.arriving += 1  # until accept: counted by the unread-message limit
         return k, data
 
     async def _commit_incoming(
@@ -278,7 +276,12 @@ class WorkflowManager:
             for k, v in staged:
                 txn.put("inbox", k, v)
 
-        await self.transact(write)
+        arriving = sum(1 for event in events if counts(event))
+        run.arriving += arriving  # in flight: counted by the unread-message limit
+        try:
+            await self.transact(write)
+        finally:
+            run.arriving -= arriving
         self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
 
     def accept(self, run: Run, items: list[Pending]) -> None:
@@ -289,7 +292,7 @@ class WorkflowManager:
         """
         # The workflow gets what was recorded (a tuple comes back a list), so a live run
         # and its replay see identical values.
-        items = [(k, self._recorded(run, k, e)) for k, e in items]
+        items = [(k, self._recorded(k, e)) for k, e in items]
         current = self.runs.get(run.record.workflow_id)
         if current is run:
             run.pending.extend(items)
@@ -316,13 +319,9 @@ class WorkflowManager:
 
             self.spawn_task(self.transact, write)
 
-    def _recorded(self, run: Run, key: bytes | Settled, event: Any) -> Any:
+    def _recorded(self, key: bytes | Settled, event: Any) -> Any:
         data = self._staged.pop(key, None) if isinstance(key, bytes) else None
-        if data is None:
-            return event
-        if counts(event) and run.arriving:
-            run.arriving -= 1  # now in run.pending
-        return self.codec.decode(data)
+        return self.codec.decode(data) if data is not None else event
 
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
         staged = [self.stage(run, event) for _, event in items]
@@ -367,6 +366,8 @@ class WorkflowManager:
         """
         done = trio.Event()
         k, data = self.stage(run, event)
+        if counts(event):
+            run.arriving += 1  # in flight: counted by the unread-message limit
         self._outside.append((run, k, data, event, done))
         self._outside_ready.set()
         return done
@@ -387,6 +388,8 @@ class WorkflowManager:
             await self.transact(write)
             for run, k, _, event, done in batch:  # in arrival order
                 self.accept(run, [(k, event)])
+                if counts(event):
+                    run.arriving -= 1  # now in run.pending
                 done.set()
 
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event:

@@ -70,7 +70,7 @@ class Run:
     idle: trio.Event | None = None  # set when an activation in flight has finished
     closed_event: trio.Event | None = None
     backoff: bool = False  # a failed workflow task waits before its retry
-    arriving: int = 0  # messages staged for it, not yet in ``pending`` (see _unread)
+    arriving: int = 0  # messages being committed to it, not yet in ``pending`` (_unread)
     task_failures: int = 0
 
     def watch(self, pid: Pid) -> None:

@@ -291,3 +291,29 @@ async def test_list_workflows_shows_the_same_pending_activities(autojump_clock):
         )
         assert listed["stuck-a"]["pending_activities"][0]["attempt"] == 5
         assert listed["idle"]["pending_activities"] == []
+
+
+async def test_a_task_row_left_by_a_closed_run_is_deleted_without_running(autojump_clock):
+    from roost.workflow._records import ActivityTask, task_key  # noqa: PLC0415 - raw rows
+
+    async with open_test_node(app) as node:
+        await process.with_options(id="done").exec("contain:calls", "contain:unstorable_then_fine")
+        record = node.describe("done")
+        stray = ActivityTask(
+            workflow_id="done",
+            run_id=record["run_id"],
+            seq=99,
+            entry="contain:never_works",
+            args=[],
+            options={},
+            scheduled_at=record["closed_at"],
+        )
+        manager = node._node.ext["workflows"]
+        row = task_key(stray.run_id, stray.seq)
+        await node._node.transact(lambda txn: txn.put("tasks", row, manager.codec.encode(stray)))
+        attempts.clear()
+        await node.restart()
+        await roost.sleep("1h")
+        with node._node.store.read() as txn:
+            assert list(txn.range("tasks")) == []
+        assert attempts == []

@@ -181,6 +181,7 @@ class ActivityWorker:
                 if not await self._wait_until(task.not_before, work):
                     return  # cancelled while waiting for its next attempt
                 if not self._wanted(task):
+                    await self._forget_if_orphan(task)
                     return  # its run closed (its row went with it): no more attempts
                 value, error = await self._attempt(task, work)
                 if work.cancelled:
@@ -209,6 +210,14 @@ class ActivityWorker:
     def _wanted(self, task: ActivityTask) -> bool:
         run = self.m.runs.get(task.workflow_id)
         return run is not None and run.record.run_id == task.run_id
+
+    async def _forget_if_orphan(self, task: ActivityTask) -> None:
+        # A row whose run has closed (left by a version that did not delete it at the
+        # close) is deleted; one of a run that is open but cannot resume here stays.
+        record = self.m.stored_record(task.workflow_id)
+        if record is None or record.run_id != task.run_id or record.status.value != "running":
+            key = task_key(task.run_id, task.seq)
+            await self.m.transact(lambda txn: txn.delete("tasks", key))
 
     def _schedule_to_close_left(self, task: ActivityTask) -> float:
         limit = task.options.get("schedule_to_close_timeout")

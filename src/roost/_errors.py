@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "MAX_TEXT",
     "ChannelClosed",
     "Error",
     "ErrorKind",
     "NondeterminismError",
+    "safe_text",
+    "storable",
 ]
 
 
@@ -95,20 +100,209 @@ class Error(Exception):
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> Error:
-        """Convert any exception into an Error; a plain exception becomes kind Internal."""
-        if isinstance(exc, Error):
-            return exc
-        kind_name = type(exc).__qualname__
-        module = type(exc).__module__
-        qualified = kind_name if module == "builtins" else f"{module}.{kind_name}"
-        text = str(exc)
-        err = Error(
-            f"{qualified}: {text}" if text else qualified,
-            kind=ErrorKind.INTERNAL,
-            details={"type": qualified, "message": text},
+        """Convert any exception into an Error that the codec can always store.
+
+        A plain exception (``SystemExit`` and ``GeneratorExit`` included) becomes kind
+        Internal, keeping its qualified type name (``details["type"]``) and its text
+        (``details["message"]``). Never raises: a ``__str__`` that raises or recurses falls
+        back to ``repr``, then to the type name; lone surrogates are escaped as
+        backslash sequences and a text longer than ``MAX_TEXT`` characters is cut. A
+        ``roost.Error`` comes back as itself, or as a cleaned copy when its message or
+        details hold something the codec refuses (see ``storable``).
+        """
+        # issubclass of the type, not isinstance: that would consult a __class__ property.
+        if issubclass(type(exc), Error):
+            return storable(exc)  # type: ignore[arg-type]
+        return _foreign(exc)
+
+
+# Longest text kept from a foreign exception (its message and any repr in details).
+MAX_TEXT = 10_000
+# Deepest details kept as they are; anything below becomes its (shortened) repr.
+_MAX_DEPTH = 32
+
+
+def safe_text(value: object, limit: int = MAX_TEXT) -> str:
+    """``value`` as a plain str the codec accepts: lone surrogates escaped, at most ``limit``.
+
+    Never raises (a ``__str__`` that does is replaced by a description of the failure).
+    """
+    try:
+        text = value if type(value) is str else str.__str__(str(value))
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is described
+        text = f"<{_type_name(value)} object: str() raised {type(exc).__name__}>"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
+    return text
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        text = repr(value)
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is described
+        text = f"<{_type_name(value)} object: repr() raised {type(exc).__name__}>"
+    return safe_text(text, 1000)
+
+
+def _type_name(value: object) -> str:
+    """The qualified type name of ``value`` (``module.Qualname``, builtins unqualified)."""
+    tp = type(value)
+    try:
+        name: object = tp.__qualname__
+        module: object = tp.__module__
+    except BaseException:  # noqa: BLE001 - a metaclass may make these raise
+        return "<unnamed type>"
+    if not isinstance(name, str) or not isinstance(module, str):
+        return "<unnamed type>"
+    return safe_text(name if module == "builtins" else f"{module}.{name}", 300)
+
+
+def _exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or when that fails its ``repr``, or an account of both failures."""
+    try:
+        # str.__str__: a plain copy of a str subclass (whose own methods might misbehave).
+        return safe_text(str.__str__(str(exc)))
+    except BaseException as failed:  # noqa: BLE001 - user code: whatever it raised
+        try:
+            shown = str.__str__(repr(exc))
+        except BaseException as again:  # noqa: BLE001 - user code: whatever it raised
+            return f"<str() raised {type(failed).__name__}, repr() raised {type(again).__name__}>"
+        return safe_text(f"<str() raised {type(failed).__name__}; repr: {shown}>")
+
+
+def _foreign(exc: BaseException) -> Error:
+    qualified = _type_name(exc)
+    text = _exception_text(exc)
+    err = Error(
+        f"{qualified}: {text}" if text else qualified,
+        kind=ErrorKind.INTERNAL,
+        details={"type": qualified, "message": text},
+    )
+    err.__cause__ = exc
+    return err
+
+
+def storable(err: Error) -> Error:
+    """``err`` itself when the codec can store it, else a copy with cleaned message and details.
+
+    Cleaning escapes lone surrogates, turns a message that is not a str into one, and
+    replaces detail values that are not plain data (None, bool, int, float, str, bytes,
+    UUID, aware datetime, Pid, Error, and lists / tuples / dicts of those, at most 32 deep)
+    by their repr. The copy keeps kind and retryable, has ``err`` as its cause, and is a
+    plain ``Error`` unless ``err`` is one of roost's own subclasses.
+    """
+    try:
+        message, details, retryable = err.message, err.details, err.retryable
+        kind, pid = ErrorKind(err.kind), err.pid
+    except BaseException:  # noqa: BLE001 - a subclass that skipped Error.__init__
+        return _foreign(err)
+    try:
+        clean = (
+            type(message) is str
+            and _clean_text(message)
+            and type(details) is dict
+            and _clean(details, 0)
+            and (retryable is None or type(retryable) is bool)
         )
-        err.__cause__ = exc
+    except BaseException:  # noqa: BLE001 - a hostile value (its __eq__, its __hash__)
+        clean = False
+    if clean:
         return err
+    copy = Error.__new__(type(err) if type(err) in _OWN else Error)
+    Error.__init__(
+        copy,
+        safe_text(message),
+        kind=kind,
+        retryable=retryable if retryable is None or type(retryable) is bool else None,
+        details=_cleaned_details(details),
+        pid=pid,
+    )
+    copy.__cause__ = err
+    return copy
+
+
+def _clean_text(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_SCALARS = (type(None), bool, int, float, bytes)
+
+
+def _clean(value: Any, depth: int) -> bool:
+    """Whether ``value`` is plain data the codec stores as it is (see ``storable``)."""
+    tp = type(value)
+    if tp is str:
+        return _clean_text(value)
+    if tp in _SCALARS:
+        return True
+    if depth >= _MAX_DEPTH:
+        return False
+    if tp is list or tp is tuple:
+        return all(_clean(v, depth + 1) for v in value)
+    if tp is dict:
+        return all(_clean(k, depth + 1) and _clean(v, depth + 1) for k, v in value.items())
+    return storable(value) is value if isinstance(value, Error) else _other_ok(value)
+
+
+def _other_ok(value: Any) -> bool:
+    from roost._pid import Pid  # noqa: PLC0415 - roost._pid imports this module
+
+    if type(value) in (Pid, uuid.UUID):
+        return True
+    if type(value) is dt.datetime:
+        offset = value.utcoffset()
+        return offset is not None and not offset.seconds % 60 and not offset.microseconds
+    return False
+
+
+def _cleaned_details(details: Any) -> dict[str, Any]:
+    try:
+        items = list(details.items()) if isinstance(details, Mapping) else []
+    except BaseException:  # noqa: BLE001 - a hostile mapping: nothing of it is kept
+        return {"details": _safe_repr(details)}
+    return {safe_text(k, 300): _cleaned(v, 1) for k, v in items}
+
+
+def _cleaned(value: Any, depth: int) -> Any:
+    try:
+        return _cleaned_or_repr(value, depth)
+    except BaseException:  # noqa: BLE001 - a hostile value: its repr is kept instead
+        return _safe_repr(value)
+
+
+def _cleaned_or_repr(value: Any, depth: int) -> Any:
+    if _clean(value, depth):
+        return value
+    tp = type(value)
+    if tp is str:
+        return safe_text(value)
+    if isinstance(value, Error):
+        return storable(value)
+    if depth < _MAX_DEPTH and (tp is list or tp is tuple):
+        return [_cleaned(v, depth + 1) for v in value]
+    if depth < _MAX_DEPTH and tp is dict:
+        return {_cleaned_key(k): _cleaned(v, depth + 1) for k, v in value.items()}
+    return _safe_repr(value)
+
+
+def _cleaned_key(key: Any) -> Any:
+    tp = type(key)
+    if tp is str:
+        return safe_text(key, 300)
+    if tp in _SCALARS:
+        return key
+    return _safe_repr(key)
 
 
 class NondeterminismError(Error):
@@ -133,3 +327,6 @@ def invalid(message: str, **details: Any) -> Error:
 def not_found(message: str, **details: Any) -> Error:
     """Build a NotFound error."""
     return Error(message, kind=ErrorKind.NOT_FOUND, retryable=False, details=details)
+
+
+_OWN: frozenset[type[Error]] = frozenset({NondeterminismError, ChannelClosed})

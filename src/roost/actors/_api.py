@@ -11,6 +11,7 @@ from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR
+from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._events import Event
 from roost.actors._process import (
     Upgrade,
@@ -601,8 +602,14 @@ async def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, A
             # Under a MockClock a thread would let virtual time race ahead of the call.
             return resolved.fn(*args)
         # abandon_on_cancel: a timeout (a queue's, a caller's) is not held up by the thread.
-        return await trio.to_thread.run_sync(resolved.fn, *args, abandon_on_cancel=True)
-    except Error:
-        raise
-    except Exception as exc:
-        raise Error.from_exception(exc) from exc
+        return await trio.to_thread.run_sync(
+            in_worker_thread, resolved.fn, *args, abandon_on_cancel=True
+        )
+    except BaseException as exc:
+        if must_propagate(exc):  # a cancel of the caller, or a real Ctrl-C (see _contain)
+            raise
+        # Anything else (SystemExit and GeneratorExit included) is the call's error.
+        err = Error.from_exception(exc)
+        if err is exc:
+            raise
+        raise err from exc

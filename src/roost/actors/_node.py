@@ -13,6 +13,7 @@ import trio
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import LOCAL_NODE, Pid
 from roost.actors._app import App, Entry, EntryKind
+from roost.actors._contain import must_propagate
 from roost.actors._events import Cancel, Exit, LinkDown
 from roost.actors._node_types import (
     ExitResult,
@@ -290,14 +291,15 @@ class Node:
                     raise
             else:
                 proc.leave_body(None)
-        except Exception as exc:  # noqa: BLE001 - an error exit is a result, not a crash
-            error = Error.from_exception(exc)
         except BaseException as exc:
-            # trio.Cancelled from outside the process (the node is being torn down) or
-            # KeyboardInterrupt: record the exit, then let it propagate.
-            reason = "node stopped" if is_cancelled(exc) else type(exc).__name__
-            self.exit(proc, None, proc.kill_error or terminated_error(proc.pid, reason))
-            raise
+            if must_propagate(exc):
+                # trio.Cancelled from outside the process (the node is being torn down) or
+                # KeyboardInterrupt (see _contain): record the exit, then let it propagate.
+                reason = "node stopped" if is_cancelled(exc) else type(exc).__name__
+                self.exit(proc, None, proc.kill_error or terminated_error(proc.pid, reason))
+                raise
+            # An error exit is a result, not a crash: SystemExit and GeneratorExit too.
+            error = Error.from_exception(exc)
         if proc.kill_error is not None:
             error = proc.kill_error
         self.exit(proc, value, error)
@@ -309,13 +311,15 @@ class Node:
         try:
             with scope:
                 await fn(*args)
-        except Exception as exc:  # noqa: BLE001 - a failing coroutine fails its process
-            self.kill(proc, Error.from_exception(exc))
         except Upgrade:
             self.kill(
                 proc,
                 invalid("process.upgrade must be called from the process body, not a coroutine"),
             )
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            self.kill(proc, Error.from_exception(exc))  # a failing coroutine fails its process
         finally:
             if proc.coros is not None:
                 proc.coros.discard(scope)

@@ -104,6 +104,11 @@ class NodeHandle:
         return f"<roost node {self.name!r} incarnation={self.incarnation} dir={self.data_dir}>"
 
 
+def _check_positive_int(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid(f"{what} must be an int >= 1, got {value!r}")
+
+
 def _check_node_name(name: object) -> str:
     if not isinstance(name, str) or not name or any(ch in _FORBIDDEN for ch in name):
         raise invalid(
@@ -123,6 +128,7 @@ async def open_node(
     root: Any = None,
     workflow_cache: int = 10_000,
     http: Any = None,
+    workflow_unread_limit: int = 10_000,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -142,6 +148,8 @@ async def open_node(
         http: serve the app's HTTP triggers (``app.http``): True or a port (on
             127.0.0.1), or ``"host:port"``; port 0 picks a free one (see ``http_url``).
             None (the default) serves nothing.
+        workflow_unread_limit: how many messages a workflow may hold unread; a send past
+            it is refused with LimitExceeded and nothing of it stored (docs/workflows.md).
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -158,6 +166,7 @@ async def open_node(
         raise invalid(f"workflow_cache must be an int >= 1, got {workflow_cache!r}")
     if workflow_cache < 1:
         raise invalid(f"workflow_cache must be >= 1, got {workflow_cache}")
+    _check_positive_int(workflow_unread_limit, "workflow_unread_limit")
     http_bind = _extension("http_bind")(http) if http is not None else None
     app.validate()
     root_entry = app.resolve(root) if root is not None else None
@@ -174,7 +183,11 @@ async def open_node(
                 "name": name,
                 "incarnation": incarnation,
                 "store": store,
-                "settings": {"workflow_cache": workflow_cache, "http": http_bind},
+                "settings": {
+                    "workflow_cache": workflow_cache,
+                    "http": http_bind,
+                    "workflow_unread_limit": workflow_unread_limit,
+                },
             }
             async with _running(
                 app, node_args=node_args, grace=grace, path=path, root=root_entry

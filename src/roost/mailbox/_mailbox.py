@@ -128,13 +128,14 @@ class Mailbox:
         owner: the PID, used in error messages.
     """
 
-    __slots__ = ("_events", "_inbox", "_pending", "_topics", "limit", "owner")
+    __slots__ = ("_events", "_inbox", "_pending", "_pending_events", "_topics", "limit", "owner")
 
     def __init__(self, limit: int | None = None, owner: Pid | None = None) -> None:
         self._inbox: _SubChannel | None = None
         self._events: _SubChannel | None = None
         self._topics: dict[str, _SubChannel] | None = None
         self._pending: deque[Message] | None = None
+        self._pending_events = 0  # how many of _pending are events
         self.limit = limit
         self.owner = owner
 
@@ -170,10 +171,7 @@ class Mailbox:
             if sub is None:
                 sub = self._inbox
         if sub is None:
-            pending = self._pending
-            if pending is None:
-                pending = self._pending = deque()
-            pending.append(Message(topic, payload, sender))
+            self._retain(Message(topic, payload, sender))
         elif sub._closed:
             self._drop(sub)
             self.deliver(topic, payload, sender, force=True)
@@ -196,6 +194,15 @@ class Mailbox:
             receiver.value = Message(topic, payload, sender) if sub.message else payload
             receiver.ok = True
             receiver.wake()
+
+    def _retain(self, msg: Message) -> None:
+        """Keep ``msg`` until a subscription takes it."""
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = deque()
+        pending.append(msg)
+        if msg.topic == EVENTS:
+            self._pending_events += 1
 
     def _route(self, topic: str) -> _SubChannel | None:
         if topic == EVENTS:
@@ -259,6 +266,13 @@ class Mailbox:
             held += len(sub)
         return held
 
+    def unread_messages(self) -> int:
+        """Like ``unread``, without events: the messages sent to the owner, not yet read."""
+        held = self.unread() - self._pending_events
+        if self._events is not None:
+            held -= len(self._events)
+        return held
+
     def pending(self) -> list[Message]:
         """Messages (and events) that no subscription has taken yet, oldest first."""
         return list(self._pending) if self._pending else []
@@ -275,6 +289,7 @@ class Mailbox:
         if self._pending:
             out.extend(self._pending)
             self._pending = None
+            self._pending_events = 0
         return out
 
     def close(self) -> None:
@@ -284,6 +299,7 @@ class Mailbox:
         self._inbox = self._events = None
         self._topics = None
         self._pending = None
+        self._pending_events = 0
 
     # -- internals -----------------------------------------------------------------------
 
@@ -325,6 +341,8 @@ class Mailbox:
             else:
                 keep.append(msg)
         self._pending = keep or None
+        if sub is self._events:
+            self._pending_events = 0  # every retained event went to the events channel
 
     def _drop(self, sub: _SubChannel) -> None:
         self._set(sub.topic, None)

@@ -238,6 +238,7 @@ async def open_test_node(
     name: str = "local",
     workflow_cache: int = 10_000,
     data_dir: str | Path | None = None,
+    workflow_unread_limit: int = 10_000,
 ) -> AsyncIterator[TestNode]:
     """A node for tests: a temporary LMDB store and a clock that skips idle time.
 
@@ -250,6 +251,7 @@ async def open_test_node(
         name: the node name.
         workflow_cache: as for ``open_node`` (1 makes every step rebuild by replay).
         data_dir: keep the store there instead of a temporary directory (not removed).
+        workflow_unread_limit: as for ``open_node``.
 
     Example::
 
@@ -265,7 +267,11 @@ async def open_test_node(
     skipping = _SkippingTime()
     temp = data_dir is None
     path = Path(tempfile.mkdtemp(prefix="roost-test-")) if data_dir is None else Path(data_dir)
-    options = {"name": name, "workflow_cache": workflow_cache}
+    options = {
+        "name": name,
+        "workflow_cache": workflow_cache,
+        "workflow_unread_limit": workflow_unread_limit,
+    }
     try:
         async with trio.open_nursery() as nursery:
             node = TestNode(app, path, options, skipping.clock)

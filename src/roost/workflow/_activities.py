@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
-import logging
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,9 @@ import trio
 
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
+from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._process import activity_context, bind_node, set_current
+from roost.workflow._activity_log import KEPT_ERRORS, log_failure
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
 from roost.workflow._retry import next_retry
@@ -25,7 +26,42 @@ if TYPE_CHECKING:
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
-log = logging.getLogger("roost.activity")
+
+class _Unstorable(Exception):  # noqa: N818 - private control flow, never seen by users
+    """An activity's result cannot be recorded (raised before anything is written)."""
+
+    def __init__(self, error: Error) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _refuse(exc: Error) -> Any:
+    raise _Unstorable(exc)
+
+
+def _failed_with(seq: int) -> Callable[[Error], ActivityResolved]:
+    # An error that cannot be recorded (it is always storable; see Error.from_exception)
+    # resolves the activity with the reason instead.
+    return lambda exc: ActivityResolved(seq=seq, error=exc)
+
+
+def _result_error(task: ActivityTask, problem: Error) -> Error:
+    """The failure of an attempt whose result the codec refused (retried per policy)."""
+    # The codec names the place in the recorded event; the user knows it as the result.
+    where = problem.message.replace(_RESULT_PATH, "result", 1)
+    details = dict(problem.details)
+    if isinstance(details.get("path"), str):
+        details["path"] = details["path"].replace(_RESULT_PATH, "result", 1)
+    return Error(
+        f"activity {task.entry!r} attempt {task.attempt} returned a value that cannot be "
+        f"stored: {where}. Return plain data (None, bool, int, float, str, bytes, lists, "
+        "dicts, aware datetimes, UUIDs, Pids or registered attrs records)",
+        kind=ErrorKind.INVALID,
+        details={**details, "attempt": task.attempt, "reason": "unencodable result"},
+    )
+
+
+_RESULT_PATH = "payload.value"  # where the codec finds a result in ActivityResolved
 
 
 @attrs.frozen(kw_only=True)
@@ -144,22 +180,44 @@ class ActivityWorker:
             while True:
                 if not await self._wait_until(task.not_before, work):
                     return  # cancelled while waiting for its next attempt
+                if not self._wanted(task):
+                    await self._forget_if_orphan(task)
+                    return  # its run closed (its row went with it): no more attempts
                 value, error = await self._attempt(task, work)
                 if work.cancelled:
                     return  # the workflow cancelled it: its row is gone, write nothing
                 if error is None:
-                    await self._resolve(task, value, None)
-                    return
+                    try:
+                        await self._resolve(task, value, None)
+                    except _Unstorable as exc:  # nothing was written: the attempt failed
+                        error = _result_error(task, exc.error)
+                    else:
+                        return
+                if not self._wanted(task):
+                    return  # its run closed meanwhile (its row is gone): no more attempts
                 delay = next_retry(task.options, task.attempt, error)
                 if delay is not None and self._past_schedule_to_close(task, delay):
                     error = self._schedule_to_close_error(task, error)
                     delay = None
+                log_failure(task, error, delay)
                 if delay is None:
                     await self._resolve(task, None, error)
                     return
                 task = await self._reschedule(task, error, delay)
         finally:
             self.running.pop((task.run_id, task.seq), None)
+
+    def _wanted(self, task: ActivityTask) -> bool:
+        run = self.m.runs.get(task.workflow_id)
+        return run is not None and run.record.run_id == task.run_id
+
+    async def _forget_if_orphan(self, task: ActivityTask) -> None:
+        # A row whose run has closed (left by a version that did not delete it at the
+        # close) is deleted; one of a run that is open but cannot resume here stays.
+        record = self.m.stored_record(task.workflow_id)
+        if record is None or record.run_id != task.run_id or record.status.value != "running":
+            key = task_key(task.run_id, task.seq)
+            await self.m.transact(lambda txn: txn.delete("tasks", key))
 
     def _schedule_to_close_left(self, task: ActivityTask) -> float:
         limit = task.options.get("schedule_to_close_timeout")
@@ -218,9 +276,11 @@ class ActivityWorker:
         )
         try:
             return await self._timed(entry, task, info, work)
-        except Error as exc:
-            return None, exc
-        except Exception as exc:  # noqa: BLE001 - an activity's error is its result
+        except BaseException as exc:
+            if must_propagate(exc):  # the node is stopping, or a real Ctrl-C (see _contain)
+                raise
+            # Anything else the activity raised (SystemExit and GeneratorExit included)
+            # fails this attempt, as an error the codec can always store.
             return None, Error.from_exception(exc)
         finally:
             _beat.set(None)
@@ -277,33 +337,32 @@ class ActivityWorker:
         if self.m.node.mock_time:
             # Under a MockClock a thread would let virtual time (and timeouts) race ahead.
             return ctx.run(fn, *task.args)
-        return await trio.to_thread.run_sync(ctx.run, fn, *task.args, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(
+            ctx.run, in_worker_thread, fn, *task.args, abandon_on_cancel=True
+        )
 
     async def _resolve(self, task: ActivityTask, value: Any, error: Error | None) -> None:
+        """Hand the outcome to the workflow.
+
+        Raises:
+            _Unstorable: ``value`` cannot be recorded (nothing was written).
+        """
         await self.m.settle(
             "tasks",
             task_key(task.run_id, task.seq),
             (task.workflow_id, task.run_id),
             ActivityResolved(seq=task.seq, value=value, error=error),
-            # A result that cannot be recorded resolves the activity with that error.
-            on_unencodable=lambda exc: ActivityResolved(seq=task.seq, error=exc),
+            on_unencodable=_refuse if error is None else _failed_with(task.seq),
         )
 
     async def _reschedule(self, task: ActivityTask, error: Error, delay: float) -> ActivityTask:
-        errors = [*task.errors, error]
+        # The latest errors only: under an unlimited policy the row must not grow for ever.
+        errors = [*task.errors[-(KEPT_ERRORS - 1) :], error]
         task = attrs.evolve(
             task,
             attempt=task.attempt + 1,
             not_before=self.m.node.now() + dt.timedelta(seconds=delay),
             errors=errors,
-        )
-        log.info(
-            "activity %s attempt %d failed (%s); retrying in %.3gs",
-            task.entry,
-            task.attempt - 1,
-            error,
-            delay,
-            extra={"workflow_id": task.workflow_id, "attempt": task.attempt - 1},
         )
         data = self.m.codec.encode(task)
         key = task_key(task.run_id, task.seq)

@@ -100,6 +100,7 @@ async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) 
             not_before=not_before,
         )
     await m.transact(_close_writer(m, run, closing, nxt))
+    m.timers.drop(run)  # their rows went with the close
     run.record = closing
     if nxt is None:
         m.runs.pop(run.record.workflow_id, None)
@@ -124,11 +125,14 @@ def _close_writer(
         rows += [("inbox", k, v) for k, v, _ in staged]
         rows += [("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in new.timers]
     run_id = closing.run_id
+    timers = m.timers.rows(run)  # none of them fires now
 
     def write(txn: WriteTxn) -> None:
         for table in ("inbox", "tasks"):
             for k, _ in list(txn.prefix(table, key(run_id))):
                 txn.delete(table, k)
+        for k in timers:
+            txn.delete("timers", k)
         for table, k, v in rows:
             txn.put(table, k, v)
 

@@ -41,6 +41,7 @@ from roost.workflow._records import (
     timer_key,
 )
 from roost.workflow._run import Run, Settled
+from roost.workflow._unread import check_room, counts
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -67,6 +68,7 @@ class Effects:
         self.spawns: list[SpawnProcess] = []
         # Events for workflows (messages, a refused child's EXIT), committed in this step.
         self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived | ProcessExited]] = []
+        self.sent_to: dict[int, int] = {}  # id(run) -> messages to it in this step
         self.record = run.record
         if any(isinstance(e, CancelRequested) for e in events):
             self.record = attrs.evolve(self.record, cancel_requested=True)
@@ -156,10 +158,31 @@ class Effects:
         if found is not None:  # a workflow (or a workflow's reply address): same commit
             target, call = found
             event = MessageArrived(topic=send.topic, payload=send.payload, sender=sender, call=call)
+            if not self._room(target, event, send):
+                return
             k, v = self.m.stage(target, event)
             self.workflow_sends.append((target, k, v, event))
         else:
             self.local_sends.append((sender, send))
+
+    def _room(self, target: Run, event: MessageArrived, send: SendMessage) -> bool:
+        # Like any send from a workflow, a refused one does not raise: it is logged.
+        if not counts(event):
+            return True
+        sent = self.sent_to.get(id(target), 0)  # messages to it earlier in this step
+        try:
+            check_room(self.m, target, 1 + sent)
+        except Error as exc:
+            log.warning(
+                "workflow %s: message %r to %s not delivered: %s",
+                self.run.pid,
+                send.topic,
+                send.dest,
+                exc,
+            )
+            return False
+        self.sent_to[id(target)] = sent + 1
+        return True
 
     def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
         if status is RunStatus.COMPLETED and self.record.cancel_requested:
@@ -186,7 +209,7 @@ class Effects:
     def writer(
         self, act: Activation, consumed: list[bytes | Settled]
     ) -> Callable[[WriteTxn], None]:
-        codec, record = self.m.codec, self.record
+        codec, record, driver = self.m.codec, self.record, self.run.driver
         act_bytes = codec.encode(act)
         self.record = record = attrs.evolve(
             record,
@@ -194,14 +217,18 @@ class Effects:
             activations=act.index,
             history_length=record.history_length + len(act.events) + len(act.commands),
             history_size=record.history_size + len(act_bytes),
+            unread=driver.mailbox.unread_messages() if driver is not None else record.unread,
         )
         record_bytes = codec.encode(record)
         tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
         dropped = [task_key(record.run_id, seq) for seq in self.cancelled]
-        timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in self.timers]
-        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         run_id = record.run_id
         closing = self.final or self.continued is not None
+        # A closing run's timers never fire: their rows go with it (this step's are not kept).
+        own = () if closing else self.timers
+        timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in own]
+        unarmed = self.m.timers.rows(self.run) if closing else []
+        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         child_rows = [
             (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
             for c in self.children
@@ -233,6 +260,8 @@ class Effects:
                 txn.put("tasks", k, v)
             for k in dropped:
                 txn.delete("tasks", k)
+            for k in unarmed:
+                txn.delete("timers", k)
             for k, v in timers:
                 txn.put("timers", k, v)
             for k, v in sends:
@@ -262,8 +291,11 @@ class Effects:
             m.activities.submit(task)
         for seq in self.cancelled:
             m.activities.cancel(self.run.record.run_id, seq)
-        for timer in self.timers:
-            m.timers.add(timer)
+        if self.final or self.continued is not None:
+            m.timers.drop(self.run)  # their rows went with this step's commit
+        else:
+            for timer in self.timers:
+                m.timers.add(timer)
         for target, k, _, event in self.workflow_sends:
             m.accept(target, [(k, event)])
         for spawn in self.spawns:  # first: messages may go to processes started here

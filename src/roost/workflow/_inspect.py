@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import functools
 import re
+from collections.abc import Iterable
 from typing import Any, Final
 
 import attrs
@@ -21,7 +22,7 @@ from roost.storage._quarantine import (
     read_quarantine,
 )
 from roost.workflow._history import flatten
-from roost.workflow._records import RunRecord, RunStatus
+from roost.workflow._records import ActivityTask, RunRecord, RunStatus
 
 __all__ = ["describe", "history", "list_workflows", "parse_query"]
 
@@ -54,6 +55,7 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
         "details": record.details,
         "name": record.name,
         "task_failure": record.task_failure,
+        "unread_messages": record.unread,  # as of its last activation (see _unread)
     }
 
 
@@ -77,9 +79,41 @@ def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
 
     A quarantined workflow has status ``"quarantined"``, its decode error under ``error``
     and, under ``quarantine``, when and which rows (``{"table", "key", "error"}``).
+    ``pending_activities`` lists the activities the run waits for, in the order it
+    scheduled them (see ``_pending``).
     """
     found = _lookup(store, codec, workflow_id)
-    return found if isinstance(found, dict) else _as_dict(found)
+    if isinstance(found, dict):
+        return {**found, "pending_activities": []}
+    with store.read() as txn:
+        tasks = _readable_tasks(codec, txn.prefix("tasks", key(found.run_id)))
+    return {**_as_dict(found), "pending_activities": [_pending(t) for t in tasks]}
+
+
+def _readable_tasks(codec: Codec, rows: Iterable[tuple[bytes, bytes]]) -> list[ActivityTask]:
+    # A task row the node has not quarantined yet (a directory read beside it) is left out.
+    tasks = []
+    for _, data in rows:
+        with contextlib.suppress(Error):
+            tasks.append(codec.decode(data))
+    return tasks
+
+
+def _pending(task: ActivityTask) -> dict[str, Any]:
+    """One pending activity, as Temporal's PendingActivityInfo shows it.
+
+    ``attempt`` is the attempt running now or waiting to run; ``last_error`` the error of
+    the attempt before it (None on the first); ``next_attempt_at`` when that attempt may
+    start (None for the first, which starts when scheduled).
+    """
+    return {
+        "entry": task.entry,
+        "attempt": task.attempt,
+        "last_error": task.errors[-1] if task.errors else None,
+        "next_attempt_at": task.not_before,
+        "seq": task.seq,
+        "scheduled_at": task.scheduled_at,
+    }
 
 
 def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
@@ -133,11 +167,21 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     with store.read() as txn:
         rows = [_as_dict_or_unreadable(codec, k, v) for k, v in txn.range("runs")]
         entries = read_quarantine(txn, codec, "workflow")
-    if entries:
-        listed = {row["workflow_id"] for row in rows}
-        rows += [_quarantined(codec, e) for e in entries if e.id not in listed]
-        rows.sort(key=lambda row: row["workflow_id"].encode("utf-8", "surrogateescape"))
-    return [row for row in rows if all(_matches(row, clause) for clause in clauses)]
+        if entries:
+            listed = {row["workflow_id"] for row in rows}
+            rows += [_quarantined(codec, e) for e in entries if e.id not in listed]
+            rows.sort(key=lambda row: row["workflow_id"].encode("utf-8", "surrogateescape"))
+        rows = [row for row in rows if all(_matches(row, clause) for clause in clauses)]
+        pending: dict[str, list[dict[str, Any]]] = {}
+        if rows:  # one pass over every pending activity, as describe lists them per run
+            for task in _readable_tasks(codec, txn.range("tasks")):
+                pending.setdefault(task.run_id, []).append(_pending(task))
+    return [
+        {**row, "pending_activities": pending.get(row["run_id"], [])}
+        if row["status"] != "quarantined"
+        else {**row, "pending_activities": []}
+        for row in rows
+    ]
 
 
 # -- quarantined workflows (see roost.workflow._quarantine) ------------------------------------

@@ -59,6 +59,7 @@ from roost.workflow._task_failure import (
     hold_after_task_timeout,
     task_timed_out,
 )
+from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room, counts
 from roost.workflow._watchdog import TaskTimeout, guard
 
 __all__ = ["Run", "WorkflowManager"]
@@ -98,6 +99,7 @@ class WorkflowManager:
         self._outside_ready = trio.Event()
         self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
         self.cache_size = int(node.settings.get("workflow_cache", 10_000))
+        self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
         # context of whoever caused an activation, such as a starter running one eagerly.
         self.base_context = contextvars.copy_context()
@@ -280,7 +282,12 @@ class WorkflowManager:
             for k, v in staged:
                 txn.put("inbox", k, v)
 
-        await self.transact(write)
+        arriving = sum(1 for event in events if counts(event))
+        run.arriving += arriving  # in flight: counted by the unread-message limit
+        try:
+            await self.transact(write)
+        finally:
+            run.arriving -= arriving
         self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
 
     def accept(self, run: Run, items: list[Pending]) -> None:
@@ -339,6 +346,7 @@ class WorkflowManager:
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
     ) -> None:
         if messages:
+            check_room(self, run, len(messages))
             events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
             await self._commit_incoming(run, events)
 
@@ -347,12 +355,14 @@ class WorkflowManager:
 
         Raises:
             roost.Error: NotFound if no run with that id is open; Invalid for a payload
-                that cannot be encoded (nothing is stored).
+                that cannot be encoded; LimitExceeded when the workflow holds its limit of
+                unread messages (nothing is stored).
         """
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.codec.encode(payload, what=f"payload of message {topic!r}")
+        check_room(self, run)
         return self.from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
 
     def from_outside(self, run: Run, event: Any) -> trio.Event:
@@ -362,6 +372,8 @@ class WorkflowManager:
         """
         done = trio.Event()
         k, data = self.stage(run, event)
+        if counts(event):
+            run.arriving += 1  # in flight: counted by the unread-message limit
         self._outside.append((run, k, data, event, done))
         self._outside_ready.set()
         return done
@@ -382,6 +394,8 @@ class WorkflowManager:
             await self.transact(write)
             for run, k, _, event, done in batch:  # in arrival order
                 self.accept(run, [(k, event)])
+                if counts(event):
+                    run.arriving -= 1  # now in run.pending
                 done.set()
 
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event:

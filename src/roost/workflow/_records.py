@@ -82,6 +82,9 @@ class RunRecord:
     not_before: dt.datetime | None = None
     cancel_requested: bool = False
     task_failure: Error | None = None  # the last failed workflow task, until one succeeds
+    # Messages delivered to the workflow and not read by it, as of its last activation
+    # (what the unread-message limit counts while the run is not in memory).
+    unread: int = 0
 
 
 @record("wf.activity_task")

@@ -63,11 +63,14 @@ class Run:
     links: set[Pid] | frozenset[Pid] = _NONE
     exit_chans: Sequence[Channel[ExitResult]] = ()
     timers: Sequence[TimerTask] = ()  # its own, stored with its start
+    # Stored, armed and not yet fired (see DurableTimers): their rows go when the run closes.
+    armed_timers: tuple[TimerTask, ...] = ()
     held: bool = False  # waiting for its start time (start_delay, retry backoff, cron)
     closing: bool = False  # closed from outside (terminate, a timeout): no activations
     idle: trio.Event | None = None  # set when an activation in flight has finished
     closed_event: trio.Event | None = None
     backoff: bool = False  # a failed workflow task waits before its retry
+    arriving: int = 0  # messages being committed to it, not yet in ``pending`` (_unread)
     task_failures: int = 0
 
     def watch(self, pid: Pid) -> None:

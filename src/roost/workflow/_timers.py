@@ -1,4 +1,10 @@
-"""Durable timers: stored with their due time, armed in memory, fired into the run's inbox."""
+"""Durable timers: stored with their due time, armed in memory, fired into the run's inbox.
+
+Each open run knows its armed timers (``Run.armed_timers``), so the transaction that closes
+it deletes their rows too: the losing ``roost.after`` of a ``select`` must not stay stored
+(and be reloaded at every restart) until it falls due. Their heap entries are dropped
+lazily, and the heap is rebuilt once dropped entries make up half of it.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._records import TimerTask
+from roost.workflow._records import TimerTask, timer_key
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
+    from roost.workflow._run import Run
+
+# Dropped heap entries tolerated before a rebuild (and at least half the heap).
+_REBUILD_AT = 64
 
 __all__ = ["DurableTimers"]
 
@@ -23,14 +33,38 @@ class DurableTimers:
         self.m = manager
         self._heap: list[tuple[float, str, int, TimerTask]] = []
         self._scope: trio.CancelScope | None = None
+        self._dropped: set[tuple[str, int]] = set()  # (run id, seq) of closed runs' timers
 
     def add(self, timer: TimerTask) -> None:
         """Arm ``timer`` (already stored); one that fell due while down fires at once."""
         delay = (timer.due - self.m.node.now()).total_seconds()
         deadline = trio.current_time() + max(0.0, delay)
         heapq.heappush(self._heap, (deadline, timer.run_id, timer.seq, timer))
+        run = self._owner(timer)
+        if run is not None:
+            run.armed_timers = (*run.armed_timers, timer)
         if self._scope is not None and deadline < self._scope.deadline:
             self._scope.deadline = deadline
+
+    def _owner(self, timer: TimerTask) -> Run | None:
+        run = self.m.runs.get(timer.workflow_id)
+        return run if run is not None and run.record.run_id == timer.run_id else None
+
+    @staticmethod
+    def rows(run: Run) -> list[bytes]:
+        """The stored rows of ``run``'s timers: armed ones and those armed at its commit."""
+        return [timer_key(t.due, t.run_id, t.seq) for t in (*run.armed_timers, *run.timers)]
+
+    def drop(self, run: Run) -> None:
+        """``run`` closed, its timer rows deleted with it: its armed timers never fire."""
+        armed, run.armed_timers = run.armed_timers, ()
+        self._dropped.update((t.run_id, t.seq) for t in armed)
+        dropped = len(self._dropped)
+        if dropped >= _REBUILD_AT and 2 * dropped >= len(self._heap):
+            gone = self._dropped
+            self._heap = [e for e in self._heap if (e[1], e[2]) not in gone]
+            heapq.heapify(self._heap)
+            self._dropped = set()
 
     async def run(self) -> None:
         """Fire timers as they fall due, forever."""
@@ -42,8 +76,17 @@ class DurableTimers:
             self._scope = None
             now = trio.current_time()
             while self._heap and self._heap[0][0] <= now:
+                timer = heapq.heappop(self._heap)[3]
+                if self._dropped and (timer.run_id, timer.seq) in self._dropped:
+                    self._dropped.discard((timer.run_id, timer.seq))
+                    continue
+                run = self._owner(timer)
+                if run is not None:
+                    run.armed_timers = tuple(t for t in run.armed_timers if t is not timer)
                 # Concurrently, so that timers falling due together share one commit.
-                self.m.spawn_task(self._fire, heapq.heappop(self._heap)[3])
+                self.m.spawn_task(self._fire, timer)
+            if not self._heap:
+                self._dropped.clear()
             await trio.lowlevel.checkpoint()
 
     async def _fire(self, timer: TimerTask) -> None:

@@ -15,6 +15,7 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
+from roost._text import check_text
 from roost.actors._app import App, Entry, _extension, node_services
 from roost.actors._node import Node, SpawnRequest
 from roost.actors._node_types import is_mock_clock
@@ -109,7 +110,7 @@ def _check_node_name(name: object) -> str:
         raise invalid(
             f"node name must be a non-empty string without '{{}}|@: ' characters, got {name!r}"
         )
-    return name
+    return check_text(name, "node name")
 
 
 @asynccontextmanager

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import datetime as dt
 import logging
 import math
 import os
@@ -23,6 +22,7 @@ from typing import Any
 import attrs
 import trio
 
+from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost.actors._api import funcs_call
 from roost.actors._app import EntryKind, register_extension, register_node_service
@@ -241,7 +241,7 @@ class QueueRuntime:
             retry = attrs.evolve(
                 message,
                 attempt=message.attempt + 1,
-                not_before=now + dt.timedelta(seconds=delay),
+                not_before=deadline_after(now, delay),
                 errors=errors,
             )
             data = self.codec.encode(retry)

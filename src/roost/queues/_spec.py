@@ -12,6 +12,7 @@ import attrs
 
 from roost._duration import parse_duration
 from roost._errors import Error, invalid
+from roost._text import check_text
 from roost.workflow._retry import capped_backoff
 
 __all__ = [
@@ -62,6 +63,7 @@ def make_spec(name: str, settings: dict[str, Any]) -> QueueSpec:
     """
     if not isinstance(name, str) or not name or any(c in name for c in "{}|@ "):
         raise invalid(f"a queue name is a non-empty string without '{{}}|@ ', got {name!r}")
+    check_text(name, "a queue name")
     if len(name.encode()) > _MAX_NAME:
         raise invalid(f"a queue name is at most {_MAX_NAME} bytes, got {len(name.encode())}")
     known = {f.name for f in attrs.fields(QueueSpec)} - {"name"}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
 from roost.actors._process import activity_context, bind_node, set_current
@@ -294,7 +295,7 @@ class ActivityWorker:
         task = attrs.evolve(
             task,
             attempt=task.attempt + 1,
-            not_before=self.m.node.now() + dt.timedelta(seconds=delay),
+            not_before=deadline_after(self.m.node.now(), delay),
             errors=errors,
         )
         log.info(

@@ -113,6 +113,36 @@ def _check_node_name(name: object) -> str:
     return check_text(name, "node name")
 
 
+def _data_dir(data_dir: object) -> Path:
+    """The data directory, checked before anything is created in it or LMDB opens it.
+
+    Raises:
+        roost.Error: kind Invalid for a path that is (or is under) a file, or that this
+            process cannot create or write.
+    """
+    if not isinstance(data_dir, str | os.PathLike):
+        raise invalid(f"data_dir must be a path (str or os.PathLike), got {data_dir!r}")
+    path = Path(data_dir)
+    existing = path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent  # the directory the missing ones are created in
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"is under the file {str(existing)!r}"
+        raise invalid(
+            f"data_dir {str(path)!r} {what}, not a directory: pass the path of a directory "
+            "(it is created if missing)",
+            path=str(path),
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        why = "is not writable" if existing == path else f"cannot be created in {str(existing)!r}"
+        raise invalid(
+            f"data_dir {str(path)!r} {why} (permission denied): pass a directory this "
+            "process may write, or fix the permissions",
+            path=str(path),
+        )
+    return path
+
+
 @asynccontextmanager
 async def open_node(
     app: App,
@@ -161,7 +191,7 @@ async def open_node(
     app.validate()
     root_entry = app.resolve(root) if root is not None else None
     temp = data_dir is None
-    path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else Path(data_dir)
+    path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else _data_dir(data_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
         store = open_lmdb_store(path, durability=durability)  # type: ignore[arg-type]

@@ -49,7 +49,8 @@ WORKFLOW_OPTIONS: Final = frozenset(
         "details",
     }
 )
-_PREFIXES: Final = ("temporal.workflow.", "workflow.", "process.")
+_LEGACY_PREFIX: Final = "temporal.workflow."
+_PREFIXES: Final = (_LEGACY_PREFIX, "workflow.", "process.")
 
 
 def _canonical_key(key: object) -> str:
@@ -94,13 +95,29 @@ class Spawner:
     context: Mapping[str, Any] = attrs.field(factory=dict)
     name: str | None = None
     messages: tuple[tuple[str, Any], ...] = ()
+    # The options whose value came from a legacy "temporal.workflow.*" key.
+    legacy: frozenset[str] = attrs.field(factory=frozenset, repr=False)
 
     def with_options(self, mapping: Mapping[str, Any] | None = None, **opts: Any) -> Spawner:
-        """Merge spawn options (later keys win); Wippy-style prefixed keys are accepted."""
+        """Merge spawn options (later keys win); Wippy-style prefixed keys are accepted.
+
+        As in Wippy, a canonical key (``"workflow.id"`` or ``id``) wins over its legacy
+        ``"temporal.workflow.id"`` spelling, whichever comes first.
+        """
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise invalid(f"with_options takes a mapping, got {type(mapping).__name__}")
         merged = dict(self.options)
+        legacy = set(self.legacy)
         for key, value in {**(mapping or {}), **opts}.items():
-            merged[_canonical_key(key)] = value
-        return attrs.evolve(self, options=merged)
+            short = _canonical_key(key)
+            if key.startswith(_LEGACY_PREFIX):
+                if short in merged and short not in legacy:
+                    continue
+                legacy.add(short)
+            else:
+                legacy.discard(short)
+            merged[short] = value
+        return attrs.evolve(self, options=merged, legacy=frozenset(legacy))
 
     def with_context(self, mapping: Mapping[str, Any]) -> Spawner:
         """Merge context values, readable with ``ctx.get`` in the child and its children."""

@@ -334,6 +334,8 @@ class DeadLetters:
         self._rt = runtime
 
     def _check(self, queue: str) -> None:
+        if not isinstance(queue, str):
+            raise invalid(f"a queue name is a string, got {type(queue).__name__} {queue!r}")
         if queue not in self._rt.specs:
             raise not_found(f"queue {queue!r} is not declared", queue=queue)
 
@@ -353,6 +355,8 @@ class DeadLetters:
 
     def _find(self, queue: str, receipt_id: str) -> DeadLetter:
         self._check(queue)
+        if not isinstance(receipt_id, str):
+            raise invalid(f"a receipt id is a string, got {type(receipt_id).__name__}")
         for dead in self._all(queue):
             if dead.receipt_id == receipt_id:
                 return dead

@@ -58,7 +58,7 @@ from roost.workflow._history import (
     describe,
     same_command,
 )
-from roost.workflow._options import check_child_options
+from roost.workflow._options import check_child_id, check_child_options
 from roost.workflow._retry import activity_options
 
 __all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Ports", "Status"]
@@ -568,7 +568,7 @@ class Driver(Chance):
             raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
         workflow_id, policy, child_options = check_child_options(options)
         self._validate(list(args), f"input of child workflow {entry!r}")
-        child_id = workflow_id or f"{self.started.workflow_id}.{self._seq + 1}"
+        child_id = workflow_id or check_child_id(f"{self.started.workflow_id}.{self._seq + 1}")
         pid = self._ports.child_pid(child_id)  # raises if this driver cannot
         seq = self._next_seq()
         self._issue(

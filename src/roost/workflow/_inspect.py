@@ -6,11 +6,12 @@ import re
 from typing import Any
 
 from roost._errors import invalid, not_found
-from roost.storage import Codec, Store, key
+from roost._pid import Pid
+from roost.storage import MAX_KEY_SIZE, Codec, Store, key
 from roost.workflow._history import flatten
 from roost.workflow._records import RunRecord
 
-__all__ = ["describe", "history", "list_workflows", "parse_query"]
+__all__ = ["describe", "history", "list_workflows", "parse_query", "run_key"]
 
 _CLAUSE = re.compile(r"^\s*(\w+)\s*(=|!=)\s*'([^']*)'\s*$")
 
@@ -42,9 +43,37 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
     }
 
 
+def run_key(workflow_id: object) -> bytes | None:
+    """The ``runs`` key of ``workflow_id``, or None when no workflow can have that id.
+
+    Raises:
+        roost.Error: kind Invalid when ``workflow_id`` is not a string.
+    """
+    if not isinstance(workflow_id, str):
+        hint = " (pass pid.id, the workflow id of a PID)" if isinstance(workflow_id, Pid) else ""
+        raise invalid(
+            f"a workflow id is a string, got {type(workflow_id).__name__} {workflow_id!r}{hint}"
+        )
+    if not workflow_id or (not workflow_id.isascii() and not _has_utf8(workflow_id)):
+        return None
+    row = workflow_id.encode("utf-8")
+    return row if len(row) <= MAX_KEY_SIZE else None
+
+
+def _has_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _record(store: Store, codec: Codec, workflow_id: str) -> RunRecord:
-    with store.read() as txn:
-        data = txn.get("runs", workflow_id.encode())
+    row = run_key(workflow_id)
+    data = None
+    if row is not None:
+        with store.read() as txn:
+            data = txn.get("runs", row)
     if data is None:
         raise not_found(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
     record: RunRecord = codec.decode(data)
@@ -76,6 +105,11 @@ def parse_query(query: str | None) -> list[tuple[str, str, str]]:
     attribute. A list attribute matches if it contains the value; booleans compare as
     'true' / 'false'; numbers and datetimes by their text form.
     """
+    if query is not None and not isinstance(query, str):
+        raise invalid(
+            f"a query is a string like \"status = 'running'\" (or None for all), got "
+            f"{type(query).__name__} {query!r}"
+        )
     if query is None or not query.strip():
         return []
     clauses = []

@@ -1,10 +1,10 @@
 """The one check every string that roost stores or turns into bytes goes through.
 
-Python strings may hold lone surrogates (``"\\ud800"``, e.g. from ``os.fsdecode`` or
-``json.loads('"\\\\ud800"')``), which have no UTF-8 form: LMDB keys, CBOR text and log lines
-cannot carry them. Names, ids, topics and keys are checked here when they enter roost;
-payload strings are checked by the codec (which reports where in the value the bad string
-sits) with the same wording.
+Python strings may hold lone surrogates (U+D800 to U+DFFF unpaired, e.g. from
+``os.fsdecode`` or ``json.loads`` of an escaped one), which have no UTF-8 form: LMDB keys,
+CBOR text and log lines cannot carry them. Names, ids, topics and keys are checked here
+when they enter roost; payload strings are checked by the codec (which reports where in the
+value the bad string sits) with the same wording.
 """
 
 from __future__ import annotations

@@ -82,10 +82,7 @@ def show_key(key: Any) -> str:
 
     A string with a lone surrogate is shown escaped: the message must be storable too.
     """
-    if isinstance(key, str):
-        text = json.dumps(key, ensure_ascii=not _encodable(key))
-    else:
-        text = repr(key)
+    text = json.dumps(key, ensure_ascii=not _encodable(key)) if isinstance(key, str) else repr(key)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -145,7 +142,7 @@ class Walk:
         else:
             raise Unencodable
 
-    def depth(self, value: Any, left: int) -> int:
+    def depth(self, value: Any, left: int) -> int:  # noqa: PLR0911 - one arm per kind
         """The decoder's nesting depth of ``value``, at most ``left``.
 
         Raises:
@@ -228,7 +225,7 @@ class Walk:
                 deepest = d
         return deepest + 1
 
-    def _other(self, value: Any, tp: type, left: int) -> int:
+    def _other(self, value: Any, tp: type, left: int) -> int:  # noqa: PLR0911 - one arm per kind
         rtype = self.lookup(tp)
         if rtype is not None:
             return self._record(value, rtype, left)

@@ -41,16 +41,16 @@ def check_workflow_id(value: Any, what: str = "workflow id") -> str:
         roost.Error: kind Invalid for an empty or non-str id, one with '{', '}' or '|'
             (its PID would not parse back), a lone surrogate, or one that is too long.
     """
-    check_pid_part(what, value, allow_at=True)
-    size = len(value.encode("utf-8"))
+    text = check_pid_part(what, value, allow_at=True)
+    size = len(text.encode("utf-8"))
     if size > MAX_ID_BYTES:
         raise invalid(
-            f"{what} {value[:40]!r}... is {size} bytes long (UTF-8); at most {MAX_ID_BYTES} "
+            f"{what} {text[:40]!r}... is {size} bytes long (UTF-8); at most {MAX_ID_BYTES} "
             "are allowed, so the keys derived from it fit: use a shorter id, e.g. a hash",
             size=size,
             max_bytes=MAX_ID_BYTES,
         )
-    return value
+    return text
 
 
 def check_child_id(child_id: str) -> str:

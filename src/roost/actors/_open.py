@@ -124,9 +124,17 @@ def _data_dir(data_dir: object) -> Path:
         raise invalid(f"data_dir must be a path (str or os.PathLike), got {data_dir!r}")
     path = Path(data_dir)
     existing = path
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent  # the directory the missing ones are created in
-    if not existing.is_dir():
+    try:
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent  # the directory the missing ones are created in
+        is_dir = existing.is_dir()
+    except OSError as exc:  # a directory on the way that this process may not search
+        raise invalid(
+            f"data_dir {str(path)!r} cannot be reached ({exc.strerror}): pass a directory "
+            "this process may write, or fix the permissions on the way to it",
+            path=str(path),
+        ) from None
+    if not is_dir:
         what = "is a file" if existing == path else f"is under the file {str(existing)!r}"
         raise invalid(
             f"data_dir {str(path)!r} {what}, not a directory: pass the path of a directory "

@@ -13,6 +13,7 @@ from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR, Entry, EntryKind
 from roost.actors._node import SpawnRequest, terminated_error
 from roost.actors._process import Process, _current, current_any, current_process
+from roost.actors._registry import check_name
 from roost.mailbox._mailbox import check_topic
 
 __all__ = [
@@ -130,9 +131,7 @@ class Spawner:
 
     def with_name(self, name: str) -> Spawner:
         """Spawn-or-signal under ``name``: if it is taken, the holder gets the messages."""
-        if not isinstance(name, str) or not name:
-            raise invalid(f"with_name takes a non-empty string, got {name!r}")
-        return attrs.evolve(self, name=name)
+        return attrs.evolve(self, name=check_name(name))
 
     def with_message(self, topic: str, payload: Any = None) -> Spawner:
         """Queue a start message, delivered before the process runs."""

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 import roost
 from roost import funcs, process, workflow

@@ -133,7 +133,8 @@ def _accepted(node: str, host: str, ident: str) -> Pid | None:
     try:
         return Pid(node, host, ident)
     except Error as err:
-        assert err.kind is ErrorKind.INVALID
+        if err.kind is not ErrorKind.INVALID:
+            raise
         return None
 
 
@@ -153,7 +154,8 @@ def test_every_workflow_id_roost_accepts_makes_a_pid_that_parses_back(ident: str
     try:
         workflow_id = check_workflow_id(ident)
     except Error as err:
-        assert err.kind is ErrorKind.INVALID
+        if err.kind is not ErrorKind.INVALID:
+            raise
         assume(False)
     pid = Pid.trusted("local", "app:workflows", workflow_id)  # how the runtime builds it
     assert Pid.parse(str(pid)) == pid

@@ -141,14 +141,14 @@ class QueueRuntime:
             group=group,
             enqueued_at=self.node.now(),
         )
+        what = f"payload for queue {queue!r}"
+        self.codec.check(payload, what=what)  # a payload's own limits, inside the message
         try:
             data = self.codec.encode(message)
         except Error:
-            data = None
-        if data is None:
             # Only the payload can be the problem: this names where in it, in its terms.
-            self.codec.encode(payload, what=f"payload for queue {queue!r}")
-            data = self.codec.encode(message)  # (raises again if the first did not)
+            self.codec.encode(payload, what=what)
+            raise
         self._seq += 1
         return message, data
 

@@ -136,18 +136,11 @@ class Codec:
                 an unencodable type, a string with a lone surrogate, or nesting deeper than
                 the limit.
         """
-        lookup = self._record_type
         if envelope is None:
             tp = type(value)
-            rtype = None if tp is dict or tp is list else lookup(tp)
+            rtype = None if tp is dict or tp is list else self._record_type(tp)
             envelope = rtype is not None and rtype.envelope
-        limit = STORED_DEPTH if envelope else MAX_DEPTH
-        walk = Walk(lookup)
-        try:
-            if walk.depth(value, limit) == limit:
-                Walk(lookup, strict=True).depth(value, limit)
-        except Refused as exc:
-            raise _refusal(exc, what, limit, value) from None
+        walk = self._walk(value, what, STORED_DEPTH if envelope else MAX_DEPTH)
         try:
             return cbor2.dumps(value, default=walk)
         except UnicodeEncodeError:
@@ -158,6 +151,28 @@ class Codec:
             raise surrogate_error(f"{what}{path}", text) from None
         except (Unencodable, cbor2.CBOREncodeError, RecursionError) as exc:
             raise invalid(f"{what}: cannot encode the value ({type(exc).__name__})") from exc
+
+    def check(self, value: Any, *, what: str = "payload") -> None:
+        """Check that ``value`` is a storable payload, without encoding it.
+
+        It checks the types and the depth (``MAX_DEPTH``), the part a payload stored inside
+        one of roost's own records must pass on its own; a lone surrogate is found when the
+        record is encoded.
+
+        Raises:
+            roost.Error: kind Invalid, naming the offending part and its path in ``value``.
+        """
+        self._walk(value, what, MAX_DEPTH)
+
+    def _walk(self, value: Any, what: str, limit: int) -> Walk:
+        lookup = self._record_type
+        walk = Walk(lookup)
+        try:
+            if walk.depth(value, limit) == limit:
+                Walk(lookup, strict=True).depth(value, limit)
+        except Refused as exc:
+            raise _refusal(exc, what, limit, value) from None
+        return walk
 
     def decode(self, data: bytes | bytearray | memoryview) -> Any:
         """Decode CBOR bytes written by :meth:`encode`.

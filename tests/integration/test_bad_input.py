@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import roost
@@ -277,3 +279,36 @@ async def test_the_canonical_workflow_option_wins_at_the_start(
         pid = await process.with_options(options).spawn("bad:echo", 1)
         assert pid.id == "canonical"
         assert [w["workflow_id"] for w in node.list_workflows()] == ["canonical"]
+
+
+# --- the reproducer -----------------------------------------------------------------
+
+
+def _load_example(name: str) -> Any:
+    path = Path(__file__).parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bad_input_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_an_order_nested_450_deep_over_http_is_a_400_and_the_node_goes_on(
+    tmp_path: Path,
+) -> None:
+    shop = _load_example("order_fulfillment")
+    deep: Any = {"sku": "a"}
+    for _ in range(450):
+        deep = [deep]
+    for _ in range(2):  # and the data dir opens again
+        async with (
+            roost.open_node(shop.app, tmp_path, http="127.0.0.1:0") as node,
+            httpx.AsyncClient(base_url=node.http_url) as client,
+        ):
+            refused = await client.post("/orders", json={"items": deep, "card": "4242"})
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["kind"] == "Invalid"
+            assert "nests deeper than" in refused.json()["error"]["message"]
+            good = {"items": [{"sku": "a", "qty": 1}], "card": "4242"}
+            accepted = await client.post("/orders", json=good)
+            assert accepted.status_code == 202, accepted.text

@@ -312,3 +312,26 @@ async def test_an_order_nested_450_deep_over_http_is_a_400_and_the_node_goes_on(
             good = {"items": [{"sku": "a", "qty": 1}], "card": "4242"}
             accepted = await client.post("/orders", json=good)
             assert accepted.status_code == 202, accepted.text
+
+
+web = roost.App("web")
+
+
+@web.activity
+async def echo_json(request: roost.http.Request) -> Any:
+    return request.json
+
+
+web.http("POST", "/echo", echo_json)
+
+
+async def test_a_lone_surrogate_in_request_json_goes_back_escaped_not_as_a_500() -> None:
+    async with (
+        roost.open_node(web, http="127.0.0.1:0") as node,
+        httpx.AsyncClient(base_url=node.http_url) as client,
+    ):
+        sent = b'{"name": "bad \\ud800 name"}'
+        response = await client.post("/echo", content=sent)
+        assert response.status_code == 200, response.text
+        assert b"\\ud800" in response.content
+        assert response.json() == {"name": "bad \ud800 name"}

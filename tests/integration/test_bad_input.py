@@ -142,6 +142,10 @@ async def test_timers_stop_at_the_latest_time_instead_of_overflowing() -> None:
         assert LATEST.year - 1 <= year <= LATEST.year  # (float clock: a few µs either way)
         assert node.describe("forever")["task_failure"] is None
         assert await process.exec("bad:echo", "alive") == "alive"
+        for _ in range(40):  # a plain process takes the clock on, past year 9999
+            await roost.sleep(MAX_DURATION)
+        assert roost.now() == LATEST  # the node's time stops there instead of overflowing
+        assert await process.exec("bad:echo", "still alive") == "still alive"
 
 
 # --- retry policies -------------------------------------------------------------------------
@@ -191,6 +195,10 @@ async def test_node_inspection_with_a_wrong_type_is_invalid(autojump_clock: Any,
         if bad is not None:
             with pytest.raises(roost.Error) as info:
                 node.list_workflows(bad)
+            assert info.value.kind is roost.ErrorKind.INVALID
+        if bad is not None:
+            with pytest.raises(roost.Error) as info:
+                node.dlq.list(bad)
             assert info.value.kind is roost.ErrorKind.INVALID
         for impossible in ("", "\ud800", "x" * 600):  # ids no workflow can have
             with pytest.raises(roost.Error) as info:

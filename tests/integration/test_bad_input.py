@@ -343,3 +343,18 @@ async def test_a_lone_surrogate_in_request_json_goes_back_escaped_not_as_a_500()
         assert response.status_code == 200, response.text
         assert b"\\ud800" in response.content
         assert response.json() == {"name": "bad \ud800 name"}
+
+
+@pytest.mark.parametrize("bad", ["a}b", "x{", "p|q", "n\ud800"])
+async def test_names_that_would_break_a_pid_are_invalid(autojump_clock: Any, bad: str) -> None:
+    async with roost.open_node(app):
+        with pytest.raises(roost.Error) as info:
+            process.registry.register(bad)
+        assert info.value.kind is roost.ErrorKind.INVALID
+        with pytest.raises(roost.Error) as info:
+            process.with_options().with_name(bad)
+        assert info.value.kind is roost.ErrorKind.INVALID
+    with pytest.raises(roost.Error) as info:
+        async with roost.open_node(app, name=bad):
+            pass
+    assert info.value.kind is roost.ErrorKind.INVALID

@@ -14,6 +14,7 @@ node stays alive: no task failure, and a trivial workflow still runs after the r
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,11 +24,13 @@ import pytest
 import trio
 import trio.testing
 from hypothesis import event, given, note
+from hypothesis.control import currently_in_test_context
 
 import roost
 from roost import process
 from roost.storage import Codec
-from roost.testing.strategies import durations, hostile_values, same_value
+from roost.storage._codec import MAX_DEPTH
+from roost.testing.strategies import durations, hostile_values, nested, same_value
 
 app = roost.App("hv")
 app.queue("dead", max_retries=0)
@@ -166,22 +169,41 @@ def run(main: Callable[[], Awaitable[Any]]) -> Any:
         raise
 
 
-@given(hostile_values())
-def test_hostile_values_are_refused_or_come_back_and_the_node_lives(value: Any) -> None:
+def check_sinks(value: Any) -> dict[str, bool]:
+    """Hand ``value`` to every sink, reopen, check each; returns which sinks stored it."""
     TRIED["examples"] += 1
     stores = accepts(value)
     updates = accepts({"v": value})
-    event(f"codec {'stores' if stores else 'refuses'} it")
+    if currently_in_test_context():  # (also called from a plain test below)
+        event(f"codec {'stores' if stores else 'refuses'} it")
     data_dir = tempfile.mkdtemp(prefix="roost-hostile-")
     try:
         outcome = run(lambda: first_run(data_dir, value))
-        note(f"outcome: {outcome}")
+        if currently_in_test_context():
+            note(f"outcome: {outcome}")
         for sink in ("start", "signal", "enqueue", "state_set", "publish"):
             assert outcome[sink] is stores, (sink, outcome)
         assert outcome["state_update"] is updates
         run(lambda: second_run(data_dir, value, outcome))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+    return outcome
+
+
+@given(hostile_values())
+def test_hostile_values_are_refused_or_come_back_and_the_node_lives(value: Any) -> None:
+    check_sinks(value)
+
+
+@pytest.mark.parametrize("leaf", [0, 2**70, dt.datetime(2024, 1, 1, tzinfo=dt.UTC)])
+def test_the_depth_limit_holds_exactly_at_every_sink_through_a_reopen(leaf: Any) -> None:
+    levels = MAX_DEPTH - (0 if leaf == 0 else 1)  # a big int or a datetime is a level too
+    at_limit = check_sinks(nested(levels, leaf))
+    assert all(stored for sink, stored in at_limit.items() if sink != "state_update")
+    assert not at_limit["state_update"]  # it stores {"v": value}: one level more
+    assert check_sinks(nested(levels - 1, leaf))["state_update"]
+    past = check_sinks(nested(levels + 1, leaf))
+    assert not any(stored for sink, stored in past.items() if sink != "send")
 
 
 @given(durations())

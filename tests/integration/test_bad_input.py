@@ -18,7 +18,9 @@ import pytest
 import roost
 from roost import funcs, process, workflow
 from roost._duration import LATEST, MAX_DURATION
-from roost.testing import open_test_node
+from roost.storage._codec import MAX_DEPTH
+from roost.testing import Replayer, load_history, open_test_node, save_history
+from roost.testing.strategies import nested
 from roost.workflow._options import MAX_ID_BYTES
 
 app = roost.App("bad")
@@ -358,3 +360,13 @@ async def test_names_that_would_break_a_pid_are_invalid(autojump_clock: Any, bad
         async with roost.open_node(app, name=bad):
             pass
     assert info.value.kind is roost.ErrorKind.INVALID
+
+
+async def test_a_history_holding_a_payload_at_the_depth_limit_saves_and_loads(
+    autojump_clock: Any, tmp_path: Path
+) -> None:
+    deep = nested(MAX_DEPTH)
+    async with roost.open_node(app) as node:
+        await process.with_options(id="deep").exec("bad:echo", deep)
+        path = save_history(node.history("deep"), tmp_path / "deep.cbor")
+    assert Replayer(app).replay(load_history(path)) == deep

@@ -8,13 +8,18 @@ expression gets.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Final
 
 import attrs
 from croniter import croniter
 
 from roost._errors import invalid
 
-__all__ = ["CronSchedule", "parse_cron"]
+__all__ = ["CronSchedule", "parse_cron", "parse_firing_cron"]
+
+# croniter gives up after this many years without a match; its year field ends at 2099, so
+# this covers every year it can express (its default, 50, hides a far year's fire times).
+_MAX_YEARS: Final = 130
 
 _LAYOUTS = {
     5: "minute hour day-of-month month day-of-week",
@@ -35,7 +40,10 @@ class CronSchedule:
         start = at.astimezone(dt.UTC)
         try:
             fire: dt.datetime = croniter(
-                self.expression, start, second_at_beginning=self.seconds_first
+                self.expression,
+                start,
+                second_at_beginning=self.seconds_first,
+                max_years_between_matches=_MAX_YEARS,
             ).get_next(dt.datetime)
         except (StopIteration, ValueError, KeyError):  # croniter's "no more matches"
             return None
@@ -46,7 +54,10 @@ class CronSchedule:
         probe = at.astimezone(dt.UTC) + dt.timedelta(microseconds=1)
         try:
             fire: dt.datetime = croniter(
-                self.expression, probe, second_at_beginning=self.seconds_first
+                self.expression,
+                probe,
+                second_at_beginning=self.seconds_first,
+                max_years_between_matches=_MAX_YEARS,
             ).get_prev(dt.datetime)
         except (StopIteration, ValueError, KeyError):
             return None
@@ -72,3 +83,20 @@ def parse_cron(expression: object) -> CronSchedule:
             expression=expression,
         )
     return CronSchedule(text, seconds_first)
+
+
+def parse_firing_cron(expression: object, what: str = "cron expression") -> CronSchedule:
+    """Validate a cron expression that still fires (``app.cron``, ``cron_schedule=``).
+
+    Raises:
+        roost.Error: kind Invalid for a malformed expression, or one with no fire time
+            after now (a day that never comes, such as February 31st, or a past year).
+    """
+    schedule = parse_cron(expression)
+    if schedule.next_after(dt.datetime.now(dt.UTC)) is None:
+        raise invalid(
+            f"{what} {expression!r} never fires again (its days never occur, or its years "
+            "are past), so nothing would ever run: fix the day, month or year fields",
+            expression=expression,
+        )
+    return schedule

@@ -320,13 +320,44 @@ class ChannelClosed(Error):  # noqa: N818 - API name (mirrors trio.ClosedResourc
 
 
 def invalid(message: str, **details: Any) -> Error:
-    """Build an Invalid error (bad input at the call site; nothing was changed)."""
-    return Error(message, kind=ErrorKind.INVALID, retryable=False, details=details)
+    """Build an Invalid error (bad input at the call site; nothing was changed).
+
+    Strings in the message and details that hold lone surrogates (copied from the bad
+    input) are escaped: the error itself must stay storable and printable.
+    """
+    return Error(
+        _escaped(message),
+        kind=ErrorKind.INVALID,
+        retryable=False,
+        details=_escaped_details(details),
+    )
 
 
 def not_found(message: str, **details: Any) -> Error:
-    """Build a NotFound error."""
-    return Error(message, kind=ErrorKind.NOT_FOUND, retryable=False, details=details)
+    """Build a NotFound error (strings escaped as by ``invalid``)."""
+    return Error(
+        _escaped(message),
+        kind=ErrorKind.NOT_FOUND,
+        retryable=False,
+        details=_escaped_details(details),
+    )
+
+
+def _escaped(text: str) -> str:
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _escaped_details(details: dict[str, Any]) -> dict[str, Any]:
+    for name, value in details.items():
+        if isinstance(value, str) and not value.isascii():
+            details[name] = _escaped(value)
+    return details
 
 
 _OWN: frozenset[type[Error]] = frozenset({NondeterminismError, ChannelClosed})

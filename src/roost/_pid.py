@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Final
 
 from roost._errors import invalid
+from roost._text import check_text
 
-__all__ = ["LOCAL_NODE", "Pid"]
+__all__ = ["LOCAL_NODE", "Pid", "check_pid_part"]
 
 LOCAL_NODE: Final = "local"
 _FORBIDDEN = frozenset("{}|")
@@ -29,9 +30,9 @@ class Pid:
     _str: str | None
 
     def __init__(self, node: str, host: str, id: str) -> None:  # noqa: A002 - API field name
-        _check_part("node", node, allow_at=False)
-        _check_part("host", host, allow_at=False)
-        _check_part("id", id, allow_at=True)
+        check_pid_part("PID node", node, allow_at=False)
+        check_pid_part("PID host", host, allow_at=False)
+        check_pid_part("PID id", id, allow_at=True)
         _init(self, node, host, id)
 
     @classmethod
@@ -104,12 +105,26 @@ def _init(pid: Pid, node: str, host: str, ident: str) -> None:
     setter(pid, "_str", None)
 
 
-def _check_part(name: str, value: str, *, allow_at: bool) -> None:
+def check_pid_part(what: str, value: object, *, allow_at: bool) -> str:
+    """Return ``value`` if it can be a part of a PID, so that its text parses back.
+
+    Args:
+        what: how the message names the value, e.g. "workflow id".
+        value: the candidate part.
+        allow_at: whether '@' may appear (in an id, yes; in a node or host name, no).
+
+    Raises:
+        roost.Error: kind Invalid for an empty or non-str value, one holding '{', '}' or '|'
+            (or '@' where not allowed), or a lone surrogate.
+    """
     if not isinstance(value, str) or not value:
-        raise invalid(f"PID {name} must be a non-empty string, got {value!r}")
+        raise invalid(f"{what} must be a non-empty string, got {value!r}")
     bad = _FORBIDDEN if allow_at else _FORBIDDEN | {"@"}
     if any(ch in bad for ch in value):
+        found = "".join(sorted({ch for ch in value if ch in bad}))
         raise invalid(
-            f"PID {name} {value!r} must not contain any of {''.join(sorted(bad))!r}",
+            f"{what} {value!r} must not contain {found!r}: PIDs are written "
+            f"'{{node@host|id}}', so none of {''.join(sorted(bad))!r} may appear in a part",
             value=value,
         )
+    return check_text(value, what)

@@ -144,8 +144,13 @@ def test_testing_namespaces():
     } <= set(roost.testing.__all__)
     assert set(roost.testing.strategies.__all__) == {
         "Schedule",
+        "durations",
         "event_schedules",
+        "hostile_values",
+        "nested",
+        "payloads",
         "program_app",
+        "same_value",
         "workflow_programs",
     }
 

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._text import check_text
 
 __all__ = ["App", "Entry", "EntryKind", "HostSpec"]
 
@@ -98,7 +99,7 @@ def _check_name(what: str, name: object) -> str:
     bad = sorted(ch for ch in set(name) if ch in _NAME_FORBIDDEN)
     if bad:
         raise invalid(f"{what} {name!r} must not contain {''.join(bad)!r}", name=name)
-    return name
+    return check_text(name, what)
 
 
 class App:

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import LOCAL_NODE, Pid
 from roost.actors._app import App, Entry, EntryKind
@@ -106,7 +107,8 @@ class Node:
     def now(self) -> dt.datetime:
         """The node's UTC time; follows trio's clock when it is a MockClock."""
         if self.mock_time:
-            return self._wall0 + dt.timedelta(seconds=trio.current_time() - self._t0)
+            # (a clock run millennia ahead stops at LATEST instead of overflowing)
+            return deadline_after(self._wall0, trio.current_time() - self._t0)
         return dt.datetime.now(_UTC)
 
     def new_pid(self, host: str) -> Pid:

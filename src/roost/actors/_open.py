@@ -15,6 +15,7 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
+from roost._text import check_text
 from roost.actors._app import App, Entry, _extension, node_services
 from roost.actors._node import Node, SpawnRequest
 from roost.actors._node_types import is_mock_clock
@@ -114,7 +115,45 @@ def _check_node_name(name: object) -> str:
         raise invalid(
             f"node name must be a non-empty string without '{{}}|@: ' characters, got {name!r}"
         )
-    return name
+    return check_text(name, "node name")
+
+
+def _data_dir(data_dir: object) -> Path:
+    """The data directory, checked before anything is created in it or LMDB opens it.
+
+    Raises:
+        roost.Error: kind Invalid for a path that is (or is under) a file, or that this
+            process cannot create or write.
+    """
+    if not isinstance(data_dir, str | os.PathLike):
+        raise invalid(f"data_dir must be a path (str or os.PathLike), got {data_dir!r}")
+    path = Path(data_dir)
+    existing = path
+    try:
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent  # the directory the missing ones are created in
+        is_dir = existing.is_dir()
+    except OSError as exc:  # a directory on the way that this process may not search
+        raise invalid(
+            f"data_dir {str(path)!r} cannot be reached ({exc.strerror}): pass a directory "
+            "this process may write, or fix the permissions on the way to it",
+            path=str(path),
+        ) from None
+    if not is_dir:
+        what = "is a file" if existing == path else f"is under the file {str(existing)!r}"
+        raise invalid(
+            f"data_dir {str(path)!r} {what}, not a directory: pass the path of a directory "
+            "(it is created if missing)",
+            path=str(path),
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        why = "is not writable" if existing == path else f"cannot be created in {str(existing)!r}"
+        raise invalid(
+            f"data_dir {str(path)!r} {why} (permission denied): pass a directory this "
+            "process may write, or fix the permissions",
+            path=str(path),
+        )
+    return path
 
 
 @asynccontextmanager
@@ -171,7 +210,7 @@ async def open_node(
     app.validate()
     root_entry = app.resolve(root) if root is not None else None
     temp = data_dir is None
-    path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else Path(data_dir)
+    path = Path(tempfile.mkdtemp(prefix="roost-")) if data_dir is None else _data_dir(data_dir)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store makes it 0700 exactly
         # Holds the directory's lock until closed: one OS process per data directory.

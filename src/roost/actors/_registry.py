@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from roost._errors import Error, ErrorKind, invalid, not_found
-from roost._pid import Pid
+from roost._pid import Pid, check_pid_part
 
 __all__ = ["Registry", "check_name"]
 
 
 def check_name(name: object) -> str:
-    """Validate a registered name: a non-empty string that cannot be read as a PID."""
-    if not isinstance(name, str) or not name:
-        raise invalid(f"a registered name must be a non-empty string, got {name!r}")
-    if name[0] in "{@":
+    """Validate a registered name: a non-empty string that cannot be read as a PID.
+
+    A name follows the rules of a PID id (a workflow's name is its id), and may not start
+    with '@' (reserved).
+    """
+    if isinstance(name, str) and name[:1] == "@":
         raise invalid(
-            f"name {name!r} may not start with '{{' or '@' (those read as PIDs or reserved "
-            "topics); pick a plain name like 'orders'",
+            f"name {name!r} may not start with '@' (reserved for roost's topics); pick a "
+            "plain name like 'orders'",
             name=name,
         )
-    return name
+    return check_pid_part("a registered name", name, allow_at=True)
 
 
 class Registry:

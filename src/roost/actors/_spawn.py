@@ -13,6 +13,7 @@ from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR, Entry, EntryKind
 from roost.actors._node import SpawnRequest, terminated_error
 from roost.actors._process import Process, _current, current_any, current_process
+from roost.actors._registry import check_name
 from roost.mailbox._mailbox import check_topic
 
 __all__ = [
@@ -49,7 +50,8 @@ WORKFLOW_OPTIONS: Final = frozenset(
         "details",
     }
 )
-_PREFIXES: Final = ("temporal.workflow.", "workflow.", "process.")
+_LEGACY_PREFIX: Final = "temporal.workflow."
+_PREFIXES: Final = (_LEGACY_PREFIX, "workflow.", "process.")
 
 
 def _canonical_key(key: object) -> str:
@@ -94,13 +96,29 @@ class Spawner:
     context: Mapping[str, Any] = attrs.field(factory=dict)
     name: str | None = None
     messages: tuple[tuple[str, Any], ...] = ()
+    # The options whose value came from a legacy "temporal.workflow.*" key.
+    legacy: frozenset[str] = attrs.field(factory=frozenset, repr=False)
 
     def with_options(self, mapping: Mapping[str, Any] | None = None, **opts: Any) -> Spawner:
-        """Merge spawn options (later keys win); Wippy-style prefixed keys are accepted."""
+        """Merge spawn options (later keys win); Wippy-style prefixed keys are accepted.
+
+        As in Wippy, a canonical key (``"workflow.id"`` or ``id``) wins over its legacy
+        ``"temporal.workflow.id"`` spelling, whichever comes first.
+        """
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise invalid(f"with_options takes a mapping, got {type(mapping).__name__}")
         merged = dict(self.options)
+        legacy = set(self.legacy)
         for key, value in {**(mapping or {}), **opts}.items():
-            merged[_canonical_key(key)] = value
-        return attrs.evolve(self, options=merged)
+            short = _canonical_key(key)
+            if key.startswith(_LEGACY_PREFIX):
+                if short in merged and short not in legacy:
+                    continue
+                legacy.add(short)
+            else:
+                legacy.discard(short)
+            merged[short] = value
+        return attrs.evolve(self, options=merged, legacy=frozenset(legacy))
 
     def with_context(self, mapping: Mapping[str, Any]) -> Spawner:
         """Merge context values, readable with ``ctx.get`` in the child and its children."""
@@ -113,9 +131,7 @@ class Spawner:
 
     def with_name(self, name: str) -> Spawner:
         """Spawn-or-signal under ``name``: if it is taken, the holder gets the messages."""
-        if not isinstance(name, str) or not name:
-            raise invalid(f"with_name takes a non-empty string, got {name!r}")
-        return attrs.evolve(self, name=name)
+        return attrs.evolve(self, name=check_name(name))
 
     def with_message(self, topic: str, payload: Any = None) -> Spawner:
         """Queue a start message, delivered before the process runs."""

@@ -16,6 +16,7 @@ import attrs
 
 from roost._errors import ChannelClosed, Error, ErrorKind, invalid
 from roost._pid import Pid
+from roost._text import check_text
 from roost.mailbox._backend import Waiter
 from roost.mailbox._channel import UNBOUNDED, Channel, _take_receiver
 
@@ -50,7 +51,7 @@ def check_topic(topic: object) -> str:
             "(use process.inbox() / process.events() to read them)",
             topic=topic,
         )
-    return topic
+    return check_text(topic, "a topic")
 
 
 class _SubChannel(Channel[Any]):

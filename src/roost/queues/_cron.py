@@ -17,12 +17,13 @@ from typing import Any
 import attrs
 import trio
 
-from roost._cron import CronSchedule, parse_cron
+from roost._cron import CronSchedule, parse_firing_cron
 from roost._errors import Error, invalid
+from roost._text import check_text
 from roost.actors._app import register_extension, register_node_service
 from roost.actors._node import Node
 from roost.queues._runtime import run_target
-from roost.storage import Codec, key
+from roost.storage import MAX_KEY_SIZE, Codec, key
 from roost.storage._codec import record
 from roost.storage._quarantine import set_aside
 
@@ -60,13 +61,19 @@ def declare_cron(app: Any, expression: str, entry: Any, catch_up: str = "skip") 
     Raises:
         roost.Error: Invalid for a bad expression or catch_up.
     """
-    schedule = parse_cron(expression)
+    schedule = parse_firing_cron(expression)
     if catch_up not in _CATCH_UP:
         raise invalid(f"catch_up must be one of {', '.join(_CATCH_UP)}, got {catch_up!r}")
     name = entry if isinstance(entry, str) else getattr(entry, "__qualname__", repr(entry))
     trigger = CronTrigger(
         id=f"{name} @ {schedule.expression}", schedule=schedule, entry=entry, catch_up=catch_up
     )
+    check_text(trigger.id, "cron entry")
+    if len(key(trigger.id)) > MAX_KEY_SIZE:  # the trigger's last fire time is stored under it
+        raise invalid(
+            f"cron trigger {trigger.id[:60]!r}... is too long to store (at most "
+            f"{MAX_KEY_SIZE} bytes for the entry name and the expression together)"
+        )
     app.declared.setdefault("cron", {})[trigger.id] = trigger
     return trigger
 

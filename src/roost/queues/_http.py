@@ -517,7 +517,8 @@ def _json(status: int, value: Any, extra: Mapping[str, str]) -> Rendered:
             kind=ErrorKind.INTERNAL,
             retryable=False,
         ) from exc
-    return _rendered(status, body.encode(), "application/json", extra)
+    # A lone surrogate (from a request's JSON, say) goes out as its JSON escape (\udXXX).
+    return _rendered(status, body.encode("utf-8", "backslashreplace"), "application/json", extra)
 
 
 def _rendered(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import datetime as dt
 import logging
 import math
 import os
@@ -23,6 +22,7 @@ from typing import Any
 import attrs
 import trio
 
+from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost.actors._api import funcs_call
 from roost.actors._app import EntryKind, register_extension, register_node_service
@@ -144,14 +144,14 @@ class QueueRuntime:
             group=group,
             enqueued_at=self.node.now(),
         )
+        what = f"payload for queue {queue!r}"
+        self.codec.check(payload, what=what)  # a payload's own limits, inside the message
         try:
             data = self.codec.encode(message)
         except Error:
-            data = None
-        if data is None:
             # Only the payload can be the problem: this names where in it, in its terms.
-            self.codec.encode(payload, what=f"payload for queue {queue!r}")
-            data = self.codec.encode(message)  # (raises again if the first did not)
+            self.codec.encode(payload, what=what)
+            raise
         self._seq += 1
         return message, data
 
@@ -244,7 +244,7 @@ class QueueRuntime:
             retry = attrs.evolve(
                 message,
                 attempt=message.attempt + 1,
-                not_before=now + dt.timedelta(seconds=delay),
+                not_before=deadline_after(now, delay),
                 errors=errors,
             )
             data = self.codec.encode(retry)
@@ -337,6 +337,8 @@ class DeadLetters:
         self._rt = runtime
 
     def _check(self, queue: str) -> None:
+        if not isinstance(queue, str):
+            raise invalid(f"a queue name is a string, got {type(queue).__name__} {queue!r}")
         if queue not in self._rt.specs:
             raise not_found(f"queue {queue!r} is not declared", queue=queue)
 
@@ -356,6 +358,8 @@ class DeadLetters:
 
     def _find(self, queue: str, receipt_id: str) -> DeadLetter:
         self._check(queue)
+        if not isinstance(receipt_id, str):
+            raise invalid(f"a receipt id is a string, got {type(receipt_id).__name__}")
         for dead in self._all(queue):
             if dead.receipt_id == receipt_id:
                 return dead

@@ -13,6 +13,7 @@ import attrs
 from roost._backoff import capped_backoff
 from roost._duration import parse_duration
 from roost._errors import Error, invalid
+from roost._text import check_text
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -62,6 +63,7 @@ def make_spec(name: str, settings: dict[str, Any]) -> QueueSpec:
     """
     if not isinstance(name, str) or not name or any(c in name for c in "{}|@ "):
         raise invalid(f"a queue name is a non-empty string without '{{}}|@ ', got {name!r}")
+    check_text(name, "a queue name")
     if len(name.encode()) > _MAX_NAME:
         raise invalid(f"a queue name is at most {_MAX_NAME} bytes, got {len(name.encode())}")
     known = {f.name for f in attrs.fields(QueueSpec)} - {"name"}
@@ -115,11 +117,25 @@ def load_config(app: Any, path: str | os.PathLike[str]) -> list[QueueSpec]:
         roost.Error: Invalid for a missing or malformed file, an unknown section or key,
             or a bad value (the message names the file and the queue).
     """
+    if not isinstance(path, str | os.PathLike):
+        raise invalid(f"load_config takes the path of a roost.toml file, got {path!r}")
     file = Path(path)
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise invalid(f"config file {str(file)!r} does not exist", path=str(file)) from None
+    except IsADirectoryError:
+        raise invalid(
+            f"config file {str(file)!r} is a directory: pass the path of the roost.toml "
+            "file itself",
+            path=str(file),
+        ) from None
+    except OSError as exc:
+        raise invalid(
+            f"config file {str(file)!r} cannot be read ({exc.strerror or exc})", path=str(file)
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise invalid(f"config file {str(file)!r} is not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise invalid(f"config file {str(file)!r} is not valid TOML: {exc}") from None
     unknown = sorted(set(data) - {"queues"})

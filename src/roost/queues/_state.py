@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import trio
 
 from roost._errors import Error, ErrorKind, invalid
+from roost._text import check_text
 from roost.actors._process import bound_node, current_any, maybe_current_process
 from roost.queues._state_ops import apply_ops, parse_ops
 from roost.storage import MAX_KEY_SIZE, Codec, Store, WriteTxn, key, unpack_key
@@ -66,7 +67,7 @@ def _check_name(value: Any, name: str, what: str) -> str:
             f"{value!r}",
             **{name: repr(value)},
         )
-    return value
+    return check_text(value, f"{what}: the state {name}")
 
 
 def _row(scope: Any, name: Any, what: str) -> bytes:

@@ -21,73 +21,62 @@ Everything else (sets, Decimal, dates, naive datetimes, arbitrary objects, ...) 
 a ``roost.Error`` of kind Invalid that names the type and where it sits in the value, e.g.
 ``payload["items"][2]: cannot encode object of type 'set' (use a list)``.
 
-Plain JSON-like payloads never go through cattrs: a quick type scan accepts them and cbor2
-encodes them in one call. Pids, Errors and records reach cbor2's ``default`` hook and are
-written under private semantic tags; only when the scan or the hook rejects something does
-the slow path walk the value again to say exactly what and where. Decoding relies on cbor2 6's
+So is a string with a lone surrogate (it has no UTF-8 form), and a value that nests deeper
+than ``MAX_DEPTH`` levels: cbor2's decoder stops at a fixed depth, and the encoder refuses
+what the decoder could not read back, counting levels the same way.
+
+One walk over the value (``roost.storage._walk``) checks all of that, measures the depth
+and unstructures records; cbor2 then encodes it in one call, its ``default`` hook writing
+Pids, Errors and records under private semantic tags. Decoding relies on cbor2 6's
 ``semantic_decoders`` (mutable tag contents), so cbor2 >= 6 is required.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
-import attrs
 import cbor2
 
-from roost._errors import ChannelClosed, Error, ErrorKind, NondeterminismError, invalid
+from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
+from roost._text import surrogate_error
 from roost.storage._registry import (
     _DEFAULT_REGISTRY,
-    _PID_HEADER,
     _REGISTRATIONS,
     TAG_ERROR,
     TAG_PID,
     TAG_RECORD,
     Migrate,
-    _plain,
     _RecordType,
     _Registry,
     record,
 )
+from roost.storage._walk import KNOWN_ERRORS, Refused, TooDeep, Unencodable, Walk, find_surrogate
 
-__all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Codec", "Migrate", "record"]
-
-_KNOWN_ERRORS: Final[Mapping[str, type[Error]]] = {
-    "NondeterminismError": NondeterminismError,
-    "ChannelClosed": ChannelClosed,
-}
-_HINTS: Final = {
-    "set": "use a list",
-    "frozenset": "use a list",
-    "Decimal": "use a str or an int",
-    "Fraction": "use a pair of ints",
-    "date": "use an aware UTC datetime or an ISO string",
-    "time": "use an ISO string",
-    "timedelta": "use a number of seconds",
-    "complex": "use a pair of floats",
-    "bytearray": "use bytes",
-    "memoryview": "use bytes",
-}
+__all__ = [
+    "ENVELOPE_DEPTH",
+    "MAX_DEPTH",
+    "STORED_DEPTH",
+    "TAG_ERROR",
+    "TAG_PID",
+    "TAG_RECORD",
+    "Codec",
+    "Migrate",
+    "record",
+]
 
 
-class _Problem(NamedTuple):
-    path: str
-    reason: str
-    type_name: str
-
-
-class _Unencodable(Exception):  # noqa: N818 - private control-flow signal, not an error type
-    """Raised inside cbor2's hook to divert to the slow, diagnosing path."""
-
-
-def _show_key(key: Any) -> str:
-    text = json.dumps(key, ensure_ascii=False) if isinstance(key, str) else repr(key)
-    return text if len(text) <= 60 else text[:57] + "..."
+MAX_DEPTH: Final = 256
+"""How deep a payload may nest, counted as cbor2's decoder counts (see ``roost.storage._walk``):
+each non-empty list, tuple or dict is one level, a datetime, UUID or big int one, a Pid two,
+an Error two plus its details, a record three plus its fields."""
+ENVELOPE_DEPTH: Final = 32
+"""The levels roost's own records may add around a payload (a history event inside an
+activation, a start message inside a start event, ...); the deepest adds fewer than 16."""
+STORED_DEPTH: Final = MAX_DEPTH + ENVELOPE_DEPTH
+"""The deepest value ever written or read: the decoder's ``max_depth``, and the encoder's
+limit for roost's own records (a value that is not one of them gets ``MAX_DEPTH``)."""
 
 
 class Codec:
@@ -109,7 +98,8 @@ class Codec:
         # valid while no record is registered anywhere (see _REGISTRATIONS).
         self._fast_tags: dict[str, tuple[int, Callable[[Mapping[str, Any]], Any]]] = {}
         self._fast_gen = _REGISTRATIONS[0]
-        self._types: dict[type, _RecordType] = {}  # record class -> its type, same validity
+        # class -> its record type (None: not a record), valid as long as _fast_tags
+        self._types: dict[type, _RecordType | None] = {}
         self._types_gen = _REGISTRATIONS[0]
 
     def register(
@@ -128,25 +118,61 @@ class Codec:
         """
         self._local.add(_RecordType(cls, tag, version, migrate), _DEFAULT_REGISTRY)
 
-    def encode(self, value: Any, *, what: str = "payload") -> bytes:
+    def encode(self, value: Any, *, what: str = "payload", envelope: bool | None = None) -> bytes:
         """Encode a value to CBOR bytes.
 
         Args:
             value: the payload (see the module docstring for what is accepted).
             what: how error messages name the value, e.g. ``"args[0]"``.
+            envelope: whether ``value`` is a stored record around payloads, allowed
+                ``STORED_DEPTH`` levels instead of ``MAX_DEPTH``; by default, when it is
+                one of roost's own records.
 
         Returns:
             The CBOR encoding.
 
         Raises:
-            roost.Error: kind Invalid, naming the offending type and its path in ``value``.
+            roost.Error: kind Invalid, naming the offending part and its path in ``value``:
+                an unencodable type, a string with a lone surrogate, or nesting deeper than
+                the limit.
         """
+        if envelope is None:
+            tp = type(value)
+            rtype = None if tp is dict or tp is list else self._record_type(tp)
+            envelope = rtype is not None and rtype.envelope
+        walk = self._walk(value, what, STORED_DEPTH if envelope else MAX_DEPTH)
         try:
-            if _plain(value):
-                return cbor2.dumps(value, default=self._default)
-        except (_Unencodable, RecursionError):
-            pass
-        return self._encode_checked(value, what)
+            return cbor2.dumps(value, default=walk)
+        except UnicodeEncodeError:
+            found = find_surrogate(walk, value)
+            if found is None:
+                raise invalid(f"{what}: a string in the value has no UTF-8 form") from None
+            path, text = found
+            raise surrogate_error(f"{what}{path}", text) from None
+        except (Unencodable, cbor2.CBOREncodeError, RecursionError) as exc:
+            raise invalid(f"{what}: cannot encode the value ({type(exc).__name__})") from exc
+
+    def check(self, value: Any, *, what: str = "payload") -> None:
+        """Check that ``value`` is a storable payload, without encoding it.
+
+        It checks the types and the depth (``MAX_DEPTH``), the part a payload stored inside
+        one of roost's own records must pass on its own; a lone surrogate is found when the
+        record is encoded.
+
+        Raises:
+            roost.Error: kind Invalid, naming the offending part and its path in ``value``.
+        """
+        self._walk(value, what, MAX_DEPTH)
+
+    def _walk(self, value: Any, what: str, limit: int) -> Walk:
+        lookup = self._record_type
+        walk = Walk(lookup)
+        try:
+            if walk.depth(value, limit) == limit:
+                Walk(lookup, strict=True).depth(value, limit)
+        except Refused as exc:
+            raise _refusal(exc, what, limit, value) from None
+        return walk
 
     def decode(self, data: bytes | bytearray | memoryview) -> Any:
         """Decode CBOR bytes written by :meth:`encode`.
@@ -159,7 +185,12 @@ class Codec:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise invalid(f"decode() takes bytes, got {type(data).__name__}")
         try:
-            return cbor2.loads(data, semantic_decoders=self._decoders, tag_hook=_unknown_tag)
+            return cbor2.loads(
+                data,
+                semantic_decoders=self._decoders,
+                tag_hook=_unknown_tag,
+                max_depth=STORED_DEPTH,
+            )
         except cbor2.CBORDecodeError as exc:
             cause = exc.__cause__
             if isinstance(cause, Error):
@@ -179,124 +210,15 @@ class Codec:
             return None
         return self._local.by_tag.get(tag) or _DEFAULT_REGISTRY.by_tag.get(tag)
 
-    def _default(self, encoder: cbor2.CBOREncoder, value: Any) -> None:
-        """cbor2's hook for the types it does not know: records, Pids and Errors.
-
-        Writes the tag and array headers itself: the same bytes as a ``CBORTag``, without
-        building one per value (this runs for every record of every workflow step).
-        """
-        rtype = self._record_type(type(value))
-        if rtype is not None:
-            try:
-                fields_map = rtype.unstructure(value)
-            except Exception as exc:
-                raise _Unencodable from exc
-            # Every field is scanned, whatever its annotation: a value of the wrong type
-            # (a set in a str field) would otherwise be written in a form nothing reads.
-            self._require_encodable(fields_map)
-            encoder.write(rtype.header)
-            encoder.encode_map(fields_map)
-            return
-        if isinstance(value, Pid):
-            encoder.write(_PID_HEADER)
-            encoder.encode_array([value.node, value.host, value.id])
-            return
-        if isinstance(value, Error):
-            name = type(value).__name__
-            known = name if _KNOWN_ERRORS.get(name) is type(value) else None
-            fields = [value.kind.value, value.message, value.retryable, value.details, known]
-            self._require_encodable(fields)
-            encoder.encode(cbor2.CBORTag(TAG_ERROR, fields))
-            return
-        raise _Unencodable
-
     def _record_type(self, cls: type) -> _RecordType | None:
         if self._types_gen != _REGISTRATIONS[0]:
             self._types.clear()
             self._types_gen = _REGISTRATIONS[0]
-        rtype = self._types.get(cls)
-        if rtype is None:
-            rtype = self._lookup_class(cls)
-            if rtype is not None:
-                self._types[cls] = rtype
-        return rtype
-
-    def _require_encodable(self, value: Any) -> None:
-        if not _plain(value) and self._find_problem(value, "", set()) is not None:
-            raise _Unencodable
-
-    def _encode_checked(self, value: Any, what: str) -> bytes:
-        """The slow path: find the exact problem, or encode what the quick scan doubted."""
         try:
-            problem = self._find_problem(value, what, set())
-        except RecursionError:
-            raise invalid(f"{what}: the value is nested too deeply to encode") from None
-        if problem is not None:
-            path, reason, type_name = problem
-            raise invalid(f"{path}: {reason}", path=path, type=type_name)
-        try:
-            return cbor2.dumps(value, default=self._default)
-        except (_Unencodable, cbor2.CBOREncodeError, RecursionError) as exc:
-            raise invalid(f"{what}: cannot encode the value ({type(exc).__name__})") from exc
-
-    def _find_problem(self, value: Any, path: str, active: set[int]) -> _Problem | None:
-        """Return the first unencodable part of ``value`` (with its path), or None."""
-        if value is None or isinstance(value, str | bytes | int | float | uuid.UUID | Pid):
-            return None
-        if isinstance(value, dict | list | tuple):
-            if id(value) in active:
-                reason = "the value contains itself (a reference cycle)"
-                return _Problem(path, reason, type(value).__name__)
-            active.add(id(value))
-            try:
-                return self._find_in_container(value, path, active)
-            finally:
-                active.discard(id(value))
-        if isinstance(value, dt.datetime):
-            return _datetime_problem(value, path)
-        if isinstance(value, Error):
-            return self._find_problem(
-                value.message, f"{path}.message", active
-            ) or self._find_problem(value.details, f"{path}.details", active)
-        return self._record_problem(value, path, active)
-
-    def _find_in_container(
-        self, value: dict[Any, Any] | list[Any] | tuple[Any, ...], path: str, active: set[int]
-    ) -> _Problem | None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                where = f"{path}[{_show_key(k)}]"
-                found = self._find_problem(k, f"{where} (the key)", active)
-                found = found or self._find_problem(v, where, active)
-                if found is not None:
-                    return found
-            return None
-        for i, v in enumerate(value):
-            found = self._find_problem(v, f"{path}[{i}]", active)
-            if found is not None:
-                return found
-        return None
-
-    def _record_problem(self, value: Any, path: str, active: set[int]) -> _Problem | None:
-        tp = type(value)
-        name = tp.__name__
-        rtype = self._lookup_class(tp)
-        if rtype is None:
-            if attrs.has(tp):
-                hint = 'it is an attrs class: register it with @roost.storage.record("some-tag")'
-            else:
-                hint = _HINTS.get(name, "")
-            reason = f"cannot encode object of type {name!r}" + (f" ({hint})" if hint else "")
-            return _Problem(path, reason, name)
-        try:
-            fields = rtype.unstructure(value)
-        except Exception as exc:  # noqa: BLE001 - any unstructure failure is the answer itself
-            return _Problem(path, f"cannot unstructure {name!r}: {type(exc).__name__}: {exc}", name)
-        for field_name, field_value in fields.items():
-            found = self._find_problem(field_value, f"{path}.{field_name}", active)
-            if found is not None:
-                return found
-        return None
+            return self._types[cls]
+        except KeyError:
+            rtype = self._types[cls] = self._lookup_class(cls)
+            return rtype
 
     def _decode_record(self, value: Any, _immutable: bool) -> Any:
         try:
@@ -334,22 +256,37 @@ class Codec:
             self._fast_tags[rtype.tag] = (rtype.version, fast)
 
 
-def _datetime_problem(value: dt.datetime, path: str) -> _Problem | None:
-    offset = value.utcoffset()
-    if offset is None:
-        reason = (
-            "cannot encode a naive datetime (it has no tzinfo): use an aware UTC datetime, "
-            "e.g. datetime.now(timezone.utc)"
+def _refusal(exc: Refused, what: str, limit: int, value: Any) -> Error:
+    steps = exc.path[::-1]
+    ids = exc.ids[::-1]
+    if isinstance(exc, TooDeep):
+        seen: set[int] = {id(value)}
+        for n, ident in enumerate(ids[1:], start=1):
+            if ident in seen:  # the walk went round a loop, not down a deep value
+                path = _show_path(what, steps[:n])
+                return invalid(
+                    f"{path}: the value contains itself (a reference cycle)",
+                    path=path,
+                    type=exc.type_name,
+                )
+            seen.add(ident)
+        path = _show_path(what, steps)
+        return invalid(
+            f"{path}: the value nests deeper than {limit} levels (each non-empty list or "
+            f"dict counts one); flatten it, or store the deep part as bytes or a string",
+            path=path,
+            type=exc.type_name,
+            max_depth=limit,
         )
-    elif offset.seconds % 60 or offset.microseconds:
-        # CBOR (RFC 3339) offsets have minute precision; cbor2 would write an unreadable one.
-        reason = (
-            f"cannot encode a datetime whose UTC offset {offset} is not a whole number of "
-            "minutes: use an aware UTC datetime, e.g. value.astimezone(timezone.utc)"
-        )
-    else:
-        return None
-    return _Problem(path, reason, "datetime")
+    path = _show_path(what, steps)
+    return invalid(f"{path}: {exc.reason}", path=path, type=exc.type_name)
+
+
+def _show_path(what: str, steps: list[str]) -> str:
+    path = what + "".join(steps)
+    if len(path) <= 120:
+        return path
+    return f"{what}{''.join(steps[:8])}...({len(steps) - 12} more)...{''.join(steps[-4:])}"
 
 
 def _corrupt(what: str, value: Any) -> Error:
@@ -382,7 +319,7 @@ def _decode_error(value: Any, _immutable: bool) -> Error:
     except ValueError:
         # A kind added by a later roost version: keep the error readable.
         kind = ErrorKind.UNKNOWN
-    cls = _KNOWN_ERRORS.get(name, Error) if isinstance(name, str) else Error
+    cls = KNOWN_ERRORS.get(name, Error) if isinstance(name, str) else Error
     err = cls.__new__(cls)
     Error.__init__(err, message, kind=kind, retryable=retryable, details=details)
     return err

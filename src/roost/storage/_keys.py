@@ -22,6 +22,7 @@ import struct
 from typing import Final
 
 from roost._errors import invalid
+from roost._text import utf8
 
 __all__ = ["U64_MAX", "from_u64", "key", "prefix_end", "u64", "unpack_key"]
 
@@ -76,7 +77,7 @@ def key(*parts: KeyPart) -> bytes:
             out += part.replace(b"\x00", _ESCAPED_NUL)
             out += _TERMINATOR
         elif isinstance(part, str):
-            out += part.encode("utf-8").replace(b"\x00", _ESCAPED_NUL)
+            out += utf8(part, "a key part").replace(b"\x00", _ESCAPED_NUL)
             out += _TERMINATOR
         else:
             raise invalid(

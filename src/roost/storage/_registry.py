@@ -37,9 +37,6 @@ version. It receives the stored field map (already decoded) and returns the new 
 
 _C = TypeVar("_C", bound=type)
 
-_SCALARS: Final = frozenset({str, int, float, bool, bytes, type(None)})
-_LEAVES: Final = frozenset({Pid, uuid.UUID})
-
 
 def _identity(value: Any) -> Any:
     return value
@@ -96,6 +93,7 @@ class _RecordType:
         "_structure",
         "_unstructure",
         "cls",
+        "envelope",
         "header",
         "migrate",
         "tag",
@@ -112,6 +110,9 @@ class _RecordType:
         if migrate is not None and not callable(migrate):
             raise invalid(f"migrate must be callable(version, fields) -> fields, got {migrate!r}")
         self.cls = cls
+        # roost's own records carry payloads into the store: a top-level one may hold a
+        # payload of the full payload depth (see the codec's ENVELOPE_DEPTH).
+        self.envelope = cls.__module__.split(".", 1)[0] == "roost"
         self.tag = tag
         self.version = version
         self.migrate = migrate
@@ -266,39 +267,3 @@ def record(tag: str, version: int = 1, *, migrate: Migrate | None = None) -> Cal
         return cls
 
     return decorate
-
-
-def _plain(value: Any) -> bool:
-    """Fast scan: True when cbor2 can encode ``value`` as is (special leaves via the hook)."""
-    tp = type(value)
-    if tp in _SCALARS or tp in _LEAVES:
-        return True
-    if tp is dict:
-        return _plain_dict(value)
-    if tp is list or tp is tuple:
-        return _plain_items(value)
-    if tp is dt.datetime:
-        offset = value.utcoffset()
-        return offset is not None and not (offset.seconds % 60 or offset.microseconds)
-    # Subclasses of scalars (StrEnum, IntEnum values in records) encode as the scalar.
-    return isinstance(value, _SCALAR_BASES | Error) or hasattr(tp, "__attrs_attrs__")
-
-
-_SCALAR_BASES = str | int | float | bytes
-
-
-def _plain_dict(value: dict[Any, Any]) -> bool:
-    # Loops, not all(genexpr): this runs for every event written and is measurably faster.
-    for k, v in value.items():
-        if (type(k) not in _SCALARS and not _plain(k)) or (
-            type(v) not in _SCALARS and not _plain(v)
-        ):
-            return False
-    return True
-
-
-def _plain_items(value: list[Any] | tuple[Any, ...]) -> bool:
-    for v in value:  # noqa: SIM110 - hot path: a plain loop beats all(genexpr)
-        if type(v) not in _SCALARS and not _plain(v):
-            return False
-    return True

@@ -145,7 +145,8 @@ def _started(acts: list[Activation]) -> Started:
 def save_history(history: Iterable[Any], path: str | os.PathLike[str]) -> Path:
     """Write a history (from ``node.history``) to a portable CBOR file."""
     target = Path(path)
-    target.write_bytes(_CODEC.encode(list(history), what="history"))
+    # A list of roost's own records: it gets their depth, as the store does.
+    target.write_bytes(_CODEC.encode(list(history), what="history", envelope=True))
     return target
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
 from roost.actors._contain import in_worker_thread, must_propagate
@@ -361,7 +362,7 @@ class ActivityWorker:
         task = attrs.evolve(
             task,
             attempt=task.attempt + 1,
-            not_before=self.m.node.now() + dt.timedelta(seconds=delay),
+            not_before=deadline_after(self.m.node.now(), delay),
             errors=errors,
         )
         data = self.m.codec.encode(task)

@@ -58,7 +58,7 @@ from roost.workflow._history import (
     describe,
     same_command,
 )
-from roost.workflow._options import check_child_options
+from roost.workflow._options import check_child_id, check_child_options
 from roost.workflow._retry import activity_options
 
 __all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Ports", "Status"]
@@ -312,7 +312,7 @@ class Driver(Chance):
             if isinstance(command, Complete):
                 self._validate(command.value, "workflow result")
             elif isinstance(command, ContinueAsNew):
-                self._validate(command.args, "continue-as-new input")
+                self._validate_args(command.args, "continue-as-new")
         except Error as exc:
             command = Fail(seq=command.seq, error=exc)
         self._issue(command)
@@ -338,6 +338,12 @@ class Driver(Chance):
         # A replayed command was validated when it was recorded: skip the re-encode.
         if self._expected is None:
             self._ports.check(value, what)
+
+    def _validate_args(self, args: Sequence[Any], what: str) -> None:
+        # One by one: each argument is a payload of its own and gets the payload depth.
+        if self._expected is None:
+            for i, arg in enumerate(args):
+                self._ports.check(arg, f"{what} args[{i}]")
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -406,7 +412,7 @@ class Driver(Chance):
             self._commands.append(recorded)
             seq = self._next_seq()
         else:
-            self._validate(list(args), f"arguments of activity {entry!r}")
+            self._validate_args(args, f"activity {entry!r}")
             merged = activity_options(*options)
             seq = self._next_seq()
             self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
@@ -551,7 +557,7 @@ class Driver(Chance):
 
         The process is monitored: its EXIT comes back as an event in the history.
         """
-        self._validate(list(args), f"arguments of process {entry!r}")
+        self._validate_args(args, f"process {entry!r}")
         pid = self._ports.spawn_pid(self._seq + 1)  # raises if this driver cannot
         seq = self._next_seq()
         self._issue(SpawnProcess(seq=seq, entry=entry, args=list(args), pid=pid))
@@ -567,8 +573,8 @@ class Driver(Chance):
         if self.started is None:
             raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
         workflow_id, policy, child_options = check_child_options(options)
-        self._validate(list(args), f"input of child workflow {entry!r}")
-        child_id = workflow_id or f"{self.started.workflow_id}.{self._seq + 1}"
+        self._validate_args(args, f"child workflow {entry!r}")
+        child_id = workflow_id or check_child_id(f"{self.started.workflow_id}.{self._seq + 1}")
         pid = self._ports.child_pid(child_id)  # raises if this driver cannot
         seq = self._next_seq()
         self._issue(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 from roost.actors._events import Exit
@@ -96,7 +97,7 @@ class Effects:
                     )
                 )
             case StartTimer(seq=seq, seconds=seconds):
-                due = self.at + dt.timedelta(seconds=seconds)
+                due = deadline_after(self.at, seconds)
                 self.timers.append(
                     TimerTask(
                         workflow_id=record.workflow_id, run_id=record.run_id, seq=seq, due=due

@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from roost._cron import parse_cron
+from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 from roost.actors._app import Entry
@@ -55,7 +56,7 @@ def record_for_start(
     """RunRecord fields for a workflow starting now with these (checked) start options."""
     delay = options.get("start_delay", 0.0)
     cron = options.get("cron_schedule")
-    not_before = at + dt.timedelta(seconds=delay) if delay else None
+    not_before = deadline_after(at, delay) if delay else None
     if cron is not None:  # the first run waits for the first fire time, as Temporal's does
         not_before = parse_cron(cron).next_after(not_before or at)
     timeout = options.get("execution_timeout")
@@ -66,7 +67,7 @@ def record_for_start(
         "memo": dict(options.get("memo") or {}),
         "name": options.get("name"),
         "options": {k: v for k, v in options.items() if k in CHAIN_OPTIONS},
-        "execution_deadline": at + dt.timedelta(seconds=timeout) if timeout else None,
+        "execution_deadline": deadline_after(at, timeout) if timeout else None,
         "summary": options.get("summary"),
         "details": options.get("details"),
         "not_before": not_before,
@@ -134,7 +135,7 @@ def _run_timers(record: RunRecord, at: dt.datetime) -> list[TimerTask]:
         timer("start", begins)
     run_timeout = record.options.get("run_timeout")
     if run_timeout:
-        timer("run_timeout", begins + dt.timedelta(seconds=run_timeout))
+        timer("run_timeout", deadline_after(begins, run_timeout))
     if record.execution_deadline is not None:
         # One per run: it closes whichever run of the chain is open at the deadline.
         timer("execution_timeout", record.execution_deadline)
@@ -158,7 +159,7 @@ def chain_next(record: RunRecord, at: dt.datetime) -> tuple[int, dt.datetime] | 
     if record.status is not RunStatus.COMPLETED and policy is not None and error is not None:
         delay = next_retry({"retry_policy": policy}, record.attempt, error)
         if delay is not None:
-            when = at + dt.timedelta(seconds=delay)
+            when = deadline_after(at, delay)
             if deadline is None or when < deadline:
                 return record.attempt + 1, when
     cron = record.options.get("cron_schedule")

@@ -12,7 +12,8 @@ from typing import Any, Final
 import attrs
 
 from roost._errors import Error, ErrorKind, invalid, not_found
-from roost.storage import Codec, Store, key
+from roost._pid import Pid
+from roost.storage import MAX_KEY_SIZE, Codec, Store, key
 from roost.storage._quarantine import (
     QUARANTINE_TABLE,
     Quarantine,
@@ -24,7 +25,7 @@ from roost.storage._quarantine import (
 from roost.workflow._history import flatten
 from roost.workflow._records import ActivityTask, RunRecord, RunStatus
 
-__all__ = ["describe", "history", "list_workflows", "parse_query"]
+__all__ = ["describe", "history", "list_workflows", "parse_query", "run_key"]
 
 _CLAUSE = re.compile(r"^\s*(\w+)\s*(=|!=)\s*'([^']*)'\s*$")
 # The "when" of a row found unreadable by inspection, not quarantined (yet).
@@ -59,16 +60,44 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
     }
 
 
+def run_key(workflow_id: object) -> bytes | None:
+    """The ``runs`` key of ``workflow_id``, or None when no workflow can have that id.
+
+    Raises:
+        roost.Error: kind Invalid when ``workflow_id`` is not a string.
+    """
+    if not isinstance(workflow_id, str):
+        hint = " (pass pid.id, the workflow id of a PID)" if isinstance(workflow_id, Pid) else ""
+        raise invalid(
+            f"a workflow id is a string, got {type(workflow_id).__name__} {workflow_id!r}{hint}"
+        )
+    if not workflow_id or (not workflow_id.isascii() and not _has_utf8(workflow_id)):
+        return None
+    row = workflow_id.encode("utf-8")
+    return row if len(row) <= MAX_KEY_SIZE else None
+
+
+def _has_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _lookup(store: Store, codec: Codec, workflow_id: str) -> RunRecord | dict[str, Any]:
     """The latest run record, or the description of a quarantined (or unreadable) one."""
-    with store.read() as txn:
-        data = txn.get("runs", workflow_id.encode())
-        entry = None
-        if data is None:
-            raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
-            entry = None if raw is None else _decoded_entry(codec, raw)
+    row = run_key(workflow_id)
+    data = entry = None
+    if row is not None:
+        with store.read() as txn:
+            data = txn.get("runs", row)
+            if data is None:
+                raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
+                entry = None if raw is None else _decoded_entry(codec, raw)
     if data is not None:
-        return _decode_row(codec, workflow_id.encode(), data)
+        assert row is not None
+        return _decode_row(codec, row, data)
     if entry is None:
         raise not_found(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
     return _quarantined(codec, entry)
@@ -147,6 +176,11 @@ def parse_query(query: str | None) -> list[tuple[str, str, str]]:
     attribute. A list attribute matches if it contains the value; booleans compare as
     'true' / 'false'; numbers and datetimes by their text form.
     """
+    if query is not None and not isinstance(query, str):
+        raise invalid(
+            f"a query is a string like \"status = 'running'\" (or None for all), got "
+            f"{type(query).__name__} {query!r}"
+        )
     if query is None or not query.strip():
         return []
     clauses = []

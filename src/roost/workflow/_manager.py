@@ -156,7 +156,8 @@ class WorkflowManager:
             workflow_id = f"{self.node.app.name}-{os.urandom(8).hex()}"
         # Every input check comes first: bad input changes nothing, not even a running
         # workflow that terminate_existing would replace.
-        self.codec.encode(list(args), what=f"input of workflow {entry.id!r}")
+        for i, arg in enumerate(args):  # each argument is a payload, with the payload depth
+            self.codec.encode(arg, what=f"workflow {entry.id!r} input args[{i}]")
         self.codec.encode(opts.get("memo", {}), what="memo")
         for topic, payload in messages:
             self.codec.encode(payload, what=f"start message {topic!r}")

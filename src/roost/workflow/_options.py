@@ -2,24 +2,73 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
-from roost._cron import parse_cron
+from roost._cron import parse_firing_cron
 from roost._duration import parse_duration
 from roost._errors import Error, ErrorKind, invalid
-from roost._pid import Pid
+from roost._pid import Pid, check_pid_part
+from roost.storage import MAX_KEY_SIZE
 from roost.workflow._api import check_attributes
-from roost.workflow._retry import RetryPolicy
+from roost.workflow._retry import retry_policy
 
 __all__ = [
     "CHAIN_OPTIONS",
     "CHILD_OPTIONS",
+    "MAX_ID_BYTES",
     "already_error",
+    "check_child_id",
     "check_child_options",
     "check_start_options",
+    "check_workflow_id",
 ]
+
+MAX_ID_BYTES: Final = 255
+"""The longest workflow id (or workflow name) a start takes, in UTF-8 bytes.
+
+An id is the key of its run in the ``runs`` table (LMDB keys hold at most 511 bytes) and
+the start of the ids derived from it: a child started without an id gets
+``<parent id>.<n>``. Half the key size leaves room for a dozen generations of those; a
+derived id past the key size is refused when the child starts (give it an explicit id).
+"""
+
+
+def check_workflow_id(value: Any, what: str = "workflow id") -> str:
+    """Return ``value`` if it can be a workflow id: a PID id of at most ``MAX_ID_BYTES``.
+
+    Raises:
+        roost.Error: kind Invalid for an empty or non-str id, one with '{', '}' or '|'
+            (its PID would not parse back), a lone surrogate, or one that is too long.
+    """
+    text = check_pid_part(what, value, allow_at=True)
+    size = len(text.encode("utf-8"))
+    if size > MAX_ID_BYTES:
+        raise invalid(
+            f"{what} {text[:40]!r}... is {size} bytes long (UTF-8); at most {MAX_ID_BYTES} "
+            "are allowed, so the keys derived from it fit: use a shorter id, e.g. a hash",
+            size=size,
+            max_bytes=MAX_ID_BYTES,
+        )
+    return text
+
+
+def check_child_id(child_id: str) -> str:
+    """Return a (derived) child id if its run key fits in the store.
+
+    Raises:
+        roost.Error: kind Invalid when it is longer than the store's key size.
+    """
+    size = len(child_id.encode("utf-8"))
+    if size > MAX_KEY_SIZE:
+        raise invalid(
+            f"the child workflow id {child_id[:40]!r}... derived from its parent's id is "
+            f"{size} bytes long, past the store's {MAX_KEY_SIZE}-byte key size: give the "
+            "child (or an ancestor) an explicit, shorter id",
+            size=size,
+            max_bytes=MAX_KEY_SIZE,
+        )
+    return child_id
 
 
 def _one_of(*values: str) -> Callable[[str, Any], Any]:
@@ -50,17 +99,11 @@ def _duration(*, allow_zero: bool) -> Callable[[str, Any], float]:
 
 
 def _retry_policy(name: str, value: Any) -> dict[str, Any]:
-    policy = RetryPolicy(**value) if isinstance(value, Mapping) else value
-    if not isinstance(policy, RetryPolicy):
-        raise invalid(f"{name} must be a roost.RetryPolicy (or its keyword dict), got {value!r}")
-    return policy.to_dict()
+    return retry_policy(value, name).to_dict()
 
 
 def _cron(name: str, value: Any) -> str:
-    schedule = parse_cron(value)
-    if schedule.next_after(dt.datetime.now(dt.UTC)) is None:
-        raise invalid(f"{name} {value!r} never fires again; nothing would run")
-    return schedule.expression
+    return parse_firing_cron(value, name).expression
 
 
 def _attributes(name: str, value: Any) -> dict[str, Any]:
@@ -71,9 +114,13 @@ def _attributes(name: str, value: Any) -> dict[str, Any]:
     return value
 
 
+def _workflow_id(name: str, value: Any) -> str:
+    return check_workflow_id(value, f"workflow {name}")
+
+
 _START_OPTIONS: dict[str, Callable[[str, Any], Any]] = {
-    "id": _typed(str),
-    "name": _typed(str),
+    "id": _workflow_id,
+    "name": _workflow_id,
     "task_queue": _typed(str),
     "id_conflict_policy": _one_of("fail", "use_existing", "terminate_existing"),
     "id_reuse_policy": _one_of(
@@ -126,9 +173,6 @@ def check_start_options(options: Mapping[str, Any]) -> dict[str, Any]:
             known = ", ".join(sorted(_START_OPTIONS))
             raise invalid(f"unknown workflow start option {name!r}; known: {known}", option=name)
         out[name] = check(name, value)
-    workflow_id = out.get("id") or out.get("name")
-    if workflow_id is not None and "|" in workflow_id:
-        raise invalid(f"a workflow id must be a non-empty string without '|', got {workflow_id!r}")
     return out
 
 

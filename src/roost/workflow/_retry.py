@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -11,7 +12,7 @@ from roost._backoff import capped_backoff
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 
-__all__ = ["RetryPolicy", "activity_options", "next_retry"]
+__all__ = ["RetryPolicy", "activity_options", "next_retry", "retry_policy"]
 
 
 def _seconds(value: Duration | None) -> float | None:
@@ -23,8 +24,11 @@ def _kinds(values: Iterable[Any]) -> tuple[ErrorKind, ...]:
         raise invalid("non_retryable_error_kinds takes a list of kinds, not a string")
     try:
         return tuple(ErrorKind(v) for v in values)
-    except ValueError as exc:
-        raise invalid(f"unknown error kind in non_retryable_error_kinds: {exc}") from None
+    except (ValueError, TypeError):
+        known = ", ".join(k.value for k in ErrorKind)
+        raise invalid(
+            f"non_retryable_error_kinds takes a list of error kinds ({known}), got {values!r}"
+        ) from None
 
 
 @attrs.frozen(kw_only=True)
@@ -47,11 +51,23 @@ class RetryPolicy:
         coefficient = self.backoff_coefficient
         if isinstance(coefficient, bool) or not isinstance(coefficient, int | float):
             raise invalid(f"backoff_coefficient must be a number >= 1, got {coefficient!r}")
-        if coefficient < 1:
-            raise invalid(f"backoff_coefficient must be >= 1, got {coefficient}")
+        if not (math.isfinite(coefficient) and coefficient >= 1):
+            raise invalid(f"backoff_coefficient must be a finite number >= 1, got {coefficient}")
         attempts = self.maximum_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
             raise invalid(f"maximum_attempts must be an int >= 0 (0 = unlimited), got {attempts!r}")
+        if self.maximum_interval is not None and self.maximum_interval < self.initial_interval:
+            raise invalid(
+                f"maximum_interval ({self.maximum_interval:g}s) must not be less than "
+                f"initial_interval ({self.initial_interval:g}s): raise maximum_interval, or "
+                "leave it out for 100 x initial_interval",
+            )
+        if attempts == 0 and self.initial_interval == 0:
+            raise invalid(
+                "initial_interval=0 with unlimited attempts (maximum_attempts=0) retries a "
+                "failing activity in a hot loop: give initial_interval a duration such as "
+                "'1s', or set maximum_attempts",
+            )
 
     @property
     def cap(self) -> float:
@@ -76,6 +92,37 @@ class RetryPolicy:
         return cls(**data)
 
 
+_POLICY_KEYS: Final = tuple(f.name for f in attrs.fields(RetryPolicy))
+# Wippy's spelling of the same list (matched against error kinds there too).
+_ALIASES: Final = {"non_retryable_error_types": "non_retryable_error_kinds"}
+
+
+def retry_policy(value: Any, what: str = "retry_policy") -> RetryPolicy:
+    """A ``RetryPolicy`` as given, or built from its keyword mapping.
+
+    Raises:
+        roost.Error: kind Invalid for another type, an unknown key (the message lists the
+            known ones) or a bad value.
+    """
+    if isinstance(value, RetryPolicy):
+        return value
+    if not isinstance(value, Mapping):
+        raise invalid(f"{what} must be a roost.RetryPolicy or its keyword dict, got {value!r}")
+    fields: dict[str, Any] = {}
+    for name, field_value in value.items():
+        canonical = _ALIASES.get(name, name) if isinstance(name, str) else name
+        if canonical not in _POLICY_KEYS:
+            raise invalid(
+                f"{what} has an unknown key {name!r}; known keys: {', '.join(_POLICY_KEYS)} "
+                f"(and {', '.join(_ALIASES)}, Wippy's name for {', '.join(_ALIASES.values())})",
+                key=repr(name),
+            )
+        if canonical in fields:
+            raise invalid(f"{what} gives {canonical!r} twice (also as {name!r}): keep one of them")
+        fields[canonical] = field_value
+    return RetryPolicy(**fields)
+
+
 _OPTION_KEYS = frozenset(
     {"retry_policy", "start_to_close_timeout", "schedule_to_close_timeout", "heartbeat_timeout"}
 )
@@ -97,10 +144,7 @@ def activity_options(*sources: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"start_to_close_timeout": 600.0}
     for name, value in merged.items():
         if name == "retry_policy":
-            policy = RetryPolicy(**value) if isinstance(value, Mapping) else value
-            if not isinstance(policy, RetryPolicy):
-                raise invalid(f"retry_policy must be a roost.RetryPolicy, got {value!r}")
-            out[name] = policy.to_dict()
+            out[name] = retry_policy(value).to_dict()
         elif value is not None:
             out[name] = parse_duration(value, what=name, allow_zero=False)
     return out

@@ -20,7 +20,7 @@ import roost.queues
 import roost.workflow
 from roost.storage import Codec
 from roost.storage._record_fns import fast_structure, fast_unstructure
-from roost.storage._registry import _CONVERTER, _DEFAULT_REGISTRY, TAG_PID, TAG_RECORD
+from roost.storage._registry import _CONVERTER, _DEFAULT_REGISTRY, TAG_ERROR, TAG_PID, TAG_RECORD
 
 assert roost.queues  # registers the queue records
 
@@ -75,7 +75,7 @@ def strategy_for(tp: Any, depth: int = 0) -> st.SearchStrategy[Any]:
 
 
 def cbor(fields: dict[str, Any]) -> bytes:
-    return cbor2.dumps(fields, default=CODEC._default)
+    return CODEC.encode(fields, envelope=True)
 
 
 def tagged(encoder: cbor2.CBOREncoder, value: Any) -> None:
@@ -83,7 +83,9 @@ def tagged(encoder: cbor2.CBOREncoder, value: Any) -> None:
     if isinstance(value, roost.Pid):
         encoder.encode(cbor2.CBORTag(TAG_PID, [value.node, value.host, value.id]))
     elif isinstance(value, roost.Error):
-        CODEC._default(encoder, value)
+        known = type(value).__name__ if type(value) is not roost.Error else None
+        fields = [value.kind.value, value.message, value.retryable, value.details, known]
+        encoder.encode(cbor2.CBORTag(TAG_ERROR, fields))
     else:
         rtype = _DEFAULT_REGISTRY.by_class[type(value)]
         fields = make_dict_unstructure_fn(type(value), _CONVERTER)(value)
@@ -113,7 +115,7 @@ def test_generated_functions_match_cattrs(cls: type, data: st.DataObject) -> Non
     fast_out = fast_unstructure(cls)
     if fast_out is not None:
         assert cbor(fast_out(obj)) == cbor(reference)
-    stored = CODEC.decode(cbor2.dumps(reference, default=CODEC._default))
+    stored = CODEC.decode(cbor(reference))
     fast_in = fast_structure(cls)
     if fast_in is not None:
         built = fast_in(stored)

@@ -345,7 +345,7 @@ def unrecordable(what: str, exc: BaseException, task: Task) -> Error:
     reason = safe_text(exc) if isinstance(exc, Error) else f"{type(exc).__name__}: {safe_text(exc)}"
     return invalid(
         f"the workflow's {what} cannot be recorded ({reason}); the workflow function "
-        f"{function} at {location} must return values the codec encodes",
+        f"{function} (defined at {location}) must return values the codec encodes",
         location=location,
     )
 

@@ -49,6 +49,7 @@ from roost.workflow._records import (
 from roost.workflow._recovery import recover
 from roost.workflow._run import Pending, Run, Settled
 from roost.workflow._starting import claim_name, make_room
+from roost.workflow._task_failure import task_backoff
 
 __all__ = ["Run", "WorkflowManager"]
 
@@ -210,6 +211,27 @@ class WorkflowManager:
         """Commit through the node's store (see ``Node.transact``)."""
         return await self.node.transact(fn)
 
+    async def commit_retrying(self, fn: Callable[[WriteTxn], Any], what: str) -> bool:
+        """Commit the runtime's own bookkeeping ``fn``, retrying a failed commit.
+
+        A store that refuses writes (a full disk, say) must not stop the node: the
+        failure is logged and the same writes are tried again after a backoff, until they
+        commit (True) or the node stops (False: the restart recovers from what is stored).
+        """
+        failures = 0
+        while True:
+            try:
+                await self.transact(fn)
+            except Error:
+                if self.node.stopping:
+                    return False
+                failures += 1
+                delay = task_backoff(failures)
+                log.exception("%s failed (try %d); trying again in %gs", what, failures, delay)
+                await trio.sleep(delay)
+            else:
+                return True
+
     async def settle(
         self,
         table: str,
@@ -228,7 +250,9 @@ class WorkflowManager:
         workflow_id, run_id = task
         run = self.runs.get(workflow_id)
         if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
-            await self.transact(lambda txn: txn.delete(table, row))
+            await self.commit_retrying(
+                lambda txn: txn.delete(table, row), f"deleting a settled {table} row"
+            )
             return
         try:
             data = self.codec.encode(event)
@@ -300,7 +324,7 @@ class WorkflowManager:
                 for settled in rows:
                     txn.delete(settled.table, settled.row)
 
-            self.spawn_task(self.transact, write)
+            self.spawn_task(self.commit_retrying, write, "deleting settled task and timer rows")
 
     def _recorded(self, key: bytes | Settled, event: Any) -> Any:
         data = self._staged.pop(key, None) if isinstance(key, bytes) else None
@@ -316,8 +340,8 @@ class WorkflowManager:
             for k, v in staged:
                 txn.put("inbox", k, v)
 
-        await self.transact(write)
-        self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
+        if await self.commit_retrying(write, f"moving messages to workflow {run.pid.id!r}"):
+            self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
 
     async def signal_many(
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
@@ -363,7 +387,9 @@ class WorkflowManager:
                 for k, data in rows:
                     txn.put("inbox", k, data)
 
-            await self.transact(write)
+            # Senders wait for their receipts meanwhile: a send is acknowledged once durable.
+            if not await self.commit_retrying(write, "storing messages sent to workflows"):
+                return  # the node stops: unacknowledged, as the senders see
             for run, k, _, event, done in batch:  # in arrival order
                 self.accept(run, [(k, event)])
                 done.set()

@@ -15,7 +15,6 @@ into it as a clear error.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
@@ -36,11 +35,14 @@ from roost.workflow._driver_parts import (
     Task,
     WorkflowActivity,
     call_site,
+    check_version_range,
+    close_all,
     divergence,
     foreign_error,
     recordable_error,
     trio_misuse,
     unrecordable,
+    version_dropped,
     workflow_error,
 )
 from roost.workflow._history import (
@@ -76,7 +78,6 @@ __all__ = [
     "WorkflowActivity",
 ]
 
-log = logging.getLogger("roost.workflow")
 
 DEFAULT_VERSION = -1
 _NO_PIDS: frozenset[Pid] = frozenset()
@@ -353,19 +354,8 @@ class Driver(Chance):
         logged, never raised: the run it belonged to is over or rebuilt elsewhere.
         """
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            try:
-                task.ctx.run(task.coro.close)
-            except KeyboardInterrupt:
-                raise
-            except BaseException:
-                started = self.started
-                log.warning(
-                    "workflow %r: coroutine %s raised while it was discarded",
-                    started.workflow_id if started else "?",
-                    task.name,
-                    exc_info=True,
-                )
+        started = self.started
+        close_all(tasks, started.workflow_id if started else "?")
         self._ready.clear()
 
     # -- commands ------------------------------------------------------------------------
@@ -484,16 +474,7 @@ class Driver(Chance):
         A new run records and returns ``max_supported``; a replay returns the recorded
         version, or ``DEFAULT_VERSION`` (-1) for a history made before the change existed.
         """
-        if not isinstance(change_id, str) or not change_id:
-            raise invalid(f"change_id must be a non-empty string, got {change_id!r}")
-        for value in (min_supported, max_supported):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise invalid(f"versions must be ints, got {value!r}")
-        if min_supported > max_supported:
-            raise invalid(
-                f"workflow.version({change_id!r}): min_supported {min_supported} is greater "
-                f"than max_supported {max_supported}"
-            )
+        check_version_range(change_id, min_supported, max_supported)
         chosen = self._versions.get(change_id)
         if chosen is None:
             chosen = self._choose_version(change_id, max_supported)
@@ -502,14 +483,7 @@ class Driver(Chance):
             # Only a replay can hit this: the code dropped support for this run. Like a
             # divergence, it stops the replay (the run stays open until the code is fixed)
             # instead of recording a failure into the run's history.
-            self._stop_replay(
-                NondeterminismError(
-                    f"workflow.version({change_id!r}): this run recorded version {chosen}, "
-                    f"outside the supported range {min_supported}..{max_supported}; keep the "
-                    "code for that version until such runs have finished",
-                    details={"change_id": change_id, "recorded": chosen, "location": call_site()},
-                )
-            )
+            self._stop_replay(version_dropped(change_id, chosen, min_supported, max_supported))
         return chosen
 
     def _choose_version(self, change_id: str, max_supported: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import contextvars
 import datetime as dt
+import logging
 import random
 import sys
 import types
@@ -33,16 +34,20 @@ __all__ = [
     "Task",
     "WorkflowActivity",
     "call_site",
+    "check_version_range",
+    "close_all",
     "divergence",
     "foreign_error",
     "recordable_error",
     "safe_text",
     "trio_misuse",
     "unrecordable",
+    "version_dropped",
     "workflow_error",
 ]
 
 _ROOST_DIR = str(Path(__file__).resolve().parents[1])
+log = logging.getLogger("roost.workflow")
 
 
 class Ports(abc.ABC):
@@ -379,4 +384,47 @@ def recordable_error(error: Error, problem: BaseException) -> Error:
         kind=error.kind,
         retryable=error.retryable,
         details={"unrecorded_details": safe_text(problem)},
+    )
+
+
+def close_all(tasks: list[Task], workflow_id: str) -> None:
+    """Close discarded coroutines; what one raises as it closes is logged, never raised.
+
+    (A ``finally`` that fails, say: the run it belonged to is over, or rebuilt elsewhere.)
+    """
+    for task in tasks:
+        try:
+            task.ctx.run(task.coro.close)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            log.warning(
+                "workflow %r: coroutine %s raised while it was discarded",
+                workflow_id,
+                task.name,
+                exc_info=True,
+            )
+
+
+def check_version_range(change_id: str, min_supported: int, max_supported: int) -> None:
+    """Raise ``Invalid`` for ``workflow.version`` arguments that are not a range of ints."""
+    if not isinstance(change_id, str) or not change_id:
+        raise invalid(f"change_id must be a non-empty string, got {change_id!r}")
+    for value in (min_supported, max_supported):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(f"versions must be ints, got {value!r}")
+    if min_supported > max_supported:
+        raise invalid(
+            f"workflow.version({change_id!r}): min_supported {min_supported} is greater "
+            f"than max_supported {max_supported}"
+        )
+
+
+def version_dropped(change_id: str, chosen: int, low: int, high: int) -> NondeterminismError:
+    """A replayed run recorded version ``chosen``, outside what the code supports now."""
+    return NondeterminismError(
+        f"workflow.version({change_id!r}): this run recorded version {chosen}, outside the "
+        f"supported range {low}..{high}; keep the code for that version until such runs "
+        "have finished",
+        details={"change_id": change_id, "recorded": chosen, "location": call_site()},
     )

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 import roost
-from roost import funcs, process, workflow
+from roost import coroutine, funcs, process, workflow
 from roost.workflow._records import history_key
 from roost.workflow._task_failure import MAX_TASK_BACKOFF, task_backoff
 
@@ -308,3 +308,29 @@ async def test_a_workflow_that_diverges_after_a_restart_shows_why_and_is_retried
         assert node.describe("clock")["task_failure"] is None
     diverged = [r for r in caplog.records if "diverged" in r.getMessage()]
     assert len(diverged) >= 2 and all(r.levelno == logging.ERROR for r in diverged)
+
+
+@app.workflow
+async def leaves_a_coroutine_that_fails_to_close():
+    async def helper():
+        try:
+            await roost.sleep(3600)
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    coroutine.spawn(helper)
+    await roost.sleep(1)
+    return "returned"  # the helper, still blocked, is discarded with the run
+
+
+async def test_a_coroutine_that_fails_as_it_is_discarded_is_logged(autojump_clock, caplog):
+    caplog.set_level(logging.WARNING, logger="roost.workflow")
+    async with roost.open_node(app, workflow_cache=1) as node:
+        assert (
+            await process.with_options(id="cl").exec(leaves_a_coroutine_that_fails_to_close)
+            == "returned"
+        )
+        assert node.describe("cl")["task_failure"] is None
+        assert await process.exec(steady, 8) == 80
+    (record,) = [r for r in caplog.records if "raised while it was discarded" in r.getMessage()]
+    assert record.levelno == logging.WARNING and record.exc_info[0] is RuntimeError

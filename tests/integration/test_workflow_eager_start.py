@@ -130,3 +130,59 @@ async def test_a_failed_eager_commit_stores_nothing_and_the_id_stays_free(
         assert (await events.receive()).value == 3
         assert node.describe("e-3")["status"] == "completed"
         assert str(pid) == "{eager:workflows|e-3}"
+
+
+TRIES: list = []
+
+
+@app.workflow
+async def exits_on_its_first_try(x):
+    TRIES.append(x)
+    if len(TRIES) == 1:
+        raise SystemExit("workflow code called sys.exit()")
+    return await funcs.call(step, x)
+
+
+async def test_a_first_step_whose_task_fails_stores_the_start_and_is_retried(autojump_clock):
+    TRIES.clear()
+    async with roost.open_node(app) as node:
+        pid = await process.with_options(id="e-4").spawn_monitored(exits_on_its_first_try, 1)
+        # The start is stored (the normal way), its first step is not.
+        described = node.describe("e-4")
+        assert described["status"] == "running"
+        assert "SystemExit" in described["task_failure"].message
+        assert node.history("e-4") == []
+        exit_event = await process.events().receive()
+        assert (exit_event.pid, exit_event.value) == (pid, 2)
+        assert TRIES == [1, 1]
+        steps = [x.index for x in node.history("e-4") if type(x).__name__ == "WorkflowTask"]
+        assert steps == [1, 2]
+        assert node.describe("e-4")["task_failure"] is None
+
+
+async def test_an_eager_commit_refused_once_stores_the_start_and_is_retried(
+    autojump_clock, tmp_path, monkeypatch
+):
+    async with roost.open_node(app, tmp_path) as node:
+        writer = node._node.store._writer
+        real, failed = writer._commit, []
+
+        def fails_once(parent):
+            if not failed:  # the eager commit: the run with its first step
+                failed.append(1)
+                raise lmdb.Error("mdb_txn_commit", errno.EIO)
+            real(parent)
+
+        monkeypatch.setattr(writer, "_commit", fails_once)
+        pid = await process.with_options(id="e-5").spawn_monitored(two_steps, 1)
+        assert failed == [1]
+        described = node.describe("e-5")  # stored by the second try: the start alone
+        assert described["status"] == "running"
+        failure = described["task_failure"]
+        assert failure.kind is roost.ErrorKind.UNAVAILABLE
+        assert failure.details["stage"] == "commit"
+        assert node.history("e-5") == []
+        exit_event = await process.events().receive()
+        assert (exit_event.pid, exit_event.value) == (pid, 3)
+        steps = [x.index for x in node.history("e-5") if type(x).__name__ == "WorkflowTask"]
+        assert steps == [1, 2, 3]

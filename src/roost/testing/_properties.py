@@ -241,6 +241,19 @@ class _Threshold(trio.abc.Instrument):
             self.reached.set()
 
 
+async def _until(count: Callable[[], int], target: int) -> None:
+    """Return after the first task step at which ``count() >= target``."""
+    if count() >= target:
+        return
+    reached = trio.Event()
+    watch = _Threshold(count, target, reached)
+    trio.lowlevel.add_instrument(watch)
+    try:
+        await reached.wait()
+    finally:
+        trio.lowlevel.remove_instrument(watch)
+
+
 def _activations(node: NodeHandle) -> Callable[[], int]:
     """The number of activations this node has committed (replays not counted)."""
     manager = node._node.ext.get("workflows")
@@ -248,6 +261,15 @@ def _activations(node: NodeHandle) -> Callable[[], int]:
         return lambda: 0
     stats: dict[str, int] = manager.stats
     return lambda: stats["activations"]
+
+
+def _task_failures(node: NodeHandle) -> Callable[[], int]:
+    """The number of workflow tasks that failed on this node."""
+    manager = node._node.ext.get("workflows")
+    if manager is None:
+        return lambda: 0
+    stats: dict[str, int] = manager.stats
+    return lambda: stats["task_failures"]
 
 
 async def _settle() -> None:
@@ -298,7 +320,7 @@ class _Run:
                             spawner = process.with_options(plan.options)
                             self.pid = await spawner.spawn(plan.entry, *plan.args)
                         process.monitor(self.pid)
-                        crash = await self.drive(self.pid)
+                        crash = await self.drive(self.pid, _task_failures(node))
                         if crash is None:
                             await _settle()
                             _collect(node, self.report)
@@ -314,8 +336,12 @@ class _Run:
                 self.report.crashes.append(crash)
                 log.info("crashed the node of workflow %r %s", plan.workflow_id, crash)
 
-    async def drive(self, pid: Pid) -> str | None:
-        """Deliver signals until the workflow closes (None) or a crash point comes (its text)."""
+    async def drive(self, pid: Pid, task_failures: Callable[[], int]) -> str | None:
+        """Deliver signals until the workflow closes (None) or a crash point comes (its text).
+
+        A failed workflow task (a divergence on replay, say) ends the run too: its retries
+        would only fail the same way until the horizon.
+        """
         stop: list[str | None] = []
         async with _plain_errors(), trio.open_nursery() as nursery:
 
@@ -335,18 +361,17 @@ class _Run:
 
             async def crash_after_activation() -> None:
                 target = self.marks[0]
-                if self.activations() < target:
-                    reached = trio.Event()
-                    watch = _Threshold(self.activations, target, reached)
-                    trio.lowlevel.add_instrument(watch)
-                    try:
-                        await reached.wait()
-                    finally:
-                        trio.lowlevel.remove_instrument(watch)
+                await _until(self.activations, target)
                 self.marks.pop(0)
                 finish(f"after activation {target} (at {self.elapsed():g}s)")
 
+            async def task_failed() -> None:
+                await _until(task_failures, 1)
+                self.report.ended = f"a workflow task failed at {self.elapsed():g}s"
+                finish(None)
+
             nursery.start_soon(exited)
+            nursery.start_soon(task_failed)
             if self.marks:
                 nursery.start_soon(crash_after_activation)
             horizon = self.plan.horizon

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, NondeterminismError, invalid
 from roost._pid import Pid
 from roost.actors._app import App, EntryKind
 from roost.actors._process import WorkflowProcess, set_current
@@ -73,6 +73,8 @@ class Replayer:
         try:
             for act in acts:
                 driver.activate(act.at, act.events, expected=act.commands)
+                # As a node counts it: the bytes the activation takes in the store.
+                driver.recorded(len(_CODEC.encode(act)))
         finally:
             driver.close()
         if driver.status == Status.FAILED and driver.error is not None:
@@ -83,15 +85,21 @@ class Replayer:
         return _CODEC.decode(_CODEC.encode(driver.result))
 
     def replay_many(self, histories: Iterable[Iterable[Any]]) -> list[Any]:
-        """Replay several histories; the first divergence raises (its index in details)."""
+        """Replay several histories: their results, or their recorded errors, in order.
+
+        Raises:
+            roost.NondeterminismError: the first history that does not replay (a
+                divergence, or a recorded ``workflow.version`` the code no longer
+                supports); its index is in ``details["history_index"]``.
+        """
         results = []
         for index, history in enumerate(histories):
             try:
                 results.append(self.replay(history))
-            except Error as exc:
-                if exc.kind is ErrorKind.INTERNAL and "diverged" in exc.message:
-                    exc.details["history_index"] = index
-                    raise
+            except NondeterminismError as exc:
+                exc.details["history_index"] = index
+                raise
+            except Error as exc:  # the workflow's recorded error: its outcome
                 results.append(exc)
         return results
 
@@ -133,6 +141,9 @@ class _ReplayPorts(Ports):
         return self.reply_to.get(seq) or Pid(
             "local", f"{self.app.name}:replies", f"{self.started.run_id}.{seq}"
         )
+
+    def encoded_size(self, value: object) -> int:
+        return len(_CODEC.encode(value))
 
 
 def _started(acts: list[Activation]) -> Started:

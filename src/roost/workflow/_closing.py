@@ -38,7 +38,8 @@ async def fire_timer(m: WorkflowManager, timer: TimerTask) -> None:
     if timer.kind == "timer":
         await m.settle("timers", row, task, TimerFired(seq=timer.seq))
         return
-    await m.transact(lambda txn: txn.delete("timers", row))
+    if not await m.commit_retrying(lambda txn: txn.delete("timers", row), "deleting a timer"):
+        return
     run = m.runs.get(timer.workflow_id)
     if run is None or run.record.run_id != timer.run_id:
         return  # the run has closed or moved on since
@@ -99,7 +100,9 @@ async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) 
             attempt=attempt,
             not_before=not_before,
         )
-    await m.transact(_close_writer(m, run, closing, nxt))
+    what = f"closing workflow {run.pid.id!r} ({status.value})"
+    if not await m.commit_retrying(_close_writer(m, run, closing, nxt), what):
+        return  # the node stops: the run is still open in the store, as recovery finds it
     m.timers.drop(run)  # their rows went with the close
     run.record = closing
     if nxt is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
@@ -31,10 +31,19 @@ from roost.workflow._driver_parts import (
     Future,
     Park,
     Ports,
+    Status,
     Task,
+    WorkflowActivity,
     call_site,
+    check_version_range,
+    close_all,
+    divergence,
     foreign_error,
+    recordable_error,
     trio_misuse,
+    unrecordable,
+    version_dropped,
+    workflow_error,
 )
 from roost.workflow._history import (
     ActivityResolved,
@@ -55,50 +64,23 @@ from roost.workflow._history import (
     TimerFired,
     UpsertAttributes,
     VersionMarker,
-    describe,
     same_command,
 )
 from roost.workflow._options import check_child_id, check_child_options
 from roost.workflow._retry import activity_options
 
-__all__ = ["DEFAULT_VERSION", "Driver", "DriverBackend", "Ports", "Status"]
+__all__ = [
+    "DEFAULT_VERSION",
+    "Driver",
+    "DriverBackend",
+    "Ports",
+    "Status",
+    "WorkflowActivity",
+]
+
 
 DEFAULT_VERSION = -1
 _NO_PIDS: frozenset[Pid] = frozenset()
-
-
-class WorkflowActivity:
-    """``funcs.start`` inside a workflow: await it for the result, or ``cancel()`` it."""
-
-    __slots__ = ("_driver", "_entry", "_future", "_seq")
-
-    def __init__(self, driver: Driver, seq: int, future: Future, entry: str) -> None:
-        self._driver, self._seq, self._future, self._entry = driver, seq, future, entry
-
-    @property
-    def done(self) -> bool:
-        """Whether the result (or the error) is in."""
-        return bool(self._future.resolved)
-
-    def cancel(self) -> None:
-        """Stop waiting for it; awaiting the handle then raises Canceled.
-
-        Its stored task is dropped and a running attempt is stopped. A no-op once the
-        result is in.
-        """
-        self._driver.cancel_activity(self._seq, self._entry)
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._future.__await__()
-
-
-class Status:
-    """Run states."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CONTINUED = "continued"
 
 
 class Driver(Chance):
@@ -117,12 +99,16 @@ class Driver(Chance):
         "_child_waits",
         "_commands",
         "_divergence",
+        "_events",
+        "_events_size",
         "_expected",
         "_fn",
+        "_length_base",
         "_pending",
         "_ports",
         "_ready",
         "_seq",
+        "_size_base",
         "_tasks",
         "_tickers",
         "_timers",
@@ -132,7 +118,6 @@ class Driver(Chance):
         "children",
         "error",
         "history_length",
-        "history_size",
         "mailbox",
         "memo",
         "now",
@@ -171,8 +156,14 @@ class Driver(Chance):
         self.result: Any = None
         self.error: Error | None = None
         self.activations = 0
+        # The history so far, as workflow code sees it during an activation: the
+        # activations recorded before it (their events and commands, their stored bytes)
+        # and this activation's incoming events. See ``history_size``.
         self.history_length = 0
-        self.history_size = 0
+        self._length_base = 0
+        self._size_base = 0
+        self._events: Sequence[Any] = ()
+        self._events_size = 0
         self.backend = DriverBackend(self)
 
     # -- the activation ------------------------------------------------------------------
@@ -189,9 +180,15 @@ class Driver(Chance):
 
         Raises:
             roost.NondeterminismError: replayed code issued other commands than recorded.
+            roost.Error: the workflow's result (or continue-as-new input) cannot be
+                recorded; any ``BaseException`` that is not an ``Exception`` raised in
+                workflow code (``SystemExit``, ...). The host treats everything raised
+                here as a failed workflow task and drops this driver.
         """
         self.now = at
         self.activations += 1
+        self.history_length = self._length_base + len(events)
+        self._events, self._events_size = events, -1
         self._expected = deque(expected) if expected is not None else None
         for event in events:
             self._apply(event)
@@ -208,8 +205,24 @@ class Driver(Chance):
         if self._expected:
             self._diverged(None, self._expected[0], "<the workflow blocked instead>")
         commands, self._commands = self._commands, []
-        self.history_length += len(events) + len(commands)
+        self._length_base = self.history_length = self.history_length + len(commands)
         return commands
+
+    @property
+    def history_size(self) -> int:
+        """Bytes of the history so far: the recorded activations, and this one's events.
+
+        The events' share is their encoded size, measured on first use (most workflows
+        never ask), identical live and on replay.
+        """
+        if self._events_size < 0:
+            self._events_size = self._ports.encoded_size(list(self._events))
+        return self._size_base + self._events_size
+
+    def recorded(self, size: int) -> None:
+        """The activation just run is stored, ``size`` bytes (its encoded ``Activation``)."""
+        self._size_base += size
+        self._events, self._events_size = (), 0
 
     def _apply(self, event: Any) -> None:
         match event:
@@ -286,35 +299,37 @@ class Driver(Chance):
         except StopIteration as stop:
             self._tasks.remove(task)
             if task.main:
-                self._finish(Complete(seq=self._next_seq(), value=stop.value))
+                self._finish(Complete(seq=self._next_seq(), value=stop.value), task)
         except Upgrade as up:
             self._tasks.remove(task)
             if task.main:
                 cmd = ContinueAsNew(seq=self._next_seq(), entry=up.entry.id, args=list(up.args))
-                self._finish(cmd)
+                self._finish(cmd, task)
             else:
                 error = invalid("process.upgrade must be called from the workflow body")
-                self._finish(Fail(seq=self._next_seq(), error=error))
+                self._finish(Fail(seq=self._next_seq(), error=error), task)
         except NondeterminismError:
             raise
         except Exception as error:  # noqa: BLE001 - a workflow error is its result
             self._tasks.remove(task)
-            failure = trio_misuse(error) or Error.from_exception(error)
-            self._finish(Fail(seq=self._next_seq(), error=failure))
+            failure = trio_misuse(error) or workflow_error(error)
+            self._finish(Fail(seq=self._next_seq(), error=failure), task)
         else:
             if isinstance(yielded, Park):
                 yielded.waiter.task = task
             else:
                 self._ready.append((task, foreign_error(task, yielded)))
 
-    def _finish(self, command: Complete | Fail | ContinueAsNew) -> None:
-        try:
-            if isinstance(command, Complete):
-                self._validate(command.value, "workflow result")
-            elif isinstance(command, ContinueAsNew):
-                self._validate_args(command.args, "continue-as-new")
-        except Error as exc:
-            command = Fail(seq=command.seq, error=exc)
+    def _finish(self, command: Complete | Fail | ContinueAsNew, task: Task) -> None:
+        if isinstance(command, Complete):
+            self._check_final(command.value, "result", task)
+        elif isinstance(command, ContinueAsNew):
+            self._check_final_args(command.args, "continue-as-new input", task)
+        else:
+            try:
+                self._validate(command.error, "workflow error")
+            except Exception as exc:  # noqa: BLE001 - recorded in a form that encodes
+                command = Fail(seq=command.seq, error=recordable_error(command.error, exc))
         self._issue(command)
         match command:
             case Complete(value=value):
@@ -325,11 +340,29 @@ class Driver(Chance):
                 self.status, self.error = Status.FAILED, error
         self.close()
 
+    def _check_final(self, value: Any, what: str, task: Task) -> None:
+        """Raise (a task failure: no call site to raise it at) if ``value`` cannot be recorded."""
+        try:
+            self._validate(value, f"workflow {what}")
+        except Exception as exc:
+            raise unrecordable(what, exc, task) from exc
+
+    def _check_final_args(self, args: Sequence[Any], what: str, task: Task) -> None:
+        """``_check_final`` for arguments: each one is a payload of its own."""
+        try:
+            self._validate_args(args, f"workflow {what}")
+        except Exception as exc:
+            raise unrecordable(what, exc, task) from exc
+
     def close(self) -> None:
-        """Discard the coroutines still blocked (a finished run, or an evicted one)."""
+        """Discard the coroutines still blocked (a finished run, or an evicted one).
+
+        What a discarded coroutine raises while it closes (a ``finally`` that fails) is
+        logged, never raised: the run it belonged to is over or rebuilt elsewhere.
+        """
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.ctx.run(task.coro.close)
+        started = self.started
+        close_all(tasks, started.workflow_id if started else "?")
         self._ready.clear()
 
     # -- commands ------------------------------------------------------------------------
@@ -360,21 +393,7 @@ class Driver(Chance):
     def _diverged(self, issued: Any, recorded: Any, where: str) -> None:
         started = self.started
         workflow = started.workflow_id if started else "?"
-        self._stop_replay(
-            NondeterminismError(
-                f"workflow {workflow!r} diverged from its history in activation "
-                f"{self.activations}: the code issued {describe(issued)} at {where}, but the "
-                f"history recorded {describe(recorded)}. A code change altered the order or "
-                "kind of steps of a running workflow; guard it with workflow.version()",
-                details={
-                    "workflow_id": workflow,
-                    "activation": self.activations,
-                    "issued": describe(issued),
-                    "recorded": describe(recorded),
-                    "location": where,
-                },
-            )
-        )
+        self._stop_replay(divergence(workflow, self.activations, issued, recorded, where))
 
     def _stop_replay(self, error: NondeterminismError) -> None:
         """Raise ``error``, and remember the first one for ``activate``.
@@ -468,16 +487,7 @@ class Driver(Chance):
         A new run records and returns ``max_supported``; a replay returns the recorded
         version, or ``DEFAULT_VERSION`` (-1) for a history made before the change existed.
         """
-        if not isinstance(change_id, str) or not change_id:
-            raise invalid(f"change_id must be a non-empty string, got {change_id!r}")
-        for value in (min_supported, max_supported):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise invalid(f"versions must be ints, got {value!r}")
-        if min_supported > max_supported:
-            raise invalid(
-                f"workflow.version({change_id!r}): min_supported {min_supported} is greater "
-                f"than max_supported {max_supported}"
-            )
+        check_version_range(change_id, min_supported, max_supported)
         chosen = self._versions.get(change_id)
         if chosen is None:
             chosen = self._choose_version(change_id, max_supported)
@@ -486,14 +496,7 @@ class Driver(Chance):
             # Only a replay can hit this: the code dropped support for this run. Like a
             # divergence, it stops the replay (the run stays open until the code is fixed)
             # instead of recording a failure into the run's history.
-            self._stop_replay(
-                NondeterminismError(
-                    f"workflow.version({change_id!r}): this run recorded version {chosen}, "
-                    f"outside the supported range {min_supported}..{max_supported}; keep the "
-                    "code for that version until such runs have finished",
-                    details={"change_id": change_id, "recorded": chosen, "location": call_site()},
-                )
-            )
+            self._stop_replay(version_dropped(change_id, chosen, min_supported, max_supported))
         return chosen
 
     def _choose_version(self, change_id: str, max_supported: int) -> int:
@@ -513,6 +516,8 @@ class Driver(Chance):
 
     def upsert_attributes(self, search: dict[str, Any], memo: dict[str, Any]) -> None:
         """Record new search attributes / memo for this run."""
+        self._validate(search, "search attributes")
+        self._validate(memo, "memo")
         self._issue(UpsertAttributes(seq=self._next_seq(), search=search, memo=memo))
         self.search.update(search)
         self.memo.update(memo)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import contextvars
 import datetime as dt
+import logging
 import random
 import sys
 import types
@@ -13,8 +14,10 @@ from collections.abc import Awaitable, Coroutine, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, ErrorKind, NondeterminismError, invalid
+from roost._errors import safe_text as text_of
 from roost.mailbox._backend import Waiter
+from roost.workflow._history import describe
 
 if TYPE_CHECKING:
     from roost._pid import Pid
@@ -22,18 +25,30 @@ if TYPE_CHECKING:
     from roost.workflow._history import Started
 
 __all__ = [
+    "NONDETERMINISM_ADVICE",
     "Chance",
     "DriverBackend",
     "Future",
     "Park",
     "Ports",
+    "Status",
     "Task",
+    "WorkflowActivity",
     "call_site",
+    "check_version_range",
+    "close_all",
+    "divergence",
     "foreign_error",
+    "recordable_error",
+    "safe_text",
     "trio_misuse",
+    "unrecordable",
+    "version_dropped",
+    "workflow_error",
 ]
 
 _ROOST_DIR = str(Path(__file__).resolve().parents[1])
+log = logging.getLogger("roost.workflow")
 
 
 class Ports(abc.ABC):
@@ -65,6 +80,10 @@ class Ports(abc.ABC):
     def reply_pid(self, seq: int) -> Pid:
         """The private reply address of call ``seq``."""
         raise _cannot("make calls")
+
+    def encoded_size(self, value: object) -> int:
+        """Bytes ``value`` takes in the history (0 by default: sizes are not measured)."""
+        return 0
 
 
 def _cannot(what: str) -> Error:
@@ -248,3 +267,161 @@ class Chance:
     def random(self) -> random.Random:
         """A ``random.Random`` seeded from the run's generator (so itself replayable)."""
         return random.Random(self.rng().getrandbits(64))  # noqa: S311 - not crypto
+
+
+class WorkflowActivity:
+    """``funcs.start`` inside a workflow: await it for the result, or ``cancel()`` it."""
+
+    __slots__ = ("_driver", "_entry", "_future", "_seq")
+
+    def __init__(self, driver: Driver, seq: int, future: Future, entry: str) -> None:
+        self._driver, self._seq, self._future, self._entry = driver, seq, future, entry
+
+    @property
+    def done(self) -> bool:
+        """Whether the result (or the error) is in."""
+        return bool(self._future.resolved)
+
+    def cancel(self) -> None:
+        """Stop waiting for it; awaiting the handle then raises Canceled.
+
+        Its stored task is dropped and a running attempt is stopped. A no-op once the
+        result is in.
+        """
+        self._driver.cancel_activity(self._seq, self._entry)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._future.__await__()
+
+
+class Status:
+    """Run states."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CONTINUED = "continued"
+
+
+NONDETERMINISM_ADVICE = (
+    "time.time() or datetime.now() (use roost.now()), random (use roost.random(), "
+    "roost.uuid4()), I/O such as files, the network or os.environ (use an activity), or "
+    "global state shared between runs"
+)
+
+
+def divergence(
+    workflow: str, activation: int, issued: Any, recorded: Any, where: str
+) -> NondeterminismError:
+    """The error of replayed code issuing ``issued`` where the history has ``recorded``."""
+    return NondeterminismError(
+        f"workflow {workflow!r} diverged from its history in activation {activation}: the "
+        f"code issued {describe(issued)} at {where}, but the history recorded "
+        f"{describe(recorded)}. Either the code changed while the workflow was running "
+        "(guard the change with workflow.version()), or the workflow code depends on "
+        f"something that differs when it runs again: {NONDETERMINISM_ADVICE}",
+        details={
+            "workflow_id": workflow,
+            "activation": activation,
+            "issued": describe(issued),
+            "recorded": describe(recorded),
+            "location": where,
+        },
+    )
+
+
+def safe_text(exc: BaseException) -> str:
+    """The text of ``exc`` (an Error's message), never raising, in a form that encodes."""
+    return text_of(exc.message if isinstance(exc, Error) else exc)
+
+
+def unrecordable(what: str, exc: BaseException, task: Task) -> Error:
+    """The workflow's result or continue-as-new input ``what`` cannot be encoded.
+
+    There is no call site to raise it at, so it fails the workflow task; the location is
+    the workflow function.
+    """
+    code: types.CodeType | None = getattr(task.coro, "cr_code", None)
+    location = f"{code.co_filename}:{code.co_firstlineno}" if code else "<unknown>"
+    function = code.co_qualname if code else "?"
+    reason = safe_text(exc) if isinstance(exc, Error) else f"{type(exc).__name__}: {safe_text(exc)}"
+    return invalid(
+        f"the workflow's {what} cannot be recorded ({reason}); the workflow function "
+        f"{function} (defined at {location}) must return values the codec encodes",
+        location=location,
+    )
+
+
+def workflow_error(exc: Exception) -> Error:
+    """What an exception that workflow code did not catch fails the workflow with."""
+    try:
+        return Error.from_exception(exc)
+    except Exception:  # noqa: BLE001 - its __str__ raised: keep the type, not the text
+        cls = type(exc)
+        name = (
+            cls.__qualname__
+            if cls.__module__ == "builtins"
+            else (f"{cls.__module__}.{cls.__qualname__}")
+        )
+        return Error(
+            f"{name}: {safe_text(exc)}",
+            kind=ErrorKind.INTERNAL,
+            details={"type": name, "message": safe_text(exc)},
+        )
+
+
+def recordable_error(error: Error, problem: BaseException) -> Error:
+    """``error`` in a form the history can hold (its details or text could not be encoded).
+
+    The kind, ``retryable`` and the message (lone surrogates escaped) are kept; details
+    that do not encode are replaced by a note of why.
+    """
+    return Error(
+        safe_text(error),
+        kind=error.kind,
+        retryable=error.retryable,
+        details={"unrecorded_details": safe_text(problem)},
+    )
+
+
+def close_all(tasks: list[Task], workflow_id: str) -> None:
+    """Close discarded coroutines; what one raises as it closes is logged, never raised.
+
+    (A ``finally`` that fails, say: the run it belonged to is over, or rebuilt elsewhere.)
+    """
+    for task in tasks:
+        try:
+            task.ctx.run(task.coro.close)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            log.warning(
+                "workflow %r: coroutine %s raised while it was discarded",
+                workflow_id,
+                task.name,
+                exc_info=True,
+            )
+
+
+def check_version_range(change_id: str, min_supported: int, max_supported: int) -> None:
+    """Raise ``Invalid`` for ``workflow.version`` arguments that are not a range of ints."""
+    if not isinstance(change_id, str) or not change_id:
+        raise invalid(f"change_id must be a non-empty string, got {change_id!r}")
+    for value in (min_supported, max_supported):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(f"versions must be ints, got {value!r}")
+    if min_supported > max_supported:
+        raise invalid(
+            f"workflow.version({change_id!r}): min_supported {min_supported} is greater "
+            f"than max_supported {max_supported}"
+        )
+
+
+def version_dropped(change_id: str, chosen: int, low: int, high: int) -> NondeterminismError:
+    """A replayed run recorded version ``chosen``, outside what the code supports now."""
+    return NondeterminismError(
+        f"workflow.version({change_id!r}): this run recorded version {chosen}, outside the "
+        f"supported range {low}..{high}; keep the code for that version until such runs "
+        "have finished",
+        details={"change_id": change_id, "recorded": chosen, "location": call_site()},
+    )

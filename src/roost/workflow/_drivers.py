@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 import gc
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roost._pid import Pid
 from roost.actors._process import WorkflowProcess, set_current
@@ -21,7 +21,20 @@ from roost.workflow._run import Run
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["RunPorts", "new_driver", "paused_gc", "rebuild", "touch"]
+__all__ = ["ReplayFailed", "RunPorts", "new_driver", "paused_gc", "rebuild", "touch"]
+
+
+class ReplayFailed(Exception):  # noqa: N818 - not an error of its own: it carries one
+    """Rebuilding a run failed at ``activation`` of its history, with ``cause``.
+
+    The cause may be a ``NondeterminismError``, an exception workflow code raised past
+    the driver (``SystemExit``), or a stored activation that cannot be read.
+    """
+
+    def __init__(self, activation: int, cause: BaseException) -> None:
+        super().__init__(activation, cause)
+        self.activation = activation
+        self.cause = cause
 
 
 class RunPorts(Ports):
@@ -58,6 +71,10 @@ class RunPorts(Ports):
         """The private reply address of the run's call ``seq``."""
         return self.m.replies.pid(self.run, seq)
 
+    def encoded_size(self, value: object) -> int:
+        """Bytes ``value`` takes in the history, by the node's codec."""
+        return len(self.m.codec.encode(value))
+
 
 def new_driver(m: WorkflowManager, run: Run) -> Driver:
     """A fresh driver for ``run``, its PIDs (spawned processes, children, replies) fixed."""
@@ -68,31 +85,48 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
     """A driver brought back to where ``run`` is, by replaying its stored history.
 
     Raises:
-        roost.NondeterminismError: the code no longer replays the history.
-        RunQuarantined: a row of the history cannot be decoded.
+        ReplayFailed: the history does not replay (a ``NondeterminismError``: the code
+            diverged from it), or cannot be read; the driver is discarded.
+        RunQuarantined: a row of the history cannot be decoded; the driver is discarded.
     """
     driver = new_driver(m, run)
     if run.record.activations == 0:
         return driver  # a new run (or one that never got to its first step): no history
     m.stats["replays"] += 1
-    with paused_gc():
-        with m.store.read() as txn:
-            stored = list(txn.prefix("histories", history_key(run.record.run_id, 0)[:-8]))
-        # Decoded one at a time: a long history never has all its records alive at once.
-        for k, data in stored:
-            try:
-                act = m.codec.decode(data)
-            except Exception as exc:  # whatever the decoder raises, the row is unreadable
-                error = decode_error(exc, "histories", k)
-                row = QuarantinedRow(table="histories", key=k, data=data, error=error)
-                raise RunQuarantined(row) from exc
-            if act.index == 1 and act.events and isinstance(act.events[0], Started):
-                # Before replaying: workflow code sees the context from its first step on.
-                run.context = act.events[0].context
-            driver.activate(act.at, act.events, expected=act.commands)
+    position = 0  # of the activation being replayed
+    try:
+        with paused_gc():
+            with m.store.read() as txn:
+                prefix = history_key(run.record.run_id, 0)[:-8]
+                stored = list(txn.prefix("histories", prefix))
+            # Decoded one at a time: a long history never has all its records alive at once.
+            for k, data in stored:
+                position += 1
+                act = _decode_step(m, k, data)
+                if act.index == 1 and act.events and isinstance(act.events[0], Started):
+                    # Before replaying: workflow code sees the context from its first step on.
+                    run.context = act.events[0].context
+                driver.activate(act.at, act.events, expected=act.commands)
+                driver.recorded(len(data))
+    except KeyboardInterrupt:
+        raise
+    except RunQuarantined:
+        driver.close()
+        raise
+    except BaseException as exc:  # the caller fails the task with it
+        driver.close()
+        raise ReplayFailed(position, exc) from exc
     run.next_index = len(stored) + 1
-    driver.history_size = run.record.history_size
     return driver
+
+
+def _decode_step(m: WorkflowManager, k: bytes, data: bytes) -> Any:
+    try:
+        return m.codec.decode(data)
+    except Exception as exc:  # whatever the decoder raises, the row is unreadable
+        error = decode_error(exc, "histories", k)
+        row = QuarantinedRow(table="histories", key=k, data=data, error=error)
+        raise RunQuarantined(row) from exc
 
 
 @contextlib.contextmanager

@@ -10,11 +10,13 @@ commands the workflow issued; a crash before the commit leaves nothing (the star
 never acknowledged), after it the run is recovered as any other.
 
 The normal path remains for a run that must wait (a start delay or a retry's backoff), for
-a first activation that runs past its task_timeout (that one is discarded, the start is
-stored the normal way, and the executor's retry takes it from there), and for starts beyond
-``EAGER_LIMIT`` in flight at once: each holds its step's state until its commit, and a
-burst of thousands of starts would otherwise hold them all at the same time (the executors
-bound ordinary activations the same way).
+a first activation whose task fails (``_task_failure``: it runs past its task_timeout, its
+code raises ``SystemExit``, its commit fails, ...: that activation is discarded, the start
+is stored the normal way, and the executor's retry takes it from there; only if the store
+refuses the start too does the starter get the error, with nothing stored), and for starts
+beyond ``EAGER_LIMIT`` in flight at once: each holds its step's state until its commit,
+and a burst of thousands of starts would otherwise hold them all at the same time (the
+executors bound ordinary activations the same way).
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from roost._errors import Error
 from roost.storage import WriteTxn
+from roost.workflow._activation import record_activation
 from roost.workflow._drivers import new_driver, touch
 from roost.workflow._records import timer_key
 from roost.workflow._task_failure import (
     DEFAULT_TASK_TIMEOUT,
-    hold_after_task_timeout,
-    task_timed_out,
+    fail_task,
+    task_failure_error,
+    timeout_failure_error,
 )
 from roost.workflow._watchdog import TaskTimeout, guard
 
@@ -73,7 +78,9 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
     """Run and commit ``run``'s first activation together with its start.
 
     Raises:
-        Whatever the commit raised; then nothing is stored and the run is gone from memory.
+        roost.Error: the store refused the start (after a failed first activation, the
+            start alone is tried too); then nothing is stored and the run is gone from
+            memory.
     """
     # The workflow sees what will be recorded (a tuple comes back a list), as on replay.
     recorded = [m.codec.decode(m.codec.encode(event)) for event in events]
@@ -88,20 +95,22 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
             with guard(seconds) as watch:
                 commands = driver.activate(at, recorded)
         except TaskTimeout:
-            # As for any activation: nothing of it is kept, the failure is recorded and the
-            # task retried after a backoff; only the start is stored first.
-            _forget_driver(m, run)
-            await m.commit_start(run, events)
-            hold_after_task_timeout(m, run, [])
-            m.spawn_task(task_timed_out, m, run, watch)
+            await _store_start_then_fail(m, run, events, timeout_failure_error(run, watch), None)
+            return
+        except KeyboardInterrupt:  # a real Ctrl-C: the node stops
+            raise
+        except BaseException as exc:  # noqa: BLE001 - anything else fails the task
+            error = task_failure_error(run, 1, exc, stage="activation")
+            await _store_start_then_fail(m, run, events, error, exc)
             return
         try:
             start = Start(m, run)
-            await m.record_activation(run, driver, at, recorded, commands, consumed=[], start=start)
-        except BaseException:
-            if run.next_index == 1:  # the commit failed: nothing of the run is stored
-                _forget_driver(m, run)
-            raise
+            await record_activation(
+                m, run, driver, at, events=recorded, commands=commands, consumed=[], start=start
+            )
+        except Exception as exc:  # noqa: BLE001 - nothing of it was committed
+            error = task_failure_error(run, 1, exc, stage="commit")
+            await _store_start_then_fail(m, run, events, error, exc)
     finally:
         m.eager_in_flight -= 1
         run.active = False
@@ -109,6 +118,20 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
             run.idle.set()
             run.idle = None
     m.ready(run)  # events that arrived during the commit
+
+
+async def _store_start_then_fail(
+    m: WorkflowManager, run: Run, events: list[Any], error: Error, cause: BaseException | None
+) -> None:
+    """The first activation failed: store the start the normal way, then fail the task.
+
+    As for any activation, nothing of it is kept, the failure is recorded and the task
+    retried after a backoff. If the start cannot be stored either, that error goes to the
+    starter and nothing of the run is stored.
+    """
+    _forget_driver(m, run)
+    await m.commit_start(run, events)
+    fail_task(m, run, [], error, cause)
 
 
 def _forget_driver(m: WorkflowManager, run: Run) -> None:

@@ -73,9 +73,9 @@ class Effects:
         self.record = run.record
         if any(isinstance(e, CancelRequested) for e in events):
             self.record = attrs.evolve(self.record, cancel_requested=True)
-        if self.record.task_failure is not None:  # this task succeeded
+        if self.record.task_failure is not None:  # cleared if this task commits
             self.record = attrs.evolve(self.record, task_failure=None)
-            run.task_failures = 0
+        self.size = 0  # bytes of the encoded activation, once written
         self.final = False
         self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
         self.children: list[Run] = []
@@ -212,6 +212,7 @@ class Effects:
     ) -> Callable[[WriteTxn], None]:
         codec, record, driver = self.m.codec, self.record, self.run.driver
         act_bytes = codec.encode(act)
+        self.size = len(act_bytes)
         self.record = record = attrs.evolve(
             record,
             children=sorted(self.run.driver.children, key=str) if self.run.driver else [],
@@ -285,6 +286,18 @@ class Effects:
             txn.put("runs", record.workflow_id.encode(), record_bytes)
 
         return write
+
+    def discard(self) -> None:
+        """The activation was not committed: forget the events staged for its writes."""
+        staged = self.m._staged
+        for _, k, _, _ in self.workflow_sends:
+            staged.pop(k, None)
+        for child in self.children:
+            for k, _, _ in child.pending_start:
+                staged.pop(k, None)
+        if self.continued is not None:
+            for k, _, _ in self.continued[1]:
+                staged.pop(k, None)
 
     def dispatch(self) -> None:
         m = self.m

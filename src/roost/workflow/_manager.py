@@ -10,7 +10,6 @@ nothing recorded and duplicates nothing; an activity that was running may run ag
 from __future__ import annotations
 
 import contextvars
-import datetime as dt
 import logging
 import math
 import os
@@ -20,7 +19,7 @@ from typing import Any
 
 import trio
 
-from roost._errors import Error, NondeterminismError, not_found
+from roost._errors import Error, not_found
 from roost._pid import Pid
 from roost.actors._app import Entry, EntryKind
 from roost.actors._events import Exit
@@ -29,21 +28,17 @@ from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
+from roost.workflow._activation import activate
 from roost.workflow._closing import announce_closed, close_from_outside
-from roost.workflow._driver import Driver
-from roost.workflow._drivers import rebuild, touch
-from roost.workflow._eager import Start, eager_ok, start_eagerly
-from roost.workflow._effects import Effects
+from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._family import new_run, record_for_start
 from roost.workflow._history import (
-    Activation,
     CancelRequested,
     MessageArrived,
     ProcessExited,
     Started,
 )
 from roost.workflow._options import check_start_options
-from roost.workflow._quarantine import RunQuarantined, quarantine_run
 from roost.workflow._records import (
     RunRecord,
     RunStatus,
@@ -54,13 +49,8 @@ from roost.workflow._records import (
 from roost.workflow._recovery import recover
 from roost.workflow._run import Pending, Run, Settled
 from roost.workflow._starting import claim_name, make_room
-from roost.workflow._task_failure import (
-    DEFAULT_TASK_TIMEOUT,
-    hold_after_task_timeout,
-    task_timed_out,
-)
+from roost.workflow._task_failure import task_backoff
 from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room, counts
-from roost.workflow._watchdog import TaskTimeout, guard
 
 __all__ = ["Run", "WorkflowManager"]
 
@@ -103,7 +93,7 @@ class WorkflowManager:
         # What workflow code starts from (the runtime's own tasks' context): never the
         # context of whoever caused an activation, such as a starter running one eagerly.
         self.base_context = contextvars.copy_context()
-        self.stats = {"activations": 0, "replays": 0, "evictions": 0}
+        self.stats = {"activations": 0, "replays": 0, "evictions": 0, "task_failures": 0}
         self.eager_in_flight = 0  # first activations running in their starters (_eager)
         # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
         # theirs is loaded, started, or has its task and timer rows touched.
@@ -227,6 +217,27 @@ class WorkflowManager:
         """Commit through the node's store (see ``Node.transact``)."""
         return await self.node.transact(fn)
 
+    async def commit_retrying(self, fn: Callable[[WriteTxn], Any], what: str) -> bool:
+        """Commit the runtime's own bookkeeping ``fn``, retrying a failed commit.
+
+        A store that refuses writes (a full disk, say) must not stop the node: the
+        failure is logged and the same writes are tried again after a backoff, until they
+        commit (True) or the node stops (False: the restart recovers from what is stored).
+        """
+        failures = 0
+        while True:
+            try:
+                await self.transact(fn)
+            except Error:
+                if self.node.stopping:
+                    return False
+                failures += 1
+                delay = task_backoff(failures)
+                log.exception("%s failed (try %d); trying again in %gs", what, failures, delay)
+                await trio.sleep(delay)
+            else:
+                return True
+
     async def settle(
         self,
         table: str,
@@ -247,7 +258,9 @@ class WorkflowManager:
             return  # the row stays with the rest of the quarantined workflow
         run = self.runs.get(workflow_id)
         if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
-            await self.transact(lambda txn: txn.delete(table, row))
+            await self.commit_retrying(
+                lambda txn: txn.delete(table, row), f"deleting a settled {table} row"
+            )
             return
         try:
             data = self.codec.encode(event)
@@ -324,7 +337,7 @@ class WorkflowManager:
                 for settled in rows:
                     txn.delete(settled.table, settled.row)
 
-            self.spawn_task(self.transact, write)
+            self.spawn_task(self.commit_retrying, write, "deleting settled task and timer rows")
 
     def _recorded(self, key: bytes | Settled, event: Any) -> Any:
         data = self._staged.pop(key, None) if isinstance(key, bytes) else None
@@ -340,8 +353,8 @@ class WorkflowManager:
             for k, v in staged:
                 txn.put("inbox", k, v)
 
-        await self.transact(write)
-        self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
+        if await self.commit_retrying(write, f"moving messages to workflow {run.pid.id!r}"):
+            self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
 
     async def signal_many(
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
@@ -392,7 +405,9 @@ class WorkflowManager:
                 for k, data in rows:
                     txn.put("inbox", k, data)
 
-            await self.transact(write)
+            # Senders wait for their receipts meanwhile: a send is acknowledged once durable.
+            if not await self.commit_retrying(write, "storing messages sent to workflows"):
+                return  # the node stops: unacknowledged, as the senders see
             for run, k, _, event, done in batch:  # in arrival order
                 self.accept(run, [(k, event)])
                 if counts(event):
@@ -413,7 +428,6 @@ class WorkflowManager:
             not run.queued
             and not run.active
             and run.pending
-            and run.broken is None
             and not run.held
             and not run.closing
             and not run.backoff
@@ -437,65 +451,7 @@ class WorkflowManager:
             self.ready(run)
 
     async def _activate(self, run: Run) -> None:
-        try:
-            driver = run.driver or rebuild(self, run)
-        except RunQuarantined as exc:
-            await quarantine_run(self, run, exc)
-            return
-        except NondeterminismError as exc:
-            run.broken = exc
-            log.exception("workflow %s cannot be replayed", run.pid)
-            return
-        run.driver = driver
-        touch(self, run)
-        batch, run.pending = run.pending, []
-        at = self.node.now()
-        seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
-        try:
-            with guard(seconds) as watch:
-                commands = driver.activate(at, [event for _, event in batch])
-        except NondeterminismError as exc:
-            run.broken = exc
-            log.exception("workflow %s diverged", run.pid)
-            return
-        except TaskTimeout:
-            # At once, before anything else can queue the run: drop the interrupted driver,
-            # put the batch back, hold the run; the task persists the failure and waits.
-            hold_after_task_timeout(self, run, batch)
-            self.spawn_task(task_timed_out, self, run, watch)
-            return
-        events = [e for _, e in batch]
-        consumed = [k for k, _ in batch]
-        await self.record_activation(run, driver, at, events, commands, consumed=consumed)
-
-    async def record_activation(
-        self,
-        run: Run,
-        driver: Driver,
-        at: dt.datetime,
-        events: list[Any],
-        commands: list[Any],
-        *,
-        consumed: list[bytes | Settled],
-        start: Start | None = None,
-    ) -> None:
-        """Commit an activation of ``run`` (its driver has run it), then dispatch its effects.
-
-        ``start``: a run's beginning, committed with its first activation (``_eager``).
-        """
-        act = Activation(index=run.next_index, at=at, events=events, commands=commands)
-        effects = Effects(self, run, at, events)
-        for command in commands:
-            effects.add(command)
-        write = effects.writer(act, consumed)
-        await self.transact(write if start is None else start.before(write))
-        run.next_index += 1
-        run.record = effects.record
-        driver.history_size = run.record.history_size
-        self.stats["activations"] += 1
-        if start is not None:
-            self.arm(run)
-        effects.dispatch()
+        await activate(self, run)
 
     # -- completion ----------------------------------------------------------------------
 
@@ -505,7 +461,13 @@ class WorkflowManager:
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         """See ``NodeHandle.describe``."""
-        return _inspect.describe(self.store, self.codec, workflow_id)
+        described = _inspect.describe(self.store, self.codec, workflow_id)
+        run = self.runs.get(workflow_id)
+        if run is not None and run.record.run_id == described["run_id"]:
+            # A task failure is in memory at once, and stays there if the store cannot
+            # take it (a full disk, say).
+            described["task_failure"] = run.record.task_failure
+        return described
 
     def history(self, workflow_id: str) -> list[Any]:
         """See ``NodeHandle.history``."""

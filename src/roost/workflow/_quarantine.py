@@ -114,7 +114,6 @@ async def quarantine_run(m: WorkflowManager, run: Run, exc: RunQuarantined) -> N
     """Take a loaded ``run`` out of the runtime because a row of its history is unreadable."""
     record = run.record
     workflow_id = record.workflow_id
-    run.broken = exc.row.error
     m.quarantined.add(workflow_id)
     if m.runs.get(workflow_id) is run:
         del m.runs[workflow_id]

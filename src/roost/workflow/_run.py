@@ -8,7 +8,6 @@ from typing import Any
 import attrs
 import trio
 
-from roost._errors import Error
 from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.actors._node import ExitResult
@@ -54,7 +53,6 @@ class Run:
     next_index: int = 1
     queued: bool = False
     active: bool = False
-    broken: Error | None = None
     # Sets and sequences start as shared empty immutables (see _NONE); change them through
     # the methods below, or by assigning a new value.
     exits_reported: set[Pid] | frozenset[Pid] = _NONE
@@ -71,7 +69,7 @@ class Run:
     closed_event: trio.Event | None = None
     backoff: bool = False  # a failed workflow task waits before its retry
     arriving: int = 0  # messages being committed to it, not yet in ``pending`` (_unread)
-    task_failures: int = 0
+    task_failures: int = 0  # consecutive failed tasks (the backoff grows with them)
 
     def watch(self, pid: Pid) -> None:
         """``pid`` gets the run's EXIT."""

@@ -1,52 +1,157 @@
-"""A workflow task (one activation) that failed to finish: discard it, retry it later."""
+"""A workflow task (one activation) that failed: discard it, record why, retry it later.
+
+What fails the *workflow* and what fails only its *task* (docs/workflows.md, "When a
+workflow task fails"):
+
+- An exception that workflow code raises, or that a roost call raises into it (an
+  activity's or child's error, ``Invalid`` for a value handed to a call that cannot be
+  recorded), is the workflow's: code may catch it; uncaught, it fails the run.
+- Anything else that keeps an activation from being recorded fails the task: a
+  ``NondeterminismError`` (the code diverged from the history on replay), a
+  ``BaseException`` that is not an ``Exception`` raised in workflow code (``SystemExit``,
+  ``GeneratorExit``; a ``KeyboardInterrupt`` still stops the node), a workflow result or
+  continue-as-new input that cannot be encoded, a value that no longer encodes when the
+  activation commits (mutated after the call that checked it), a key that does not fit
+  the store, a store error during the commit, a failure while replaying the history, the
+  task timeout.
+
+A failed task is discarded whole: nothing of it is committed, its events go back to the
+front of the run's queue, its driver (whose state went past what is stored) is dropped, so
+the retry rebuilds the run by replay. The failure is logged at ERROR with its traceback,
+kept in the run record (``describe(id)["task_failure"]``) until a task succeeds, and the
+task is retried after ``task_backoff`` (1 s, 2 s, 4 s ... 60 s). Other runs are not touched.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from roost._backoff import capped_backoff
-from roost._errors import Error, ErrorKind
+from roost._errors import Error, ErrorKind, NondeterminismError
+from roost.workflow._driver_parts import safe_text
 from roost.workflow._run import Pending, Run
 from roost.workflow._watchdog import Guard
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["DEFAULT_TASK_TIMEOUT", "hold_after_task_timeout", "task_timed_out"]
+__all__ = [
+    "DEFAULT_TASK_TIMEOUT",
+    "MAX_TASK_BACKOFF",
+    "code_location",
+    "fail_task",
+    "task_backoff",
+    "task_failure_error",
+    "timeout_failure_error",
+]
 
 log = logging.getLogger("roost.workflow")
+_ROOST_DIR = str(Path(__file__).resolve().parents[1])
 
 DEFAULT_TASK_TIMEOUT = 10.0  # Temporal's default workflow task timeout
-_MAX_BACKOFF = 60.0
+MAX_TASK_BACKOFF = 60.0
 
 
-def hold_after_task_timeout(m: WorkflowManager, run: Run, batch: list[Pending]) -> None:
-    """The in-memory part, done at once: nothing of the activation is kept.
+def _advice(stage: str, cause: BaseException) -> str:
+    """What cures a failure of this kind: the retry alone, or a fix first."""
+    if stage == "replay":
+        return "fix the workflow code (or the store); the retry replays the history again"
+    if stage == "commit" and isinstance(cause, Error) and cause.kind in _STORE_KINDS:
+        return "the retry commits it once the store takes writes again (free disk space, say)"
+    if stage == "commit":
+        return (
+            "a value or key of the activation cannot be stored (a value changed after the "
+            "call that checked it, an id too long for a key): fix the workflow code; the "
+            "retry runs the activation again"
+        )
+    return "fix the workflow code; the retry runs the activation again"
 
-    Its events go back to the front of the run's queue and its driver (whose coroutines the
-    timeout interrupted) is dropped, so the retry rebuilds the run by replay; the run is
-    held (``backoff``) until ``task_timed_out`` releases it.
+
+_STORE_KINDS = frozenset({ErrorKind.UNAVAILABLE, ErrorKind.LIMIT_EXCEEDED})
+
+
+def task_backoff(failures: int) -> float:
+    """Seconds before retrying a task that failed ``failures`` times in a row."""
+    return capped_backoff(1.0, 2.0, failures - 1, MAX_TASK_BACKOFF)
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def code_location(exc: BaseException) -> str | None:
+    """file:line of the innermost frame of workflow code in ``exc``'s traceback, if any."""
+    if isinstance(exc, Error) and isinstance(exc.details.get("location"), str):
+        return str(exc.details["location"])
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(_ROOST_DIR) and not filename.startswith("<"):
+            found = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
+
+
+def task_failure_error(run: Run, activation: int, cause: BaseException, *, stage: str) -> Error:
+    """The error a failed task leaves in its run record: what failed, where, and the cause.
+
+    A ``NondeterminismError`` stays one (its message names the diverging command and both
+    of its usual causes); any other cause becomes an ``Error`` of the cause's kind
+    (``Internal`` for a plain exception) whose message names the workflow, the activation,
+    the stage (``replay``, ``activation`` or ``commit``), the cause and, when known, the
+    file:line of the workflow code. Call it before ``fail_task`` (it counts the attempt).
     """
-    if run.driver is not None:
-        run.driver.close()
-        run.driver = None
-    m.cached.pop(run.record.workflow_id, None)
-    run.pending = batch + run.pending
-    run.task_failures += 1
-    run.backoff = True
+    attempt = run.task_failures + 1
+    location = code_location(cause)
+    details: dict[str, Any] = {
+        "workflow_id": run.pid.id,
+        "activation": activation,
+        "stage": stage,
+        "type": _type_name(cause),
+        "attempt": attempt,
+        "retry_in": task_backoff(attempt),
+    }
+    if location is not None:
+        details["location"] = location
+    if isinstance(cause, NondeterminismError):
+        error = cause.clone()
+        error.details = {**details, **cause.details}
+        return error
+    text = safe_text(cause)
+    kind = cause.kind if isinstance(cause, Error) else ErrorKind.INTERNAL
+    where = f" at {location}" if location else ""
+    what = {
+        "replay": f"replaying its history failed in activation {activation}{where}",
+        "activation": f"activation {activation} failed{where}",
+        "commit": f"activation {activation} could not be committed",
+    }[stage]
+    details["message"] = text
+    if isinstance(cause, Error):
+        shown = f"[{cause.kind.value}] {text}"
+    else:
+        shown = f"{_type_name(cause)}: {text}" if text else _type_name(cause)
+    return Error(
+        f"workflow {run.pid.id!r}: {what}: {shown}. This is a workflow "
+        f"task failure: nothing of the activation was committed and the task is retried "
+        f"after a backoff; {_advice(stage, cause)}",
+        kind=kind,
+        details=details,
+    )
 
 
-async def task_timed_out(m: WorkflowManager, run: Run, guard: Guard) -> None:
-    """An activation ran past its task_timeout: log it, record it, retry after a backoff.
-
-    The failure is kept in the run record (``describe`` shows it) until a task succeeds.
-    """
-    index = run.next_index
-    error = Error(
+def timeout_failure_error(run: Run, guard: Guard) -> Error:
+    """The error of an activation that ran past its task_timeout (before ``fail_task``)."""
+    index, attempt = run.next_index, run.task_failures + 1
+    return Error(
         f"workflow {run.pid.id!r}: activation {index} ran longer than its task_timeout of "
         f"{guard.seconds:g}s without yielding; it was at {guard.location}. Workflow code "
         "must not block or compute for long: move that work into an activity",
@@ -56,15 +161,48 @@ async def task_timed_out(m: WorkflowManager, run: Run, guard: Guard) -> None:
             "workflow_id": run.pid.id,
             "activation": index,
             "location": guard.location,
+            "stage": "activation",
+            "attempt": attempt,
+            "retry_in": task_backoff(attempt),
         },
     )
-    log.error("%s", error.message)
+
+
+def fail_task(
+    m: WorkflowManager, run: Run, batch: list[Pending], error: Error, cause: BaseException | None
+) -> None:
+    """A task of ``run`` failed with ``error``: discard it now, log it, retry after a backoff.
+
+    In memory, at once (before anything can queue the run again): the activation's events
+    go back to the front of the run's queue and its driver is dropped, so the retry
+    rebuilds the run by replay; the run is held (``backoff``) until the retry. The error
+    is logged (with ``cause``'s traceback) and set on the run record at once, so
+    ``describe`` shows it even if the store cannot take it; a task then stores it.
+    """
+    if run.driver is not None:
+        run.driver.close()
+        run.driver = None
+    m.cached.pop(run.record.workflow_id, None)
+    run.pending = batch + run.pending
+    run.task_failures += 1
+    run.backoff = True
+    m.stats["task_failures"] += 1
+    log.error("%s", error.message, exc_info=cause)
+    run.record = attrs.evolve(run.record, task_failure=error)
+    m.spawn_task(_record_and_retry, m, run)
+
+
+async def _record_and_retry(m: WorkflowManager, run: Run) -> None:
     if not run.closing and m.runs.get(run.record.workflow_id) is run:
-        record = attrs.evolve(run.record, task_failure=error)
-        data = m.codec.encode(record)
-        await m.transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))
-        if not run.closing:  # a close from outside may have begun during the commit
-            run.record = record
-    await trio.sleep(capped_backoff(1.0, 2.0, run.task_failures - 1, _MAX_BACKOFF))
+        record = run.record
+        try:
+            data = m.codec.encode(record)
+            await m.transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))
+        except Exception:  # a full store, say: the retry goes on anyway
+            log.exception(
+                "workflow %r: its task failure could not be stored; the task is retried anyway",
+                run.pid.id,
+            )
+    await trio.sleep(task_backoff(run.task_failures))
     run.backoff = False
     m.ready(run)

@@ -18,9 +18,11 @@ from roost.actors._node_types import (
     ExitResult,
     SpawnRequest,
     VirtualHost,
+    exit_error,
     is_cancelled,
     is_mock_clock,
     noproc_error,
+    stops_node,
     terminated_error,
 )
 from roost.actors._process import Process, Upgrade, set_current
@@ -290,13 +292,16 @@ class Node:
             else:
                 proc.leave_body(None)
         except Exception as exc:  # noqa: BLE001 - an error exit is a result, not a crash
-            error = Error.from_exception(exc)
+            error = exit_error(exc)
         except BaseException as exc:
-            # trio.Cancelled from outside the process (the node is being torn down) or
-            # KeyboardInterrupt: record the exit, then let it propagate.
-            reason = "node stopped" if is_cancelled(exc) else type(exc).__name__
-            self.exit(proc, None, proc.kill_error or terminated_error(proc.pid, reason))
-            raise
+            if not stops_node(exc):  # SystemExit, GeneratorExit, ...: this process failed
+                error = exit_error(exc)
+            else:
+                # trio.Cancelled from outside the process (the node is being torn down) or
+                # KeyboardInterrupt: record the exit, then let it propagate.
+                reason = "node stopped" if is_cancelled(exc) else type(exc).__name__
+                self.exit(proc, None, proc.kill_error or terminated_error(proc.pid, reason))
+                raise
         if proc.kill_error is not None:
             error = proc.kill_error
         self.exit(proc, value, error)
@@ -309,12 +314,16 @@ class Node:
             with scope:
                 await fn(*args)
         except Exception as exc:  # noqa: BLE001 - a failing coroutine fails its process
-            self.kill(proc, Error.from_exception(exc))
+            self.kill(proc, exit_error(exc))
         except Upgrade:
             self.kill(
                 proc,
                 invalid("process.upgrade must be called from the process body, not a coroutine"),
             )
+        except BaseException as exc:
+            if stops_node(exc):
+                raise
+            self.kill(proc, exit_error(exc))  # SystemExit, GeneratorExit, ...
         finally:
             if proc.coros is not None:
                 proc.coros.discard(scope)

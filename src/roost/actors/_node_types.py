@@ -22,9 +22,11 @@ __all__ = [
     "ExitResult",
     "SpawnRequest",
     "VirtualHost",
+    "exit_error",
     "is_cancelled",
     "is_mock_clock",
     "noproc_error",
+    "stops_node",
     "terminated_error",
 ]
 
@@ -108,3 +110,29 @@ def is_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(is_cancelled(e) for e in exc.exceptions)
     return False
+
+
+def stops_node(exc: BaseException) -> bool:
+    """Whether ``exc`` must go on up past a process: cancellation, or a real Ctrl-C.
+
+    Anything else a process raises (``SystemExit``, ``GeneratorExit``, other
+    ``BaseException`` subclasses too) is that process's failure, not the node's.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split((trio.Cancelled, KeyboardInterrupt))[0] is not None
+    return isinstance(exc, trio.Cancelled | KeyboardInterrupt)
+
+
+def exit_error(exc: BaseException) -> Error:
+    """``Error.from_exception``, or (when that fails: a ``__str__`` that raises) the type alone."""
+    try:
+        return Error.from_exception(exc)
+    except BaseException as inner:  # a hostile __str__ may raise anything
+        if isinstance(inner, KeyboardInterrupt):
+            raise
+        name = type(exc).__qualname__
+        return Error(
+            f"{name}: <str() of the exception raised {type(inner).__name__}>",
+            kind=ErrorKind.INTERNAL,
+            details={"type": name},
+        )

@@ -176,6 +176,34 @@ async def test_error_details_the_store_cannot_hold_are_kept_as_text(tmp_path):
         assert error.details["attempt"] == 1
 
 
+@app.process
+async def hangs(payload: Any) -> None:
+    calls.append(("hangs", roost.process.pid()))
+    while True:  # swallows its cancellation: only a hard stop ends it
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            continue
+
+
+async def test_a_handler_hanging_past_the_timeout_fails_its_attempts(tmp_path):
+    """A process handler that never returns and ignores cancellation: each attempt fails
+    with Timeout at the queue's timeout and its process is stopped; the retry runs, then
+    the DLQ; the node goes on."""
+    async with open_test_node(app, data_dir=tmp_path) as node:
+        await roost.enqueue("q", hangs, {})
+        await roost.sleep(60)
+        (dead,) = node.dlq.list("q")
+        assert [e.kind for e in dead.errors] == [ErrorKind.TIMEOUT] * 2
+        pids = [pid for name, pid in calls if name == "hangs"]
+        assert len(pids) == 2
+        for pid in pids:
+            with pytest.raises(roost.Error) as info:
+                roost.process.send(pid, "still there?")
+            assert info.value.kind is ErrorKind.NOT_FOUND  # stopped, not left running
+        await _node_still_works()
+
+
 async def test_a_bad_payload_for_the_handler_fails_the_attempt(tmp_path):
     """A payload the handler cannot take (it accepts no argument): a TypeError, Internal."""
     async with open_test_node(app, data_dir=tmp_path) as node:

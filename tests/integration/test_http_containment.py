@@ -125,6 +125,7 @@ HOSTILE_BODIES: dict[str, tuple[bytes, str]] = {
     "nested 100000 deep": (b"[" * 100_000 + b"]" * 100_000, "levels deep"),
     "lone surrogate escape": (b'{"card": "\\ud800"}', 'at $["card"]'),
     "lone surrogate key": (b'{"\\udc00": 1}', "(a key)"),
+    "lone surrogate as the body": (b'"\\ud800"', "at $;"),
     "surrogate in a list": (b'{"items": ["ok", ["\\udfff"]]}', 'at $["items"][1][0]'),
     "invalid UTF-8": (b'{"card": "\xff\xfe"}', "not valid UTF-8"),
     "UTF-8 encoded surrogate": (b'{"card": "\xed\xa0\x80"}', "not valid UTF-8"),

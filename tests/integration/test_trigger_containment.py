@@ -81,12 +81,25 @@ async def good(payload: dict[str, Any]) -> str:
     return "ok"
 
 
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @app.activity
 async def unstorable_details(payload: dict[str, Any]) -> None:
     raise roost.Error(
         "the details do not fit the store",
         kind="Conflict",
-        details={"tags": {"a", "b"}, "fine": [1, 2], 3: "a non-str key", "s": "\ud800"},
+        details={
+            "tags": {"a", "b"},
+            "fine": [1, 2],
+            3: "a non-str key",
+            "s": "\ud800",
+            "deep": _nested(450),  # more than the store reads back
+        },
     )
 
 
@@ -156,9 +169,9 @@ async def test_a_hostile_queue_handler_fails_its_attempts_only(tmp_path, target,
 
 
 async def test_error_details_the_store_cannot_hold_are_kept_as_text(tmp_path):
-    """A roost.Error whose details hold a set, a non-str key and a lone surrogate: the
-    dead letter keeps its kind, message and storable details as they are and the others
-    as their repr, and reads back after a restart."""
+    """A roost.Error whose details hold a set, a non-str key, a lone surrogate and a list
+    nested 450 deep: the dead letter keeps its kind, message and storable details as they
+    are and the others as their repr, and reads back after a restart."""
     async with open_test_node(app, data_dir=tmp_path) as node:
         await roost.enqueue("once", unstorable_details, {})
         await roost.sleep(5)
@@ -173,6 +186,7 @@ async def test_error_details_the_store_cannot_hold_are_kept_as_text(tmp_path):
         assert error.details["tags"] in ("{'a', 'b'}", "{'b', 'a'}")
         assert error.details["3"] == "a non-str key"
         assert error.details["s"] == "'\\ud800'"
+        assert error.details["deep"] == repr(_nested(450))
         assert error.details["attempt"] == 1
 
 

@@ -546,7 +546,7 @@ def _too_deep() -> Error:
 
 def _check_json(value: Any) -> None:
     """Refuse nesting past ``MAX_JSON_DEPTH`` and strings with lone surrogates."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
     bad_text = isinstance(value, str) and _SURROGATE.search(value) is not None
     while stack:
         item, depth = stack.pop()

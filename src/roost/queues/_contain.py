@@ -19,7 +19,7 @@ import trio
 from roost._errors import Error, ErrorKind
 from roost.storage import Codec
 
-__all__ = ["PASS_THROUGH", "clean_text", "contain", "safe_error"]
+__all__ = ["PASS_THROUGH", "clean_text", "contain", "describe", "safe_error"]
 
 PASS_THROUGH: Final = (trio.Cancelled, KeyboardInterrupt)
 _REPR_LIMIT: Final = 2000
@@ -84,6 +84,15 @@ def safe_error(err: Error) -> Error:
     copy = Error(message, kind=kind, retryable=retryable, details=details)
     copy.__cause__ = err.__cause__ if err.__cause__ is not None else err
     return copy
+
+
+def describe(err: Error) -> str:
+    """``err`` for a log line: ``[Kind] message``, safe to print.
+
+    Not ``str(err)``: a subclass may override ``__str__``, and the message may hold surrogates.
+    """
+    message = err.message if isinstance(err.message, str) else _repr(err.message)
+    return f"[{err.kind.value}] {clean_text(message)}"
 
 
 def clean_text(text: str) -> str:

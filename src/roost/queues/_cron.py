@@ -18,10 +18,10 @@ import attrs
 import trio
 
 from roost._cron import CronSchedule, parse_cron
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import ErrorKind, invalid
 from roost.actors._app import register_extension, register_node_service
 from roost.actors._node import Node
-from roost.queues._contain import clean_text, contain
+from roost.queues._contain import contain, describe
 from roost.queues._runtime import run_target
 from roost.storage import Codec, key
 from roost.storage._codec import record
@@ -155,13 +155,9 @@ class CronRuntime:
                 "cron %s: the run due at %s failed: %s",
                 trigger.id,
                 due,
-                _describe(error),
+                describe(error),
                 exc_info=exc if error.kind is ErrorKind.INTERNAL else None,
             )
-
-
-def _describe(err: Error) -> str:
-    return f"[{err.kind.value}] {clean_text(str(err.message))}"
 
 
 register_extension("cron", declare_cron)

@@ -35,7 +35,7 @@ import trio
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import register_extension, register_node_service
 from roost.actors._process import reset_current, set_current
-from roost.queues._contain import clean_text, contain
+from roost.queues._contain import contain, describe
 from roost.queues._http import (
     MAX_BODY,
     Rendered,
@@ -207,7 +207,7 @@ class HttpServer:
 
     def _failed(self, method: str, path: str, err: Error) -> Rendered:
         answer = error_response(err)
-        text = f"[{err.kind.value}] {clean_text(str(err.message))}"
+        text = describe(err)
         if answer.status >= 500:
             cause = err.__cause__
             log.error(

@@ -35,7 +35,7 @@ from roost.actors._app import EntryKind, register_extension, register_node_servi
 from roost.actors._node import Node
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import Spawner
-from roost.queues._contain import clean_text, contain, safe_error
+from roost.queues._contain import contain, describe, safe_error
 from roost.queues._dispatch import QueueState
 from roost.queues._records import (
     DeadLetter,
@@ -262,7 +262,7 @@ class QueueRuntime:
             spec.name,
             message.receipt_id,
             message.attempt,
-            _describe(contain(exc)),
+            describe(contain(exc)),
             delay,
             exc_info=exc,
         )
@@ -303,7 +303,7 @@ class QueueRuntime:
                 spec.name,
                 message.receipt_id,
                 message.attempt,
-                _describe(noted),
+                describe(noted),
                 delay,
             )
             return retry
@@ -331,14 +331,9 @@ class QueueRuntime:
             spec.name,
             message.receipt_id,
             message.attempt,
-            _describe(noted),
+            describe(noted),
         )
         return None
-
-
-def _describe(err: Error) -> str:
-    # Not str(err): a subclass may override __str__, and this goes into a log line.
-    return f"[{err.kind.value}] {clean_text(str(err.message))}"
 
 
 async def run_target(

@@ -29,7 +29,7 @@ from roost.actors._app import EntryKind, register_app_check, register_extension
 from roost.actors._node import Node
 from roost.actors._process import bound_node, maybe_current_process
 from roost.mailbox._mailbox import check_topic
-from roost.queues._contain import clean_text, contain
+from roost.queues._contain import contain, describe
 from roost.queues._records import message_key
 from roost.queues._runtime import DELIVERY, Outgoing, QueueRuntime, run_target
 from roost.queues._spec import DEFAULT_QUEUE, queue_specs
@@ -189,11 +189,10 @@ async def _notify(node: Node, sub: Subscription, data: Any) -> None:
     except BaseException as exc:  # one subscriber's failure is logged, not spread
         error = contain(exc)  # (cancellation goes on up)
         log.warning(
-            "subscription %s -> %s failed: [%s] %s",
+            "subscription %s -> %s failed: %s",
             sub.topic,
             entry.id,
-            error.kind.value,
-            clean_text(str(error.message)),
+            describe(error),
             exc_info=exc if error.kind is ErrorKind.INTERNAL else None,
         )
 

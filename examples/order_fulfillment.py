@@ -72,11 +72,20 @@ async def track(order_id: str, step: str, status: str, **extra: Any) -> None:
 
 @app.activity
 async def create_order(request: http.Request) -> http.Response:
-    body = request.json or {}
-    items, card = body.get("items"), body.get("card")
+    # Checked before anything is stored: a bad order is a 400 and leaves no trace. (Bodies
+    # roost cannot store at all, such as JSON nested hundreds of levels deep, are refused
+    # with a 400 before this handler runs.)
+    body = request.json
+    if not isinstance(body, dict):
+        raise roost.Error("an order is a JSON object with items and a card", kind="Invalid")
+    items, card, order_id = body.get("items"), body.get("card"), body.get("order_id")
     if not items or not isinstance(items, list) or not isinstance(card, str):
         raise roost.Error("an order needs a list of items and a card", kind="Invalid")
-    order_id = body.get("order_id") or f"o-{roost.uuid4().hex[:8]}"
+    if not all(isinstance(item, str) and item for item in items):
+        raise roost.Error("items must be non-empty strings", kind="Invalid")
+    if order_id is not None and not isinstance(order_id, str):
+        raise roost.Error("order_id, when given, is a string", kind="Invalid")
+    order_id = order_id or f"o-{roost.uuid4().hex[:8]}"
     order = {"order_id": order_id, "items": items, "card": card}
     await state.set("orders", order_id, {"order": order, "created_at": roost.now()})
     receipt = await roost.enqueue("order-validate", validate, order)

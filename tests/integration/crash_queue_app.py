@@ -73,6 +73,10 @@ DOOMED_BACKOFF = 0.2  # 0.2 s, 0.4 s, 0.8 s before attempts 2, 3, 4
 FLOWS = [f"flow{i}" for i in range(3)]
 FLOW_WAIT = 3.0  # after the queue drained, how long the restart waits for the workflows
 
+# once: a workflow handler whose node dies after the run closed, before its outcome commits.
+ONCE_KEY = "once"
+ONCE_FAILURE = "the order was refused"
+
 # cron: two every-second triggers on their own app.
 CRON = "* * * * * *"
 CRON_RUN = {"skip": 0.3, "all": 0.05}  # how long each trigger's run takes
@@ -88,6 +92,7 @@ for _n in (1, 2, 3):
     app.queue(f"step{_n}", max_retries=3, backoff="0.2s", jitter=0, concurrency=HANDOFF_CONCURRENCY)
 app.queue("doomed", max_retries=DOOMED_RETRIES, backoff=DOOMED_BACKOFF, jitter=0)
 app.queue("flow", jitter=0)
+app.queue("once", max_retries=0, jitter=0)  # "failed": the first failure is the dead letter
 
 
 # -- logs and markers --------------------------------------------------------------------------
@@ -344,11 +349,64 @@ async def run_flow(_node: roost.NodeHandle) -> None:
     touch("started")
 
 
+# -- exactly once: queue -> workflow --------------------------------------------------------
+
+
+@app.activity
+async def once_step(key: str) -> str:
+    """The workflow's one activity: logs each run with its idempotency key."""
+    info = roost.activity_info()
+    assert info is not None
+    append_line(
+        "queue.log",
+        event="step",
+        key=key,
+        wf=info.workflow_id,
+        run=info.run_id,
+        idempotency_key=info.idempotency_key,
+        phase=PHASE,
+    )
+    return f"done {key}"
+
+
+@app.workflow
+async def once_flow(payload: dict[str, Any]) -> dict[str, Any]:
+    """Runs its activity, then returns (mode "done") or fails (mode "failed")."""
+    step = await roost.funcs.call(once_step, payload["key"])
+    if payload["fail"]:
+        raise roost.Error(ONCE_FAILURE, kind="Unavailable", details={"key": payload["key"]})
+    info = roost.queue_info()
+    assert info is not None
+    return {"step": step, "receipt": info.receipt_id, "attempt": info.attempt}
+
+
+def die_before_outcome(message: Any, error: roost.Error | None) -> None:
+    """The queue's crash point: the run has closed; its outcome is not committed yet."""
+    if message.queue == "once":
+        append_line(
+            "queue.log",
+            event="outcome",
+            key=message.payload["key"],
+            receipt=message.receipt_id,
+            error=None if error is None else error.message,
+        )
+        kill_myself()
+
+
+async def run_once(node: roost.NodeHandle) -> None:
+    """Enqueue one message for the workflow handler; the node dies before its outcome."""
+    node._node.ext["queues"].before_outcome = die_before_outcome  # a test-only crash point
+    payload = {"key": ONCE_KEY, "fail": MODE == "failed"}
+    await enqueue_all("once", [(once_flow, payload)])
+    touch("started")
+
+
 SCENARIOS: dict[str, Callable[[roost.NodeHandle], Any]] = {
     "leases": run_leases,
     "handoff": run_handoff,
     "dlq": run_dlq,
     "flow": run_flow,
+    "once": run_once,
 }
 
 
@@ -466,8 +524,9 @@ async def resume_phase(data_dir: str, scenario: str) -> None:
         await wait_until("every message acknowledged or dead", lambda: not stored_messages(node))
         drained_at = time.time()
         results = await roost.state.list("results")
-        dead = [to_json(d) for d in node.dlq.list("doomed")] if scenario == "dlq" else []
-        workflows = await wait_workflows(node) if scenario == "flow" else []
+        dead_queue = {"dlq": "doomed", "once": "once"}.get(scenario)
+        dead = [to_json(d) for d in node.dlq.list(dead_queue)] if dead_queue else []
+        workflows = await wait_workflows(node) if scenario in ("flow", "once") else []
     after = snapshot(data_dir)
     report = {
         "before": before,

@@ -188,6 +188,56 @@ def test_workflow_handler_in_flight_keeps_its_queue_info(tmp_path: Path) -> None
         assert described["result"] == expected[by_key[wf]], (wf in recovered, described)
 
 
+# -- 1c. queue -> workflow hand-off exactly once ----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["done", "failed"])
+def test_redelivery_takes_the_outcome_of_the_closed_run(tmp_path: Path, mode: str) -> None:
+    """A workflow handler runs its activity and completes (``done``) or fails (``failed``);
+    the node kills itself at the queue's crash point: the run's close is committed, the
+    message's outcome (its acknowledgement, or its failure: max_retries=0, so the dead
+    letter) is not.
+
+    After the restart the message is delivered again under the same attempt, finds the
+    closed run of that attempt (workflow id ``once-<receipt id>-1``) and takes its recorded
+    outcome: no second run starts, the activity never runs again, and the message is
+    acknowledged (``done``) or dead-lettered with the run's own error (``failed``).
+    """
+    child = Child(tmp_path, f"once-{mode}")
+    child.start()
+    child.wait_killed_itself()
+    report = child.resume()
+
+    lines = child.lines("queue.log")
+    (receipt,) = [x["receipt"] for x in lines if x["event"] == "enqueued"]
+    (outcome,) = [x for x in lines if x["event"] == "outcome"]  # the node died right after
+    assert outcome["error"] == (qapp.ONCE_FAILURE if mode == "failed" else None), outcome
+    # At the kill: the run closed, the message still stored, untouched (attempt 1).
+    (stored,) = report["before"]["messages"]
+    assert (stored["receipt_id"], stored["attempt"], stored["errors"]) == (receipt, 1, [])
+
+    steps = [x for x in lines if x["event"] == "step"]
+    assert [x["phase"] for x in steps] == ["run"], f"the activity ran again: {steps}"
+    workflow_id = f"once-{receipt}-1"
+    assert steps[0]["wf"] == workflow_id
+    (described,) = report["workflows"]  # one workflow id ...
+    assert described["workflow_id"] == workflow_id
+    assert described["run_id"] == steps[0]["run"], "a second run replaced the first"  # ... one run
+    assert report["after"]["messages"] == []
+    if mode == "done":
+        assert described["status"] == "completed", described
+        assert described["result"] == {"step": "done once", "receipt": receipt, "attempt": 1}
+        assert report["dead"] == [] and report["after"]["dlq"] == []
+    else:
+        assert described["status"] == "failed", described
+        (dead,) = report["dead"]
+        assert dead["receipt_id"] == receipt
+        (error,) = dead["errors"]  # the closed run's error, taken once
+        assert (error["kind"], error["message"]) == ("Unavailable", qapp.ONCE_FAILURE), error
+        assert error["details"]["key"] == qapp.ONCE_KEY
+        assert error["details"]["attempt"] == 1
+
+
 # -- 2. exactly-once hand-off ----------------------------------------------------------------
 
 

@@ -18,10 +18,11 @@ import attrs
 import trio
 
 from roost._cron import CronSchedule, parse_firing_cron
-from roost._errors import Error, invalid
+from roost._errors import ErrorKind, invalid
 from roost._text import check_text
 from roost.actors._app import register_extension, register_node_service
 from roost.actors._node import Node
+from roost.queues._contain import contain, describe
 from roost.queues._runtime import run_target
 from roost.storage import MAX_KEY_SIZE, Codec, key
 from roost.storage._codec import record
@@ -149,18 +150,30 @@ class CronRuntime:
             await self._fire(trigger, due)
 
     async def _fire(self, trigger: CronTrigger, due: dt.datetime) -> None:
-        await self._store_last(trigger, due)  # first: at most one fire per fire time
+        try:
+            await self._store_last(trigger, due)  # first: at most one fire per fire time
+        except Exception:  # the store refused: skip this fire, go on
+            log.exception(
+                "cron %s: the fire time %s could not be stored; skipping this run (a "
+                "schedule runs each fire time at most once)",
+                trigger.id,
+                due,
+            )
+            return
         tick = CronTick(
             scheduled_at=due, fired_at=self.node.now(), expression=trigger.schedule.expression
         )
-        entry_id = self.node.app.resolve(trigger.entry).id
         try:
+            entry_id = self.node.app.resolve(trigger.entry).id
             await run_target(self.node, entry_id, tick, None)
-        except Error as exc:
-            log.warning("cron %s: the run due at %s failed: %s", trigger.id, due, exc)
-        except Exception as exc:  # noqa: BLE001 - a failed run is logged; the schedule goes on
+        except BaseException as exc:  # a failed run is logged; the schedule goes on
+            error = contain(exc)  # (cancellation goes on up)
             log.warning(
-                "cron %s: the run due at %s failed: %s", trigger.id, due, Error.from_exception(exc)
+                "cron %s: the run due at %s failed: %s",
+                trigger.id,
+                due,
+                describe(error),
+                exc_info=exc if error.kind is ErrorKind.INTERNAL else None,
             )
 
 

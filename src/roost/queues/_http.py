@@ -11,7 +11,9 @@ sends back what it returns. The pieces:
   with 404 / 405 answers; ``declare_http`` is ``App.http`` and ``check_routes`` is its part
   of ``App.validate``;
 - ``read_json`` / ``render`` / ``error_response``: the body in, the value out, and roost
-  error kinds as HTTP statuses.
+  error kinds as HTTP statuses. A body is refused (400, before any handler runs) unless it
+  is UTF-8 JSON that roost can store as it is: at most ``MAX_JSON_DEPTH`` levels deep, no
+  lone surrogate escapes, numbers a float or an int can hold.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from roost.actors._app import (
     register_app_check,
     register_extension,
 )
+from roost.queues._contain import clean_text
+from roost.queues._http_body import MAX_JSON_DEPTH, read_json
 from roost.storage._codec import record
 
 __all__ = [
     "MAX_BODY",
+    "MAX_JSON_DEPTH",
     "METHODS",
     "Headers",
     "Match",
@@ -465,24 +470,6 @@ def check_routes(app: App) -> None:
 # -- bodies and statuses ------------------------------------------------------------------
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def read_json(body: bytes) -> Any:
-    """Parse a request body: None when empty, else the JSON value.
-
-    Raises:
-        roost.Error: kind Invalid (400) for a body that is not JSON.
-    """
-    if not body.strip():
-        return None
-    try:
-        return json.loads(body, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
-        raise invalid(f"the request body is not valid JSON: {exc}") from None
-
-
 def status_for(kind: ErrorKind) -> int:
     """The HTTP status for an error kind (500 for kinds without a closer match)."""
     return _STATUS.get(kind, 500)
@@ -504,7 +491,8 @@ def error_response(
 
     The status is ``status_for(err.kind)`` unless ``status`` is given; never a traceback.
     """
-    payload = {"error": {"kind": err.kind.value, "message": err.message}}
+    message = err.message if isinstance(err.message, str) else repr(err.message)
+    payload = {"error": {"kind": err.kind.value, "message": clean_text(message)}}
     return _json(status if status is not None else status_for(err.kind), payload, headers or {})
 
 
@@ -513,7 +501,7 @@ def _json(status: int, value: Any, extra: Mapping[str, str]) -> Rendered:
         body = json.dumps(value, default=_to_json, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise Error(
-            f"the handler's result cannot be sent as JSON: {exc}",
+            f"the handler's result cannot be sent as JSON: {clean_text(str(exc))}",
             kind=ErrorKind.INTERNAL,
             retryable=False,
         ) from exc

@@ -35,6 +35,7 @@ import trio
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import register_extension, register_node_service
 from roost.actors._process import reset_current, set_current
+from roost.queues._contain import contain, describe
 from roost.queues._http import (
     MAX_BODY,
     Rendered,
@@ -193,19 +194,20 @@ class HttpServer:
                 route=match.route.path,
             )
             return render(await self._run(match.route, request))
+        except _ClientGone:
+            raise  # nobody to answer (``__call__`` drops the request)
         except _TooLarge:
             err = Error(
                 f"the request body is larger than {MAX_BODY} bytes",
                 kind=ErrorKind.LIMIT_EXCEEDED,
             )
             return error_response(err, status=413)
-        except Error as err:
-            return self._failed(method, path, err)
-        except Exception as exc:  # noqa: BLE001 - any handler failure becomes a 500 answer
-            return self._failed(method, path, Error.from_exception(exc))
+        except BaseException as exc:  # noqa: BLE001 - any handler failure is the answer
+            return self._failed(method, path, contain(exc))  # (cancellation goes on up)
 
     def _failed(self, method: str, path: str, err: Error) -> Rendered:
         answer = error_response(err)
+        text = describe(err)
         if answer.status >= 500:
             cause = err.__cause__
             log.error(
@@ -213,11 +215,11 @@ class HttpServer:
                 method,
                 path,
                 answer.status,
-                err,
+                text,
                 exc_info=(type(cause), cause, cause.__traceback__) if cause is not None else None,
             )
         else:
-            log.debug("HTTP %s %s answered %d: %s", method, path, answer.status, err)
+            log.debug("HTTP %s %s answered %d: %s", method, path, answer.status, text)
         return answer
 
     async def _run(self, route: Route, request: Request) -> Any:

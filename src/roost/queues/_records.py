@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import hashlib
+from typing import Any, Final
 
 import attrs
 
@@ -15,7 +16,9 @@ from roost._errors import Error
 from roost.storage import key
 from roost.storage._codec import record
 
-__all__ = ["DeadLetter", "QueueInfo", "QueueMessage", "message_key"]
+__all__ = ["DeadLetter", "QueueInfo", "QueueMessage", "message_key", "workflow_id_for"]
+
+_READABLE_QUEUE: Final = 64  # longer queue names are hashed in workflow ids (they must fit keys)
 
 
 @record("q.message")
@@ -33,6 +36,7 @@ class QueueMessage:
     not_before: dt.datetime | None = None
     enqueued_at: dt.datetime
     errors: list[Error] = attrs.field(factory=list)
+    redrives: int = 0  # times redriven from the DLQ: each life's attempts count from 1
 
 
 @record("q.dead_letter")
@@ -49,6 +53,7 @@ class DeadLetter:
     errors: list[Error] = attrs.field(factory=list)
     enqueued_at: dt.datetime
     failed_at: dt.datetime
+    redrives: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -63,3 +68,18 @@ class QueueInfo:
 def message_key(queue: str, seq: int) -> bytes:
     """Key of a message (or dead letter) of ``queue``."""
     return key(queue, seq)
+
+
+def workflow_id_for(message: QueueMessage) -> str:
+    """The id of the workflow a delivery of ``message`` starts: one per attempt of each life.
+
+    ``<queue>-<receipt id>-<attempt>``, with ``-r<n>`` before the attempt once the message
+    was redriven n times (a redriven message counts its attempts from 1 again). A delivery
+    again after a crash has the same attempt, so it finds the run its first delivery
+    started; a retry after a failure has the next one, so it starts a fresh run.
+    """
+    queue = message.queue
+    if len(queue.encode()) > _READABLE_QUEUE:
+        queue = "q" + hashlib.sha256(queue.encode()).hexdigest()[:16]
+    life = f"-r{message.redrives}" if message.redrives else ""
+    return f"{queue}-{message.receipt_id}{life}-{message.attempt}"

@@ -6,6 +6,11 @@ transaction (exactly-once hand-off between steps). A failed attempt is written b
 its error and the time of its retry; the last one moves the message to the DLQ in one
 transaction. Messages still stored when a node starts (in flight at a crash, or waiting)
 are delivered again: at-least-once, with ``roost.queue_info()`` to stay idempotent.
+
+Whatever a handler does fails that attempt only (see ``_contain``): anything it raises,
+cancellation and Ctrl-C aside, becomes the attempt's error, made safe to store. A store that
+refuses a delivery's outcome (a full disk) leaves the stored message as it was and delivers it
+again after a backoff; the node goes on.
 """
 
 from __future__ import annotations
@@ -24,14 +29,22 @@ import trio
 
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._pid import Pid
 from roost.actors._api import funcs_call
 from roost.actors._app import EntryKind, register_extension, register_node_service
 from roost.actors._node import Node
 from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import Spawner
+from roost.queues._contain import contain, describe, safe_error
 from roost.queues._dispatch import QueueState
 from roost.queues._quarantine import quarantine_messages, readable_messages
-from roost.queues._records import DeadLetter, QueueInfo, QueueMessage, message_key
+from roost.queues._records import (
+    DeadLetter,
+    QueueInfo,
+    QueueMessage,
+    message_key,
+    workflow_id_for,
+)
 from roost.queues._spec import QueueSpec, declare_queue, load_config, queue_specs, retry_delay
 from roost.storage import Codec, Store, WriteTxn
 
@@ -69,6 +82,9 @@ class QueueRuntime:
         self._nursery = nursery
         self._seq = 0
         self.dlq = DeadLetters(self)
+        # A test seam: called once a delivery's handler has finished, before its outcome
+        # (acknowledgement or failure) commits; crash tests kill the node there.
+        self.before_outcome: Callable[[QueueMessage, Error | None], None] | None = None
 
     @classmethod
     async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
@@ -134,7 +150,14 @@ class QueueRuntime:
                     "payload lacks (or is null); send a dict with that field",
                     queue=queue,
                 )
-            group = str(value)
+            try:
+                group = str(value)
+            except Exception as exc:  # noqa: BLE001 - a group value whose __str__ raises
+                raise invalid(
+                    f"fifo queue {queue!r}: payload[{field!r}] cannot be turned into a group "
+                    f"name ({type(exc).__name__}); use a str or an int",
+                    queue=queue,
+                ) from None
         message = QueueMessage(
             receipt_id=os.urandom(12).hex(),
             queue=queue,
@@ -189,22 +212,37 @@ class QueueRuntime:
         )
         error = await self._invoke(message, spec, delivery)
         delivery.open = False
-        if error is None:
-            try:
-                await self._acknowledge(message, delivery.handoff)
-            except Error as exc:  # e.g. a hand-off the store refuses: the step failed
-                error = exc
-        retry = None if error is None else await self._failed(message, spec, error)
-        self.states[message.queue].finished(message, retry)
-        self._wake[message.queue].set()
+        retry = None
+        try:
+            if self.before_outcome is not None:
+                self.before_outcome(message, error)
+            if error is None:
+                try:
+                    await self._acknowledge(message, delivery.handoff)
+                except Error as exc:  # e.g. a hand-off the store refuses: the step failed
+                    error = exc
+            if error is not None:
+                retry = await self._failed(message, spec, error)
+        except Exception as exc:  # noqa: BLE001 - the store refused the outcome itself
+            retry = self._outcome_lost(message, spec, exc)
+        finally:
+            self.states[message.queue].finished(message, retry)
+            self._wake[message.queue].set()
 
     async def _invoke(
         self, message: QueueMessage, spec: QueueSpec, delivery: Delivery
     ) -> Error | None:
         token = DELIVERY.set(delivery)
         try:
-            with trio.move_on_after(spec.timeout):
-                await run_target(self.node, message.entry, message.payload, delivery.info)
+            with trio.move_on_after(spec.timeout) as scope:
+                await run_target(
+                    self.node,
+                    message.entry,
+                    message.payload,
+                    delivery.info,
+                    workflow_id=workflow_id_for(message),
+                )
+            if not scope.cancelled_caught:
                 return None
             return Error(
                 f"queue {spec.name!r}: {message.entry!r} did not finish within its "
@@ -212,12 +250,26 @@ class QueueRuntime:
                 kind=ErrorKind.TIMEOUT,
                 details={"timeout": spec.timeout},
             )
-        except Error as exc:
-            return exc
-        except Exception as exc:  # noqa: BLE001 - a handler's error fails the attempt
-            return Error.from_exception(exc)
+        except BaseException as exc:  # noqa: BLE001 - whatever a handler raises fails the attempt
+            return contain(exc)  # (cancellation and Ctrl-C go on up)
         finally:
             DELIVERY.reset(token)
+
+    def _outcome_lost(self, message: QueueMessage, spec: QueueSpec, exc: Exception) -> QueueMessage:
+        # Nothing of this delivery's outcome is stored: the stored message is unchanged (a
+        # restart delivers it again as it is), and this node tries it again after a backoff.
+        delay = retry_delay(spec, message.attempt)
+        log.error(
+            "queue %s: the outcome of %s attempt %d could not be stored (%s); delivering it "
+            "again in %.3gs",
+            spec.name,
+            message.receipt_id,
+            message.attempt,
+            describe(contain(exc)),
+            delay,
+            exc_info=exc,
+        )
+        return attrs.evolve(message, not_before=deadline_after(self.node.now(), delay))
 
     async def _acknowledge(self, message: QueueMessage, handoff: list[Outgoing]) -> None:
         rows = [(message_key(m.queue, m.seq), data) for m, data in handoff]
@@ -235,8 +287,8 @@ class QueueRuntime:
         self, message: QueueMessage, spec: QueueSpec, error: Error
     ) -> QueueMessage | None:
         now = self.node.now()
-        noted = error.clone()
-        noted.details = {**error.details, "attempt": message.attempt, "at": now}
+        noted = safe_error(error).clone()  # a handler's error may not be storable as it is
+        noted.details = {**noted.details, "attempt": message.attempt, "at": now}
         errors = [*message.errors, noted]
         row = message_key(message.queue, message.seq)
         if message.attempt <= spec.max_retries:
@@ -254,7 +306,7 @@ class QueueRuntime:
                 spec.name,
                 message.receipt_id,
                 message.attempt,
-                error,
+                describe(noted),
                 delay,
             )
             return retry
@@ -268,6 +320,7 @@ class QueueRuntime:
             errors=errors,
             enqueued_at=message.enqueued_at,
             failed_at=now,
+            redrives=message.redrives,
         )
         data = self.codec.encode(dead)
 
@@ -281,27 +334,42 @@ class QueueRuntime:
             spec.name,
             message.receipt_id,
             message.attempt,
-            error,
+            describe(noted),
         )
         return None
 
 
-async def run_target(node: Node, entry_id: str, payload: Any, info: QueueInfo | None) -> Any:
+async def run_target(
+    node: Node,
+    entry_id: str,
+    payload: Any,
+    info: QueueInfo | None,
+    *,
+    workflow_id: str | None = None,
+) -> Any:
     """``invoke`` from a fresh attached process (the caller a process target needs)."""
     parent = node.attach()
     current = set_current(parent)
     try:
-        return await invoke(node, entry_id, payload, info)
+        return await invoke(node, entry_id, payload, info, workflow_id=workflow_id)
     finally:
         reset_current(current)
         node.exit(parent, None, None)
 
 
-async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo | None) -> Any:
+async def invoke(
+    node: Node,
+    entry_id: str,
+    payload: Any,
+    info: QueueInfo | None,
+    *,
+    workflow_id: str | None = None,
+) -> Any:
     """Call a queue, cron, HTTP or subscription target with its one argument.
 
     An activity is called directly (a sync one in a worker thread, inline under a
     MockClock); a process or workflow entry is run to its end like ``process.exec``.
+    A workflow gets ``info`` as its queue info and, when given, the id ``workflow_id``.
     The caller must be a process (see ``run_target``).
     """
     entry = node.app.resolve(entry_id)
@@ -311,12 +379,11 @@ async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo | None
     if entry.kind is not EntryKind.WORKFLOW:
         return await spawner.exec(entry, payload)
     if info is not None:
-        # One workflow per message attempt: a redelivery after a crash finds the workflow
-        # the first delivery started (same id) and waits for it instead of starting another.
-        spawner = spawner.with_context({"roost.queue_info": attrs.asdict(info)}).with_options(
-            id=f"{info.queue}-{info.receipt_id}-{info.attempt}"
-        )
-    pid = await spawner.spawn(entry, payload)
+        spawner = spawner.with_context({"roost.queue_info": attrs.asdict(info)})
+    if workflow_id is None:
+        pid = await spawner.spawn(entry, payload)
+    else:
+        pid = await _start_once(node, spawner, entry.id, payload, workflow_id)
     try:
         outcome = await node.virtual[pid.host].exit_channel(pid).receive()
     except BaseException:
@@ -328,6 +395,30 @@ async def invoke(node: Node, entry_id: str, payload: Any, info: QueueInfo | None
     if outcome.error is not None:
         raise outcome.error.clone()
     return outcome.value
+
+
+async def _start_once(
+    node: Node, spawner: Spawner, entry_id: str, payload: Any, workflow_id: str
+) -> Pid:
+    """Start the workflow of one delivery attempt, or find the run that attempt started.
+
+    One run per attempt: while it is open, the start returns it (``use_existing``); once it
+    has closed, the start is refused (``reject_duplicate``) and the closed run is the answer,
+    its recorded result or error the attempt's outcome. That is the redelivery after a crash
+    between the run's close and the message's acknowledgement: it takes the outcome, and
+    nothing of the workflow runs twice.
+    """
+    spawner = spawner.with_options(id=workflow_id, id_reuse_policy="reject_duplicate")
+    try:
+        return await spawner.spawn(entry_id, payload)
+    except Error as exc:
+        if exc.kind is not ErrorKind.ALREADY_EXISTS:
+            raise
+    host = node.kind_hosts[EntryKind.WORKFLOW].host
+    log.info(
+        "queue delivery: workflow %r of this attempt has closed; taking its outcome", workflow_id
+    )
+    return Pid.trusted(node.name, host, workflow_id)
 
 
 class DeadLetters:
@@ -404,6 +495,7 @@ class DeadLetters:
                     payload=d.payload,
                     group=d.group,
                     enqueued_at=d.enqueued_at,
+                    redrives=d.redrives + 1,
                 )
             )
         pairs = [

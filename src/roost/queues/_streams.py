@@ -9,22 +9,27 @@ A publication goes to three kinds of subscriber:
 - ``app.subscribe(topic, entry, durable=True, queue=...)``: the data is enqueued for the
   entry on that queue (at least once, with the queue's retries and DLQ). Inside a queue
   handler that enqueue joins the handler's acknowledgement, like ``roost.enqueue``.
+
+Whatever an in-memory subscriber raises is logged and fails that delivery only; a store that
+refuses the durable copies is logged and raised to whoever awaits the receipt.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 from typing import Any
 
 import attrs
 import trio
 
 from roost._errors import Error, ErrorKind, invalid
-from roost.actors._api import DurableReceipt, Receipt
+from roost.actors._api import Receipt
 from roost.actors._app import EntryKind, register_app_check, register_extension
 from roost.actors._node import Node
 from roost.actors._process import bound_node, maybe_current_process
 from roost.mailbox._mailbox import check_topic
+from roost.queues._contain import contain, describe
 from roost.queues._records import message_key
 from roost.queues._runtime import DELIVERY, Outgoing, QueueRuntime, run_target
 from roost.queues._spec import DEFAULT_QUEUE, queue_specs
@@ -120,12 +125,41 @@ def publish(topic: str, data: Any = None) -> Receipt:
     if delivery is not None and delivery.open and delivery.runtime is runtime:
         delivery.handoff.extend(messages)  # commits with the handler's acknowledgement
         return _ACCEPTED
-    done = trio.Event()
-    runtime.spawn_task(_store, runtime, messages, done)
-    return DurableReceipt(done)
+    receipt = _PublishReceipt()
+    runtime.spawn_task(_store, runtime, topic, messages, receipt)
+    return receipt
 
 
-async def _store(runtime: QueueRuntime, messages: list[Outgoing], done: trio.Event) -> None:
+class _PublishReceipt(Receipt):
+    """Awaiting it waits until the durable copies are committed, or raises why they were not."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: Error | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the durable copies are committed."""
+        return self.done.is_set() and self.error is None
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> None:
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error.clone()
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done.is_set() else "failed" if self.error else "accepted"
+        return f"<roost.Receipt {state}>"
+
+
+async def _store(
+    runtime: QueueRuntime, topic: str, messages: list[Outgoing], receipt: _PublishReceipt
+) -> None:
     # One transaction: every durable subscriber gets the data, or (at a crash) none.
     rows = [(message_key(m.queue, m.seq), data) for m, data in messages]
 
@@ -136,8 +170,11 @@ async def _store(runtime: QueueRuntime, messages: list[Outgoing], done: trio.Eve
     try:
         await runtime.transact(write)
         runtime.accept([m for m, _ in messages])
+    except Exception as exc:  # the store refused: the publisher hears of it, the node goes on
+        receipt.error = contain(exc)
+        log.exception("publish %s: the durable copies could not be stored", topic)
     finally:
-        done.set()
+        receipt.done.set()
 
 
 async def _notify(node: Node, sub: Subscription, data: Any) -> None:
@@ -149,9 +186,15 @@ async def _notify(node: Node, sub: Subscription, data: Any) -> None:
         return
     try:
         await run_target(node, entry.id, data, None)
-    except Exception as exc:  # noqa: BLE001 - one subscriber's failure is logged, not spread
-        error = exc if isinstance(exc, Error) else Error.from_exception(exc)
-        log.warning("subscription %s -> %s failed: %s", sub.topic, entry.id, error)
+    except BaseException as exc:  # one subscriber's failure is logged, not spread
+        error = contain(exc)  # (cancellation goes on up)
+        log.warning(
+            "subscription %s -> %s failed: %s",
+            sub.topic,
+            entry.id,
+            describe(error),
+            exc_info=exc if error.kind is ErrorKind.INTERNAL else None,
+        )
 
 
 def check_subscriptions(app: Any) -> None:

@@ -44,8 +44,8 @@ RAISES: dict[str, Any] = {
     "surrogate": lambda: ValueError("bad \ud800 text"),
     "not_found_surrogate": lambda: roost.Error("no order \udfff", kind="NotFound"),
 }
+# A lone surrogate in a result goes out as its JSON escape (test_bad_input), so it is no 500.
 RETURNS: dict[str, Any] = {
-    "surrogate": {"name": "\ud800"},
     "object": {"thing": object()},
     "tuple_key": {(1, 2): 3},
     "nan": float("nan"),

@@ -14,7 +14,9 @@ import trio
 
 import roost
 from roost import funcs, process
+from roost.storage._codec import MAX_DEPTH
 from roost.testing import open_test_node
+from roost.testing.strategies import nested
 
 app = roost.App("contain")
 attempts: list = []
@@ -67,6 +69,19 @@ def unstorable_then_fine():
 @app.activity(retry_policy=roost.RetryPolicy(maximum_attempts=1))
 async def always_unstorable():
     return object()
+
+
+@app.activity(retry_policy=roost.RetryPolicy(maximum_attempts=1))
+async def nested_result(depth):
+    return nested(depth)
+
+
+@app.workflow
+async def passes_on(depth):
+    try:
+        return await funcs.call(nested_result, depth)
+    except roost.Error as err:
+        return {"kind": err.kind}
 
 
 @app.activity(retry_policy=roost.RetryPolicy(maximum_attempts=1))
@@ -125,7 +140,7 @@ async def test_a_sync_activity_in_its_worker_thread_fails_the_attempt_whatever_i
         }
 
 
-@pytest.mark.parametrize("what", sorted(set(EXPECTED) - {"keyboard_interrupt"}))
+@pytest.mark.parametrize("what", sorted(EXPECTED))
 async def test_an_async_activity_fails_the_attempt_whatever_it_raises(what, autojump_clock):
     async with open_test_node(app) as node:
         pid = await process.with_options(id=f"a-{what}").spawn_monitored(
@@ -151,6 +166,18 @@ async def test_a_direct_call_outside_workflows_raises_an_internal_error(what):
             kind, message = EXPECTED[what]
             assert result["kind"] == roost.ErrorKind.INTERNAL and result["type"] == kind
             assert message.endswith(result["text"])
+
+
+async def test_an_activity_result_has_the_payload_depth_limit(autojump_clock, tmp_path):
+    # One limit for every payload: a result the workflow could not pass on as its own
+    # result (one level deeper than MAX_DEPTH) fails the attempt, never the workflow's task.
+    async with open_test_node(app, data_dir=tmp_path) as node:
+        assert await process.exec(passes_on, MAX_DEPTH) == nested(MAX_DEPTH)
+        refused = await process.with_options(id="too-deep").exec(passes_on, MAX_DEPTH + 1)
+        assert refused == {"kind": roost.ErrorKind.INVALID}
+        assert node.describe("too-deep")["task_failure"] is None
+    async with open_test_node(app, data_dir=tmp_path) as node:
+        assert node.describe("too-deep")["result"] == refused
 
 
 async def test_an_unstorable_result_fails_the_attempt_and_is_retried_per_policy(autojump_clock):
@@ -189,7 +216,7 @@ async def presses_ctrl_c():
     await trio.sleep(30)
 
 
-@app.activity
+@app.activity(retry_policy=roost.RetryPolicy(maximum_attempts=1))
 async def raises_keyboard_interrupt():
     raise KeyboardInterrupt
 
@@ -213,9 +240,16 @@ def test_a_real_ctrl_c_during_an_activity_stops_the_node():
     _stops_the_node("contain:presses_ctrl_c")
 
 
-def test_an_async_activity_raising_keyboard_interrupt_stops_the_node_like_a_ctrl_c():
-    # In trio's thread a KeyboardInterrupt may be a real Ctrl-C: it is never swallowed.
-    _stops_the_node("contain:raises_keyboard_interrupt")
+async def test_an_activity_raising_keyboard_interrupt_itself_fails_its_attempt(tmp_path):
+    # Raised by the activity, not by trio's SIGINT handler: the attempt's failure, so the
+    # node goes on, and a restart on the same data dir starts (roost._interrupt).
+    for _ in range(2):
+        async with roost.open_node(app, data_dir=tmp_path):
+            result = await process.with_options(id="ki").exec(
+                "contain:calls", "contain:raises_keyboard_interrupt"
+            )
+            assert result["kind"] == roost.ErrorKind.INTERNAL
+            assert result["type"] == "KeyboardInterrupt"
 
 
 # -- visible failures --------------------------------------------------------------------------

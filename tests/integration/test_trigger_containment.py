@@ -48,6 +48,8 @@ HOSTILE: dict[str, tuple[Callable[[], BaseException], tuple[str, ...]]] = {
     "system_exit": (lambda: SystemExit(3), ("SystemExit",)),
     "generator_exit": (lambda: GeneratorExit("closing"), ("GeneratorExit",)),
     "base_exception": (lambda: Custom("mine"), ("Custom",)),
+    # Raised by the handler itself, not by trio's SIGINT handler: no Ctrl-C (roost._interrupt).
+    "keyboard_interrupt": (KeyboardInterrupt, ("KeyboardInterrupt",)),
     "str_raises": (StrRaisesError, ("StrRaisesError", "RuntimeError")),  # or what str() raised
     "surrogate_message": (lambda: ValueError("bad \ud800 text"), ("ud800",)),
     "surrogate_error": (lambda: roost.Error("no \udfff here", kind="Unavailable"), ("udfff",)),

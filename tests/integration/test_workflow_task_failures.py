@@ -44,7 +44,11 @@ async def steady(x):
 async def exits_then_returns(kind):
     ATTEMPTS.append((roost.now(), kind))
     if len(ATTEMPTS) <= FAILING[0]:
-        raise {"SystemExit": SystemExit(3), "GeneratorExit": GeneratorExit()}[kind]
+        raise {
+            "SystemExit": SystemExit(3),
+            "GeneratorExit": GeneratorExit(),
+            "KeyboardInterrupt": KeyboardInterrupt(),  # raised by the code: no Ctrl-C
+        }[kind]
     return await funcs.call(count, 1)
 
 
@@ -67,7 +71,7 @@ async def _until_failed(node, workflow_id, attempt=1):
         await trio.sleep(0.05)
 
 
-@pytest.mark.parametrize("kind", ["SystemExit", "GeneratorExit"])
+@pytest.mark.parametrize("kind", ["SystemExit", "GeneratorExit", "KeyboardInterrupt"])
 async def test_a_base_exception_in_workflow_code_fails_the_task_not_the_node(
     autojump_clock, tmp_path, caplog, kind
 ):
@@ -86,7 +90,7 @@ async def test_a_base_exception_in_workflow_code_fails_the_task_not_the_node(
         assert failure.details["activation"] == 1
         assert failure.details["stage"] == "activation"
         assert failure.details["type"] == kind
-        assert failure.details["location"].endswith(line_of('raise {"SystemExit"'))
+        assert failure.details["location"].endswith(line_of("raise {"))
         # Every other workflow goes on meanwhile.
         assert await process.exec(steady, 7) == 70
         exit_event = await process.events().receive()

@@ -5,10 +5,10 @@ User code (a process body, an activity) fails with anything it raises, ``SystemE
 kinds of exception are not the user code's to catch:
 
 - ``trio.Cancelled`` from outside (the node is being torn down): trio needs it back;
-- ``KeyboardInterrupt`` raised in trio's thread: it may be a real Ctrl-C, which trio
-  raises wherever the main thread happens to be running, user code included, and a
-  Ctrl-C must stop the node. User code raising ``KeyboardInterrupt`` itself there cannot be
-  told apart from it, so it stops the node too.
+- a real Ctrl-C: trio raises it wherever the main thread happens to be running, user code
+  included, and it must stop the node. A ``KeyboardInterrupt`` that user code raised
+  itself is told apart by where it was raised (``roost._interrupt``) and is that code's
+  failure.
 
 In a worker thread (a sync activity) no signal is ever delivered, so a
 ``KeyboardInterrupt`` there is user code like any other exception: ``in_worker_thread``
@@ -23,16 +23,19 @@ from typing import Any
 import trio
 
 from roost._errors import Error
+from roost._interrupt import is_ctrl_c
 
 __all__ = ["in_worker_thread", "must_propagate"]
 
 
 def must_propagate(exc: BaseException) -> bool:
-    """Whether ``exc`` (or a member of a group) is a Cancelled or a KeyboardInterrupt."""
+    """Whether ``exc`` (or a member of a group) is a Cancelled or a real Ctrl-C."""
     # The type, not isinstance: user code may give its exception a __class__ property.
     tp = type(exc)
-    if issubclass(tp, trio.Cancelled | KeyboardInterrupt):
+    if issubclass(tp, trio.Cancelled):
         return True
+    if issubclass(tp, KeyboardInterrupt):
+        return is_ctrl_c(exc)
     if issubclass(tp, BaseExceptionGroup):
         return any(must_propagate(e) for e in exc.exceptions)  # type: ignore[attr-defined]
     return False

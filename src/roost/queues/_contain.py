@@ -17,6 +17,7 @@ from typing import Any, Final
 import trio
 
 from roost._errors import Error, safe_text, storable
+from roost._interrupt import is_ctrl_c
 from roost.actors._contain import must_propagate
 from roost.storage import Codec
 
@@ -36,7 +37,7 @@ def contain(exc: BaseException) -> Error:
         trio.Cancelled | KeyboardInterrupt | BaseExceptionGroup: ``exc``'s pass-through part.
     """
     if isinstance(exc, BaseExceptionGroup):
-        passing, rest = exc.split((trio.Cancelled, KeyboardInterrupt))
+        passing, rest = exc.split(lambda e: isinstance(e, trio.Cancelled) or is_ctrl_c(e))
         if passing is not None:
             raise passing
         assert rest is not None

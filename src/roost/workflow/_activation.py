@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
+from roost._interrupt import is_ctrl_c
 from roost.workflow._driver import Driver
 from roost.workflow._drivers import ReplayFailed, rebuild, touch
 from roost.workflow._effects import Effects
@@ -62,9 +63,9 @@ async def activate(m: WorkflowManager, run: Run) -> None:
     except TaskTimeout:
         fail_task(m, run, batch, timeout_failure_error(run, watch), None)
         return
-    except KeyboardInterrupt:  # a real Ctrl-C: the node stops
-        raise
-    except BaseException as exc:  # noqa: BLE001 - anything else fails the task
+    except BaseException as exc:
+        if is_ctrl_c(exc):
+            raise
         error = task_failure_error(run, run.next_index, exc, stage="activation")
         fail_task(m, run, batch, error, exc)
         return

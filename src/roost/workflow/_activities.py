@@ -348,6 +348,13 @@ class ActivityWorker:
         Raises:
             _Unstorable: ``value`` cannot be recorded (nothing was written).
         """
+        if error is None:
+            # A result is a payload: the payload limits, not only the record's (which
+            # would store a result one level too deep for the workflow to pass on).
+            try:
+                self.m.codec.check(value, what="result")
+            except Error as exc:
+                raise _Unstorable(exc) from None
         await self.m.settle(
             "tasks",
             task_key(task.run_id, task.seq),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._errors import safe_text as text_of
+from roost._interrupt import is_ctrl_c
 from roost.mailbox._backend import Waiter
 from roost.workflow._history import describe
 
@@ -392,9 +393,9 @@ def close_all(tasks: list[Task], workflow_id: str) -> None:
     for task in tasks:
         try:
             task.ctx.run(task.coro.close)
-        except KeyboardInterrupt:
-            raise
-        except BaseException:
+        except BaseException as exc:
+            if is_ctrl_c(exc):
+                raise
             log.warning(
                 "workflow %r: coroutine %s raised while it was discarded",
                 workflow_id,

@@ -8,6 +8,7 @@ import gc
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from roost._interrupt import is_ctrl_c
 from roost._pid import Pid
 from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
@@ -108,12 +109,12 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
                     run.context = act.events[0].context
                 driver.activate(act.at, act.events, expected=act.commands)
                 driver.recorded(len(data))
-    except KeyboardInterrupt:
-        raise
     except RunQuarantined:
         driver.close()
         raise
     except BaseException as exc:  # the caller fails the task with it
+        if is_ctrl_c(exc):
+            raise
         driver.close()
         raise ReplayFailed(position, exc) from exc
     run.next_index = len(stored) + 1

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error
+from roost._interrupt import is_ctrl_c
 from roost.storage import WriteTxn
 from roost.workflow._activation import record_activation
 from roost.workflow._drivers import new_driver, touch
@@ -97,9 +98,9 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
         except TaskTimeout:
             await _store_start_then_fail(m, run, events, timeout_failure_error(run, watch), None)
             return
-        except KeyboardInterrupt:  # a real Ctrl-C: the node stops
-            raise
-        except BaseException as exc:  # noqa: BLE001 - anything else fails the task
+        except BaseException as exc:
+            if is_ctrl_c(exc):
+                raise
             error = task_failure_error(run, 1, exc, stage="activation")
             await _store_start_then_fail(m, run, events, error, exc)
             return

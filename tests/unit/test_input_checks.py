@@ -89,11 +89,19 @@ def test_deadlines_stop_at_the_latest_time_instead_of_overflowing() -> None:
         ({"initial_interval": "10s", "maximum_interval": "5s"}, "must not be less than"),
         ({"initial_interval": 0}, "hot loop"),
         ({"initial_interval": "0s", "maximum_attempts": 0}, "hot loop"),
+        ({"initial_interval": 1e-9}, "hot loop"),  # its default cap is 100 x: 100 ns
+        ({"initial_interval": 1e-300, "backoff_coefficient": 1.0}, "hot loop"),
+        ({"initial_interval": "1ms", "maximum_interval": 0.0005}, "must not be less than"),
         ({"non_retryable_error_kinds": [["x"]]}, "error kinds"),
     ],
 )
 def test_bad_retry_policies_are_invalid(kwargs: dict[str, Any], words: str) -> None:
     assert words in invalid(roost.RetryPolicy, **kwargs).message
+
+
+def test_unlimited_retries_may_settle_at_one_millisecond() -> None:
+    policy = roost.RetryPolicy(initial_interval=1e-5, maximum_interval="1ms")
+    assert policy.cap == 0.001
 
 
 def test_a_zero_interval_is_fine_with_a_bounded_number_of_attempts() -> None:

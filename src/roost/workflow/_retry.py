@@ -12,6 +12,10 @@ from roost._backoff import capped_backoff
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 
+# The smallest interval unlimited retries may settle at: below it a failing activity is
+# retried in a hot loop (thousands of attempts a second) for ever.
+MIN_UNLIMITED_INTERVAL: Final = 0.001
+
 __all__ = ["RetryPolicy", "activity_options", "next_retry", "retry_policy"]
 
 
@@ -62,11 +66,14 @@ class RetryPolicy:
                 f"initial_interval ({self.initial_interval:g}s): raise maximum_interval, or "
                 "leave it out for 100 x initial_interval",
             )
-        if attempts == 0 and self.initial_interval == 0:
+        if attempts == 0 and self.cap < MIN_UNLIMITED_INTERVAL:
             raise invalid(
-                "initial_interval=0 with unlimited attempts (maximum_attempts=0) retries a "
-                "failing activity in a hot loop: give initial_interval a duration such as "
-                "'1s', or set maximum_attempts",
+                f"a retry interval that never grows past {self.cap:g}s with unlimited attempts "
+                "(maximum_attempts=0) retries a failing activity in a hot loop: give "
+                f"initial_interval (or maximum_interval) at least {MIN_UNLIMITED_INTERVAL:g}s, "
+                "such as '1s', or set maximum_attempts",
+                initial_interval=self.initial_interval,
+                maximum_interval=self.cap,
             )
 
     @property

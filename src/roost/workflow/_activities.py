@@ -349,10 +349,10 @@ class ActivityWorker:
             _Unstorable: ``value`` cannot be recorded (nothing was written).
         """
         if error is None:
-            # A result is a payload: the payload limits, not only the record's (which
-            # would store a result one level too deep for the workflow to pass on).
+            # A result is a payload: it gets MAX_DEPTH on its own, not the envelope's allowance
+            # around it, or the workflow would get a value it can never hand on.
             try:
-                self.m.codec.check(value, what="result")
+                self.m.codec.check(value, what=_RESULT_PATH)
             except Error as exc:
                 raise _Unstorable(exc) from None
         await self.m.settle(

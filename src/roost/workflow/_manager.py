@@ -498,6 +498,8 @@ class WorkflowManager:
         run.exit_reported(event.pid)
         incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
         try:
+            # The value is a payload: MAX_DEPTH on its own, not the event's envelope allowance.
+            self.codec.check(event.value, what="exit value")
             self.codec.encode(incoming)
         except Error as exc:  # the exit value cannot be recorded: record why instead
             incoming = ProcessExited(pid=event.pid, error=exc)

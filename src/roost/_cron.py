@@ -13,7 +13,7 @@ from typing import Final
 import attrs
 from croniter import croniter
 
-from roost._errors import invalid
+from roost._errors import invalid, shown
 
 __all__ = ["CronSchedule", "parse_cron", "parse_firing_cron"]
 
@@ -71,7 +71,7 @@ def parse_cron(expression: object) -> CronSchedule:
         roost.Error: kind Invalid, naming the expected fields, for a malformed expression.
     """
     if not isinstance(expression, str) or not expression.strip():
-        raise invalid(f"a cron expression must be a non-empty string, got {expression!r}")
+        raise invalid(f"a cron expression must be a non-empty string, got {shown(expression)}")
     text = " ".join(expression.split())
     count = len(text.split(" "))
     layout = _LAYOUTS.get(count)

@@ -141,7 +141,8 @@ def safe_text(value: object, limit: int = MAX_TEXT) -> str:
     return text
 
 
-def _safe_repr(value: object) -> str:
+def shown(value: object) -> str:
+    """``repr(value)`` for a message, never raising (user objects may have a hostile repr)."""
     try:
         text = repr(value)
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is described
@@ -270,7 +271,7 @@ def _cleaned_details(details: Any) -> dict[str, Any]:
     try:
         items = list(details.items()) if isinstance(details, Mapping) else []
     except BaseException:  # noqa: BLE001 - a hostile mapping: nothing of it is kept
-        return {"details": _safe_repr(details)}
+        return {"details": shown(details)}
     return {safe_text(k, 300): _cleaned(v, 1) for k, v in items}
 
 
@@ -278,7 +279,7 @@ def _cleaned(value: Any, depth: int) -> Any:
     try:
         return _cleaned_or_repr(value, depth)
     except BaseException:  # noqa: BLE001 - a hostile value: its repr is kept instead
-        return _safe_repr(value)
+        return shown(value)
 
 
 def _cleaned_or_repr(value: Any, depth: int) -> Any:
@@ -293,7 +294,7 @@ def _cleaned_or_repr(value: Any, depth: int) -> Any:
         return [_cleaned(v, depth + 1) for v in value]
     if depth < _MAX_DEPTH and tp is dict:
         return {_cleaned_key(k): _cleaned(v, depth + 1) for k, v in value.items()}
-    return _safe_repr(value)
+    return shown(value)
 
 
 def _cleaned_key(key: Any) -> Any:
@@ -302,7 +303,7 @@ def _cleaned_key(key: Any) -> Any:
         return safe_text(key, 300)
     if tp in _SCALARS:
         return key
-    return _safe_repr(key)
+    return shown(key)
 
 
 class NondeterminismError(Error):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from roost._errors import invalid
+from roost._errors import invalid, shown
 from roost._text import check_text
 
 __all__ = ["LOCAL_NODE", "Pid", "check_pid_part"]
@@ -50,7 +50,9 @@ class Pid:
             roost.Error: kind Invalid when the text is not a PID.
         """
         if not isinstance(text, str):
-            raise invalid(f"a PID must be a string like '{{app:processes|1.00001}}', got {text!r}")
+            raise invalid(
+                f"a PID must be a string like '{{app:processes|1.00001}}', got {shown(text)}"
+            )
         if len(text) < 4 or text[0] != "{" or text[-1] != "}" or "|" not in text:
             raise invalid(
                 f"{text!r} is not a PID: expected '{{node@host|id}}' or '{{host|id}}'",

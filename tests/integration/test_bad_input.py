@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -381,3 +382,41 @@ async def test_a_history_holding_a_payload_at_the_depth_limit_saves_and_loads(
         await process.with_options(id="deep").exec("bad:echo", deep)
         path = save_history(node.history("deep"), tmp_path / "deep.cbor")
     assert Replayer(app).replay(load_history(path)) == deep
+
+
+class HostileRepr:
+    """Bad input whose repr() and str() raise: the refusal must still be an Invalid."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+
+async def test_bad_input_whose_repr_raises_is_still_invalid(autojump_clock: Any) -> None:
+    bad = HostileRepr()
+    async with roost.open_node(app) as node:
+        refusals: dict[str, Callable[[], Any]] = {
+            "send topic": lambda: process.send(process.pid(), bad),
+            "send dest": lambda: process.send(bad, "t"),
+            "describe": lambda: node.describe(bad),
+            "list_workflows": lambda: node.list_workflows(bad),
+            "Pid.parse": lambda: roost.Pid.parse(bad),
+            "app.cron": lambda: app.cron(bad, "bad:never"),
+            "app.queue": lambda: app.queue(bad),
+            "publish": lambda: roost.publish(bad, 1),
+        }
+        for what, call in refusals.items():
+            with pytest.raises(roost.Error) as info:
+                call()
+            assert info.value.kind is roost.ErrorKind.INVALID, what
+            assert "repr() raised RuntimeError" in info.value.message, what
+        for what, acall in {
+            "enqueue": lambda: roost.enqueue(bad, "bad:echo", 1),
+            "state.get": lambda: roost.state.get(bad, "k"),
+            "spawn": lambda: process.spawn(bad),
+        }.items():
+            with pytest.raises(roost.Error) as info:
+                await acall()
+            assert info.value.kind is roost.ErrorKind.INVALID, what

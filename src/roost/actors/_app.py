@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._text import check_text
 
 __all__ = ["App", "Entry", "EntryKind", "HostSpec"]
@@ -317,7 +317,7 @@ class App:
         if not isinstance(entry_id, str) or ":" not in entry_id:
             raise invalid(
                 f"an entry is an id like '{self.name}:worker' or a function registered "
-                f"with @app.process / @app.activity; got {ref!r}",
+                f"with @app.process / @app.activity; got {shown(ref)}",
             )
         entry = self._entries.get(entry_id)
         if entry is None:

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from roost._duration import deadline_after
-from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import LOCAL_NODE, Pid
 from roost.actors._app import App, Entry, EntryKind
 from roost.actors._contain import must_propagate
@@ -134,7 +134,9 @@ class Node:
             if dest[:1] == "{":
                 return Pid.parse(dest)
             return self.registry.require(check_name(dest))
-        raise invalid(f"a destination is a Pid, a PID string or a registered name, got {dest!r}")
+        raise invalid(
+            f"a destination is a Pid, a PID string or a registered name, got {shown(dest)}"
+        )
 
     def live(self, dest: object) -> Process:
         """The live process behind ``dest``.

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import attrs
 
-from roost._errors import ChannelClosed, Error, ErrorKind, invalid
+from roost._errors import ChannelClosed, Error, ErrorKind, invalid, shown
 from roost._pid import Pid
 from roost._text import check_text
 from roost.mailbox._backend import Waiter
@@ -44,7 +44,7 @@ class Message:
 def check_topic(topic: object) -> str:
     """Validate a user topic: a non-empty string not starting with '@'."""
     if not isinstance(topic, str) or not topic:
-        raise invalid(f"a topic must be a non-empty string, got {topic!r}")
+        raise invalid(f"a topic must be a non-empty string, got {shown(topic)}")
     if topic[0] == "@":
         raise invalid(
             f"topic {topic!r} is reserved: topics starting with '@' belong to roost "

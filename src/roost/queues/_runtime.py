@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from roost._duration import deadline_after
-from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
 from roost.actors._api import funcs_call
 from roost.actors._app import EntryKind, register_extension, register_node_service
@@ -136,7 +136,8 @@ class QueueRuntime:
         spec = self.specs.get(queue)
         if spec is None:
             raise invalid(
-                f"queue {queue!r} is not declared; declare it with app.queue({queue!r}, ...) "
+                f"queue {shown(queue)} is not declared; declare it with "
+                f"app.queue({shown(queue)}, ...) "
                 f"(declared: {', '.join(sorted(self.specs))})",
                 queue=queue,
             )

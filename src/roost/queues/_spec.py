@@ -12,7 +12,7 @@ import attrs
 
 from roost._backoff import capped_backoff
 from roost._duration import parse_duration
-from roost._errors import Error, invalid
+from roost._errors import Error, invalid, shown
 from roost._text import check_text
 
 __all__ = [
@@ -62,7 +62,7 @@ def make_spec(name: str, settings: dict[str, Any]) -> QueueSpec:
         roost.Error: kind Invalid naming the setting and what it accepts.
     """
     if not isinstance(name, str) or not name or any(c in name for c in "{}|@ "):
-        raise invalid(f"a queue name is a non-empty string without '{{}}|@ ', got {name!r}")
+        raise invalid(f"a queue name is a non-empty string without '{{}}|@ ', got {shown(name)}")
     check_text(name, "a queue name")
     if len(name.encode()) > _MAX_NAME:
         raise invalid(f"a queue name is at most {_MAX_NAME} bytes, got {len(name.encode())}")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import trio
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, ErrorKind, invalid, shown
 from roost._text import check_text
 from roost.actors._process import bound_node, current_any, maybe_current_process
 from roost.queues._state_ops import apply_ops, parse_ops
@@ -64,8 +64,8 @@ def _check_name(value: Any, name: str, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise invalid(
             f"{what}: the state {name} must be a non-empty str, got {type(value).__name__} "
-            f"{value!r}",
-            **{name: repr(value)},
+            f"{shown(value)}",
+            **{name: shown(value)},
         )
     return check_text(value, f"{what}: the state {name}")
 

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import attrs
 
-from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
 from roost.storage import MAX_KEY_SIZE, Codec, Store, key
 from roost.storage._quarantine import (
@@ -69,7 +69,8 @@ def run_key(workflow_id: object) -> bytes | None:
     if not isinstance(workflow_id, str):
         hint = " (pass pid.id, the workflow id of a PID)" if isinstance(workflow_id, Pid) else ""
         raise invalid(
-            f"a workflow id is a string, got {type(workflow_id).__name__} {workflow_id!r}{hint}"
+            f"a workflow id is a string, got {type(workflow_id).__name__} "
+            f"{shown(workflow_id)}{hint}"
         )
     if not workflow_id or (not workflow_id.isascii() and not _has_utf8(workflow_id)):
         return None
@@ -179,7 +180,7 @@ def parse_query(query: str | None) -> list[tuple[str, str, str]]:
     if query is not None and not isinstance(query, str):
         raise invalid(
             f"a query is a string like \"status = 'running'\" (or None for all), got "
-            f"{type(query).__name__} {query!r}"
+            f"{type(query).__name__} {shown(query)}"
         )
     if query is None or not query.strip():
         return []

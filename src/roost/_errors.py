@@ -130,7 +130,7 @@ def safe_text(value: object, limit: int = MAX_TEXT) -> str:
     try:
         text = value if type(value) is str else str.__str__(str(value))
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is described
-        text = f"<{_type_name(value)} object: str() raised {type(exc).__name__}>"
+        text = f"<{type_name(value)} object: str() raised {type(exc).__name__}>"
     if not text.isascii():
         try:
             text.encode("utf-8")
@@ -146,11 +146,11 @@ def shown(value: object) -> str:
     try:
         text = repr(value)
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is described
-        text = f"<{_type_name(value)} object: repr() raised {type(exc).__name__}>"
+        text = f"<{type_name(value)} object: repr() raised {type(exc).__name__}>"
     return safe_text(text, 1000)
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
     """The qualified type name of ``value`` (``module.Qualname``, builtins unqualified)."""
     tp = type(value)
     try:
@@ -177,7 +177,7 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _foreign(exc: BaseException) -> Error:
-    qualified = _type_name(exc)
+    qualified = type_name(exc)
     text = _exception_text(exc)
     err = Error(
         f"{qualified}: {text}" if text else qualified,
@@ -327,7 +327,7 @@ def invalid(message: str, **details: Any) -> Error:
     input) are escaped: the error itself must stay storable and printable.
     """
     return Error(
-        _escaped(message),
+        escaped(message),
         kind=ErrorKind.INVALID,
         retryable=False,
         details=_escaped_details(details),
@@ -337,27 +337,22 @@ def invalid(message: str, **details: Any) -> Error:
 def not_found(message: str, **details: Any) -> Error:
     """Build a NotFound error (strings escaped as by ``invalid``)."""
     return Error(
-        _escaped(message),
+        escaped(message),
         kind=ErrorKind.NOT_FOUND,
         retryable=False,
         details=_escaped_details(details),
     )
 
 
-def _escaped(text: str) -> str:
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+def escaped(text: str) -> str:
+    r"""``text`` with lone surrogates escaped (U+D800 becomes the six characters ``\ud800``)."""
+    return safe_text(text, len(text))
 
 
 def _escaped_details(details: dict[str, Any]) -> dict[str, Any]:
     for name, value in details.items():
         if isinstance(value, str) and not value.isascii():
-            details[name] = _escaped(value)
+            details[name] = escaped(value)
     return details
 
 

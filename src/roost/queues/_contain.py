@@ -21,7 +21,7 @@ from roost._interrupt import is_ctrl_c
 from roost.actors._contain import must_propagate
 from roost.storage import Codec
 
-__all__ = ["clean_text", "contain", "describe", "safe_error"]
+__all__ = ["contain", "describe", "safe_error"]
 
 _REPR_LIMIT: Final = 2000
 _CODEC: Final = Codec()
@@ -74,11 +74,6 @@ def describe(err: Error) -> str:
     Not ``str(err)``: a subclass may override ``__str__``, and the message may hold surrogates.
     """
     return f"[{err.kind.value}] {safe_text(err.message)}"
-
-
-def clean_text(text: str) -> str:
-    r"""``text`` with lone surrogates escaped: U+D800 becomes the six characters ``\ud800``."""
-    return safe_text(text, len(text))
 
 
 def _round_trips(value: Any) -> bool:

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 import attrs
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, ErrorKind, escaped, invalid
 from roost._pid import Pid
 from roost.actors._app import (
     ENTRY_ATTR,
@@ -38,7 +38,6 @@ from roost.actors._app import (
     register_app_check,
     register_extension,
 )
-from roost.queues._contain import clean_text
 from roost.queues._http_body import MAX_JSON_DEPTH, read_json
 from roost.storage._codec import record
 
@@ -492,7 +491,7 @@ def error_response(
     The status is ``status_for(err.kind)`` unless ``status`` is given; never a traceback.
     """
     message = err.message if isinstance(err.message, str) else repr(err.message)
-    payload = {"error": {"kind": err.kind.value, "message": clean_text(message)}}
+    payload = {"error": {"kind": err.kind.value, "message": escaped(message)}}
     return _json(status if status is not None else status_for(err.kind), payload, headers or {})
 
 
@@ -501,7 +500,7 @@ def _json(status: int, value: Any, extra: Mapping[str, str]) -> Rendered:
         body = json.dumps(value, default=_to_json, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise Error(
-            f"the handler's result cannot be sent as JSON: {clean_text(str(exc))}",
+            f"the handler's result cannot be sent as JSON: {escaped(str(exc))}",
             kind=ErrorKind.INTERNAL,
             retryable=False,
         ) from exc

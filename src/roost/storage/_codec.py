@@ -299,7 +299,7 @@ def _corrupt(what: str, value: Any) -> Error:
 
 def _decode_pid(value: Any, _immutable: bool) -> Pid:
     # Parts that were a valid PID when written are trusted: re-validating every stored PID
-    # was a measurable share of replay and recovery. Only their types are checked.
+    # costs a measurable share of replay and recovery. Only their types are checked.
     try:
         node, host, ident = value
     except (TypeError, ValueError):

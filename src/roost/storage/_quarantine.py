@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import attrs
 
-from roost._errors import Error, ErrorKind
+from roost._errors import Error, ErrorKind, escaped
 from roost.storage._codec import Codec, record
 from roost.storage._keys import key
 from roost.storage._store import MAX_KEY_SIZE, ReadTxn, Store, WriteTxn
@@ -87,16 +87,11 @@ def quarantine_key(unit: str, ident: str) -> bytes:
     return key(unit, "sha256:" + hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest())
 
 
-def _safe(text: str) -> str:
-    # A decode error can quote the stored bytes; keep it encodable (no lone surrogates).
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def decode_error(exc: BaseException, table: str, row_key: bytes) -> Error:
     """The error stored with a row that could not be decoded (always encodable)."""
     cause = exc.message if isinstance(exc, Error) else f"{type(exc).__name__}: {exc}"
     return Error(
-        _safe(f"the {table} row {row_key!r:.120} cannot be decoded: {cause}"),
+        escaped(f"the {table} row {row_key!r:.120} cannot be decoded: {cause}"),
         kind=ErrorKind.INTERNAL,
         retryable=False,
         details={"table": table, "key": row_key.hex(), "cause": type(exc).__name__},

@@ -324,7 +324,7 @@ class Driver(Chance):
         if isinstance(command, Complete):
             self._check_final(command.value, "result", task)
         elif isinstance(command, ContinueAsNew):
-            self._check_final_args(command.args, "continue-as-new input", task)
+            self._check_final(command.args, "continue-as-new input", task, each=True)
         else:
             try:
                 self._validate(command.error, "workflow error")
@@ -340,17 +340,13 @@ class Driver(Chance):
                 self.status, self.error = Status.FAILED, error
         self.close()
 
-    def _check_final(self, value: Any, what: str, task: Task) -> None:
-        """Raise (a task failure: no call site to raise it at) if ``value`` cannot be recorded."""
-        try:
-            self._validate(value, f"workflow {what}")
-        except Exception as exc:
-            raise unrecordable(what, exc, task) from exc
+    def _check_final(self, value: Any, what: str, task: Task, *, each: bool = False) -> None:
+        """Raise (a task failure: no call site to raise it at) if ``value`` cannot be recorded.
 
-    def _check_final_args(self, args: Sequence[Any], what: str, task: Task) -> None:
-        """``_check_final`` for arguments: each one is a payload of its own."""
+        ``each``: ``value`` is a list of arguments, each one a payload of its own.
+        """
         try:
-            self._validate_args(args, f"workflow {what}")
+            (self._validate_args if each else self._validate)(value, f"workflow {what}")
         except Exception as exc:
             raise unrecordable(what, exc, task) from exc
 

@@ -39,9 +39,9 @@ __all__ = [
     "check_version_range",
     "close_all",
     "divergence",
+    "exception_text",
     "foreign_error",
     "recordable_error",
-    "safe_text",
     "trio_misuse",
     "unrecordable",
     "version_dropped",
@@ -331,7 +331,7 @@ def divergence(
     )
 
 
-def safe_text(exc: BaseException) -> str:
+def exception_text(exc: BaseException) -> str:
     """The text of ``exc`` (an Error's message), never raising, in a form that encodes."""
     return text_of(exc.message if isinstance(exc, Error) else exc)
 
@@ -345,7 +345,11 @@ def unrecordable(what: str, exc: BaseException, task: Task) -> Error:
     code: types.CodeType | None = getattr(task.coro, "cr_code", None)
     location = f"{code.co_filename}:{code.co_firstlineno}" if code else "<unknown>"
     function = code.co_qualname if code else "?"
-    reason = safe_text(exc) if isinstance(exc, Error) else f"{type(exc).__name__}: {safe_text(exc)}"
+    reason = (
+        exception_text(exc)
+        if isinstance(exc, Error)
+        else f"{type(exc).__name__}: {exception_text(exc)}"
+    )
     return invalid(
         f"the workflow's {what} cannot be recorded ({reason}); the workflow function "
         f"{function} (defined at {location}) must return values the codec encodes",
@@ -355,20 +359,7 @@ def unrecordable(what: str, exc: BaseException, task: Task) -> Error:
 
 def workflow_error(exc: Exception) -> Error:
     """What an exception that workflow code did not catch fails the workflow with."""
-    try:
-        return Error.from_exception(exc)
-    except Exception:  # noqa: BLE001 - its __str__ raised: keep the type, not the text
-        cls = type(exc)
-        name = (
-            cls.__qualname__
-            if cls.__module__ == "builtins"
-            else (f"{cls.__module__}.{cls.__qualname__}")
-        )
-        return Error(
-            f"{name}: {safe_text(exc)}",
-            kind=ErrorKind.INTERNAL,
-            details={"type": name, "message": safe_text(exc)},
-        )
+    return Error.from_exception(exc)  # never raises, whatever the exception's __str__ does
 
 
 def recordable_error(error: Error, problem: BaseException) -> Error:
@@ -378,10 +369,10 @@ def recordable_error(error: Error, problem: BaseException) -> Error:
     that do not encode are replaced by a note of why.
     """
     return Error(
-        safe_text(error),
+        exception_text(error),
         kind=error.kind,
         retryable=error.retryable,
-        details={"unrecorded_details": safe_text(problem)},
+        details={"unrecorded_details": exception_text(problem)},
     )
 
 

@@ -32,8 +32,8 @@ import attrs
 import trio
 
 from roost._backoff import capped_backoff
-from roost._errors import Error, ErrorKind, NondeterminismError
-from roost.workflow._driver_parts import safe_text
+from roost._errors import Error, ErrorKind, NondeterminismError, type_name
+from roost.workflow._driver_parts import exception_text
 from roost.workflow._run import Pending, Run
 from roost.workflow._watchdog import Guard
 
@@ -80,13 +80,6 @@ def task_backoff(failures: int) -> float:
     return capped_backoff(1.0, 2.0, failures - 1, MAX_TASK_BACKOFF)
 
 
-def _type_name(exc: BaseException) -> str:
-    cls = type(exc)
-    return (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
-
-
 def code_location(exc: BaseException) -> str | None:
     """file:line of the innermost frame of workflow code in ``exc``'s traceback, if any."""
     if isinstance(exc, Error) and isinstance(exc.details.get("location"), str):
@@ -116,7 +109,7 @@ def task_failure_error(run: Run, activation: int, cause: BaseException, *, stage
         "workflow_id": run.pid.id,
         "activation": activation,
         "stage": stage,
-        "type": _type_name(cause),
+        "type": type_name(cause),
         "attempt": attempt,
         "retry_in": task_backoff(attempt),
     }
@@ -126,7 +119,7 @@ def task_failure_error(run: Run, activation: int, cause: BaseException, *, stage
         error = cause.clone()
         error.details = {**details, **cause.details}
         return error
-    text = safe_text(cause)
+    text = exception_text(cause)
     kind = cause.kind if isinstance(cause, Error) else ErrorKind.INTERNAL
     where = f" at {location}" if location else ""
     what = {
@@ -138,7 +131,7 @@ def task_failure_error(run: Run, activation: int, cause: BaseException, *, stage
     if isinstance(cause, Error):
         shown = f"[{cause.kind.value}] {text}"
     else:
-        shown = f"{_type_name(cause)}: {text}" if text else _type_name(cause)
+        shown = f"{type_name(cause)}: {text}" if text else type_name(cause)
     return Error(
         f"workflow {run.pid.id!r}: {what}: {shown}. This is a workflow "
         f"task failure: nothing of the activation was committed and the task is retried "

@@ -41,8 +41,7 @@ def contain(exc: BaseException) -> Error:
         if passing is not None:
             raise passing
         assert rest is not None
-        if len(rest.exceptions) == 1:  # one failure in a nursery: report that failure
-            return contain(rest.exceptions[0])
+        exc = rest  # reported as the group, as activities and processes report it
     elif must_propagate(exc):
         raise exc
     return safe_error(Error.from_exception(exc))

@@ -11,6 +11,7 @@ import signal
 
 import pytest
 import trio
+from hostile_exceptions import BothRaiseError, StrRaisesError
 
 import roost
 from roost import funcs, process
@@ -21,19 +22,6 @@ from roost.testing.strategies import nested
 app = roost.App("contain")
 attempts: list = []
 FAST_TWICE = roost.RetryPolicy(initial_interval="5ms", maximum_attempts=2)
-
-
-class StrRaisesError(Exception):
-    def __str__(self):
-        raise RuntimeError("no text")
-
-
-class BothRaiseError(Exception):
-    def __str__(self):
-        raise RuntimeError
-
-    def __repr__(self):
-        raise RuntimeError
 
 
 def hostile(what):
@@ -112,12 +100,15 @@ EXPECTED = {
     "keyboard_interrupt": ("KeyboardInterrupt", "KeyboardInterrupt"),
     "surrogates": ("ValueError", "ValueError: bad \\ud800 text"),
     "str_raises": (
-        f"{__name__}.StrRaisesError",
-        f"{__name__}.StrRaisesError: <str() raised RuntimeError; repr: StrRaisesError()>",
+        "hostile_exceptions.StrRaisesError",
+        "hostile_exceptions.StrRaisesError: <str() raised RuntimeError; repr: StrRaisesError()>",
     ),
     "both_raise": (
-        f"{__name__}.BothRaiseError",
-        f"{__name__}.BothRaiseError: <str() raised RuntimeError, repr() raised RuntimeError>",
+        "hostile_exceptions.BothRaiseError",
+        (
+            "hostile_exceptions.BothRaiseError: "
+            "<str() raised RuntimeError, repr() raised RuntimeError>"
+        ),
     ),
 }
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hostile_exceptions import Custom, StrRaisesError
 
 import roost
 from roost import state
@@ -25,15 +26,6 @@ from roost.queues._http import MAX_JSON_DEPTH  # documented in docs/orchestratio
 
 app = roost.App("webjail")
 handled: list[Any] = []
-
-
-class StrRaisesError(Exception):
-    def __str__(self) -> str:
-        raise RuntimeError("str() refuses")
-
-
-class Custom(BaseException):
-    """A BaseException subclass of the user's own."""
 
 
 RAISES: dict[str, Any] = {

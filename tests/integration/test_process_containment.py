@@ -8,24 +8,12 @@ stops the node.
 
 import pytest
 import trio
+from hostile_exceptions import BothRaiseError, StrRaisesError
 
 import roost
 from roost import coroutine, process
 
 app = roost.App("pc")
-
-
-class StrRaisesError(Exception):
-    def __str__(self):
-        raise RuntimeError("no text")
-
-
-class BothRaiseError(Exception):
-    def __str__(self):
-        raise RuntimeError
-
-    def __repr__(self):
-        raise RuntimeError
 
 
 def hostile(what):
@@ -40,11 +28,11 @@ def hostile(what):
 
 EXPECTED = {
     "str_raises": (
-        f"{__name__}.StrRaisesError",
+        "hostile_exceptions.StrRaisesError",
         "<str() raised RuntimeError; repr: StrRaisesError()>",
     ),
     "both_raise": (
-        f"{__name__}.BothRaiseError",
+        "hostile_exceptions.BothRaiseError",
         "<str() raised RuntimeError, repr() raised RuntimeError>",
     ),
     "surrogates": ("ValueError", "bad \\ud800 text"),

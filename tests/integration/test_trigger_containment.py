@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import trio
+from hostile_exceptions import Custom, StrRaisesError
 
 import roost
 from roost import ErrorKind
@@ -28,15 +29,6 @@ app.queue("x" * 100, max_retries=0, jitter=0)  # a long name: workflow ids hash 
 
 calls: list[Any] = []
 plans: dict[str, int] = {}  # key -> failures left (the "flaky" workflow)
-
-
-class StrRaisesError(Exception):
-    def __str__(self) -> str:
-        raise RuntimeError("str() refuses")
-
-
-class Custom(BaseException):
-    """A BaseException subclass of the user's own."""
 
 
 def _group() -> BaseException:

@@ -13,19 +13,26 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from roost._errors import Error, ErrorKind
+from roost._errors import Error
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult
 from roost.storage import WriteTxn, key
-from roost.workflow._family import apply_close_policies, chain_next, hand_over, successor
+from roost.workflow._family import apply_close_policies, follow, hand_over, run_state
 from roost.workflow._history import TimerFired
+from roost.workflow._planner import (
+    CloseOutcome,
+    ClosePlan,
+    TimeoutKind,
+    plan_close,
+    timeout_error,
+)
 from roost.workflow._records import RunStatus, TimerTask, timer_key
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["announce_closed", "close_from_outside", "fire_timer", "timeout_error"]
+__all__ = ["announce_closed", "close_from_outside", "fire_timer"]
 
 # Results that decode as themselves: no need to round-trip them through the codec.
 _AS_RECORDED: frozenset[type] = frozenset({type(None), bool, int, float, str, bytes})
@@ -48,18 +55,10 @@ async def fire_timer(m: WorkflowManager, timer: TimerTask) -> None:
             run.held = False
             m.ready(run)
         case "run_timeout" | "execution_timeout":
-            kind = timer.kind.removesuffix("_timeout")
-            error = timeout_error(run, kind, run.record.options.get(timer.kind, 0.0))
+            kind: TimeoutKind = "run" if timer.kind == "run_timeout" else "execution"
+            seconds = run.record.options.get(timer.kind, 0.0)
+            error = timeout_error(run.record.workflow_id, kind, seconds)
             await close_from_outside(m, run, RunStatus.TIMED_OUT, error)
-
-
-def timeout_error(run: Run, kind: str, seconds: float) -> Error:
-    """The error of a run closed by its run or execution timeout."""
-    return Error(
-        f"workflow {run.record.workflow_id!r} exceeded its {kind}_timeout of {seconds:g}s",
-        kind=ErrorKind.TIMEOUT,
-        details={"timeout_type": kind, "timeout": seconds, "workflow_id": run.pid.id},
-    )
 
 
 async def close_from_outside(m: WorkflowManager, run: Run, status: RunStatus, error: Error) -> None:
@@ -85,23 +84,14 @@ async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) 
     elif run.record.status is not RunStatus.RUNNING:
         return  # its own last activation closed it meanwhile
     at = m.node.now()
-    closing = attrs.evolve(run.record, status=status, error=error, closed_at=at)
-    following = chain_next(closing, at)
-    nxt = None
-    if following is not None:
-        attempt, not_before = following
-        nxt = successor(
-            m,
-            run,
-            at,
-            closing,
-            entry=run.entry.id,
-            args=m.input_of(run),
-            attempt=attempt,
-            not_before=not_before,
-        )
+    plan = plan_close(run_state(run.record), CloseOutcome.outside(status, error), at)
+    assert plan.status is not None  # only a continue-as-new plans no closing record
+    closing = attrs.evolve(
+        run.record, status=plan.status, error=plan.error, closed_at=plan.closed_at
+    )
+    nxt = None if plan.next is None else follow(m, run, at, closing, plan.next)
     what = f"closing workflow {run.pid.id!r} ({status.value})"
-    if not await m.commit_retrying(_close_writer(m, run, closing, nxt), what):
+    if not await m.commit_retrying(_close_writer(m, run, plan, closing, nxt), what):
         return  # the node stops: the run is still open in the store, as recovery finds it
     m.timers.drop(run)  # their rows went with the close
     run.record = closing
@@ -117,6 +107,7 @@ async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) 
 def _close_writer(
     m: WorkflowManager,
     run: Run,
+    plan: ClosePlan,
     closing: Any,
     nxt: tuple[Run, list[tuple[bytes, bytes, Any]]] | None,
 ) -> Any:
@@ -128,10 +119,11 @@ def _close_writer(
         rows += [("inbox", k, v) for k, v, _ in staged]
         rows += [("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in new.timers]
     run_id = closing.run_id
-    timers = m.timers.rows(run)  # none of them fires now
+    timers = m.timers.rows(run) if plan.drop_timers else []  # none of them fires now
+    purge = plan.purge
 
     def write(txn: WriteTxn) -> None:
-        for table in ("inbox", "tasks"):
+        for table in purge:
             for k, _ in list(txn.prefix(table, key(run_id))):
                 txn.delete(table, k)
         for k in timers:

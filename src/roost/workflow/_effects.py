@@ -15,7 +15,7 @@ from roost._pid import Pid
 from roost.actors._events import Exit
 from roost.actors._node import Node, SpawnRequest
 from roost.storage import WriteTxn, key
-from roost.workflow._family import chain_next, hand_over, start_child, successor
+from roost.workflow._family import follow, hand_over, run_state, start_child
 from roost.workflow._history import (
     Activation,
     CancelActivity,
@@ -33,9 +33,9 @@ from roost.workflow._history import (
     StopProcess,
     UpsertAttributes,
 )
+from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close
 from roost.workflow._records import (
     ActivityTask,
-    RunStatus,
     TimerTask,
     history_key,
     task_key,
@@ -77,6 +77,7 @@ class Effects:
             self.record = attrs.evolve(self.record, task_failure=None)
         self.size = 0  # bytes of the encoded activation, once written
         self.final = False
+        self.plan: ClosePlan | None = None  # set when this activation closes the run
         self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
         self.children: list[Run] = []
         self.moved: set[bytes | Settled] = set()
@@ -118,13 +119,11 @@ class Effects:
                     memo={**self.record.memo, **memo},
                 )
             case Complete(value=value):
-                self._close(RunStatus.COMPLETED, value, None)
+                self._close(CloseOutcome.completed(value))
             case Fail(error=error):
-                self._close(RunStatus.FAILED, None, error)
+                self._close(CloseOutcome.failed(error))
             case ContinueAsNew(entry=entry, args=args):
-                self.continued = successor(
-                    self.m, self.run, self.at, self.record, entry=entry, args=args
-                )
+                self._close(CloseOutcome.continued_as_new(entry, args))
             case StartChild():
                 self._start_child(command)
 
@@ -185,27 +184,20 @@ class Effects:
         self.sent_to[id(target)] = sent + 1
         return True
 
-    def _close(self, status: RunStatus, value: Any, error: Error | None) -> None:
-        if status is RunStatus.COMPLETED and self.record.cancel_requested:
-            status = RunStatus.CANCELED  # it returned after a cancel request
-        self.record = attrs.evolve(
-            self.record, status=status, result=value, error=error, closed_at=self.at
-        )
-        following = chain_next(self.record, self.at)
-        if following is None:
+    def _close(self, outcome: CloseOutcome) -> None:
+        self.plan = plan = plan_close(run_state(self.record), outcome, self.at)
+        if plan.status is not None:
+            self.record = attrs.evolve(
+                self.record,
+                status=plan.status,
+                result=plan.result,
+                error=plan.error,
+                closed_at=plan.closed_at,
+            )
+        if plan.next is None:
             self.final = True
             return
-        attempt, not_before = following  # a retry or the next cron run
-        self.continued = successor(
-            self.m,
-            self.run,
-            self.at,
-            self.record,
-            entry=self.run.entry.id,
-            args=self.m.input_of(self.run),
-            attempt=attempt,
-            not_before=not_before,
-        )
+        self.continued = follow(self.m, self.run, self.at, self.record, plan.next)
 
     def writer(
         self, act: Activation, consumed: list[bytes | Settled]
@@ -225,11 +217,12 @@ class Effects:
         tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
         dropped = [task_key(record.run_id, seq) for seq in self.cancelled]
         run_id = record.run_id
-        closing = self.final or self.continued is not None
+        plan = self.plan
         # A closing run's timers never fire: their rows go with it (this step's are not kept).
-        own = () if closing else self.timers
+        own = () if plan is not None else self.timers
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in own]
-        unarmed = self.m.timers.rows(self.run) if closing else []
+        unarmed = self.m.timers.rows(self.run) if plan is not None and plan.drop_timers else []
+        purge = plan.purge if plan is not None else ()
         sends = [(k, v) for _, k, v, _ in self.workflow_sends]
         child_rows = [
             (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
@@ -279,8 +272,7 @@ class Effects:
                     txn.put("inbox", k, v)
             # Activities still scheduled would only run again after a restart; a run that
             # nothing follows will not read its remaining events either.
-            tables = ("tasks", "inbox") if self.final else ("tasks",) if closing else ()
-            for table in tables:
+            for table in purge:
                 for k, _ in list(txn.prefix(table, key(run_id))):
                     txn.delete(table, k)
             txn.put("runs", record.workflow_id.encode(), record_bytes)

@@ -6,17 +6,22 @@ import datetime as dt
 import os
 from typing import TYPE_CHECKING, Any
 
-from roost._cron import parse_cron
-from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.mailbox._mailbox import EVENTS
 from roost.workflow._history import MessageArrived, StartChild, Started
 from roost.workflow._options import CHAIN_OPTIONS
+from roost.workflow._planner import (
+    NextRun,
+    OpenChild,
+    RunState,
+    plan_children,
+    plan_first_start,
+    plan_run_timers,
+)
 from roost.workflow._quarantine import quarantined_error
 from roost.workflow._records import RunRecord, RunStatus, TimerTask
-from roost.workflow._retry import next_retry
 from roost.workflow._run import Run, Settled
 
 if TYPE_CHECKING:
@@ -25,10 +30,11 @@ if TYPE_CHECKING:
 __all__ = [
     "SYSTEM_SEQ",
     "apply_close_policies",
-    "chain_next",
+    "follow",
     "hand_over",
     "new_run",
     "record_for_start",
+    "run_state",
     "start_child",
     "successor",
 ]
@@ -54,12 +60,7 @@ def record_for_start(
     options: dict[str, Any], *, parent: Pid | None, at: dt.datetime
 ) -> dict[str, Any]:
     """RunRecord fields for a workflow starting now with these (checked) start options."""
-    delay = options.get("start_delay", 0.0)
-    cron = options.get("cron_schedule")
-    not_before = deadline_after(at, delay) if delay else None
-    if cron is not None:  # the first run waits for the first fire time, as Temporal's does
-        not_before = parse_cron(cron).next_after(not_before or at)
-    timeout = options.get("execution_timeout")
+    first = plan_first_start(options, at)
     return {
         "parent": parent,
         "task_queue": options.get("task_queue", "default"),
@@ -67,10 +68,10 @@ def record_for_start(
         "memo": dict(options.get("memo") or {}),
         "name": options.get("name"),
         "options": {k: v for k, v in options.items() if k in CHAIN_OPTIONS},
-        "execution_deadline": deadline_after(at, timeout) if timeout else None,
+        "execution_deadline": first.execution_deadline,
         "summary": options.get("summary"),
         "details": options.get("details"),
-        "not_before": not_before,
+        "not_before": first.not_before,
     }
 
 
@@ -122,52 +123,49 @@ def new_run(
 
 
 def _run_timers(record: RunRecord, at: dt.datetime) -> list[TimerTask]:
-    timers = []
-
-    def timer(kind: str, due: dt.datetime, run_id: str = record.run_id) -> None:
-        seq = SYSTEM_SEQ[kind]
-        timers.append(
-            TimerTask(workflow_id=record.workflow_id, run_id=run_id, seq=seq, due=due, kind=kind)
+    planned = plan_run_timers(
+        not_before=record.not_before,
+        options=record.options,
+        execution_deadline=record.execution_deadline,
+        now=at,
+    )
+    return [
+        TimerTask(
+            workflow_id=record.workflow_id,
+            run_id=record.run_id,
+            seq=SYSTEM_SEQ[t.kind],
+            due=t.due,
+            kind=t.kind,
         )
-
-    begins = record.not_before if record.not_before is not None and record.not_before > at else at
-    if begins > at:
-        timer("start", begins)
-    run_timeout = record.options.get("run_timeout")
-    if run_timeout:
-        timer("run_timeout", deadline_after(begins, run_timeout))
-    if record.execution_deadline is not None:
-        # One per run: it closes whichever run of the chain is open at the deadline.
-        timer("execution_timeout", record.execution_deadline)
-    return timers
+        for t in planned
+    ]
 
 
-def chain_next(record: RunRecord, at: dt.datetime) -> tuple[int, dt.datetime] | None:
-    """After a run closed as ``record``: (attempt, start time) of the next run, or None.
+def run_state(record: RunRecord) -> RunState:
+    """What the planner's close rules read of a run, as of ``record``."""
+    return RunState(
+        workflow_id=record.workflow_id,
+        attempt=record.attempt,
+        options=record.options,
+        execution_deadline=record.execution_deadline,
+        cancel_requested=record.cancel_requested,
+    )
 
-    A failed or timed-out run is retried per its retry policy; otherwise a cron workflow
-    schedules its next run (a failure does not stop a schedule). Nothing follows a
-    cancel, a terminate or the execution timeout, or goes past the execution deadline.
-    """
-    if record.status not in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT):
-        return None
-    error = record.error
-    if error is not None and error.details.get("timeout_type") == "execution":
-        return None
-    deadline = record.execution_deadline
-    policy = record.options.get("retry_policy")
-    if record.status is not RunStatus.COMPLETED and policy is not None and error is not None:
-        delay = next_retry({"retry_policy": policy}, record.attempt, error)
-        if delay is not None:
-            when = deadline_after(at, delay)
-            if deadline is None or when < deadline:
-                return record.attempt + 1, when
-    cron = record.options.get("cron_schedule")
-    if cron is not None:
-        fire = parse_cron(cron).next_after(at)
-        if fire is not None and (deadline is None or fire < deadline):
-            return 1, fire
-    return None
+
+def follow(
+    m: WorkflowManager, run: Run, at: dt.datetime, old: RunRecord, nxt: NextRun
+) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
+    """The run the planner says follows ``run`` (closing as ``old``), and its staged inbox."""
+    return successor(
+        m,
+        run,
+        at,
+        old,
+        entry=nxt.entry if nxt.entry is not None else run.entry.id,
+        args=nxt.args if nxt.args is not None else m.input_of(run),
+        attempt=nxt.attempt,
+        not_before=nxt.not_before,
+    )
 
 
 def successor(
@@ -234,14 +232,15 @@ def hand_over(
 
 
 def apply_close_policies(m: WorkflowManager, run: Run) -> None:
-    for child_id, policy in run.record.child_policies.items():
-        child = m.runs.get(child_id)
-        if child is None or policy == "abandon":
-            continue
-        first = run.record.child_runs.get(child_id)
-        if first is not None and child.record.run_id != first and child.record.parent != run.pid:
-            continue  # that id now names someone else's workflow, not this run's child
-        if policy == "terminate":
+    record = run.record
+    open_runs = {
+        child_id: OpenChild(run_id=child.record.run_id, parent=child.record.parent)
+        for child_id in record.child_policies
+        if (child := m.runs.get(child_id)) is not None
+    }
+    for action in plan_children(run.pid, record.child_policies, record.child_runs, open_runs):
+        child = m.runs[action.child_id]
+        if action.action == "terminate":
             m.terminate(child.pid)
         else:
             m.cancel(child.pid, f"parent {run.pid} closed")

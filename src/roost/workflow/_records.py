@@ -12,7 +12,6 @@ Tables (all keys built with ``roost.storage.key`` so byte order is logical order
 from __future__ import annotations
 
 import datetime as dt
-import enum
 from typing import Any
 
 import attrs
@@ -21,6 +20,7 @@ from roost._errors import Error
 from roost._pid import Pid
 from roost.storage import key
 from roost.storage._codec import record
+from roost.workflow._status import RunStatus
 
 __all__ = [
     "ActivityTask",
@@ -32,17 +32,6 @@ __all__ = [
     "task_key",
     "timer_key",
 ]
-
-
-class RunStatus(enum.StrEnum):
-    """Where a run is in its life."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TERMINATED = "terminated"
-    CANCELED = "canceled"  # returned after a cancel request
-    TIMED_OUT = "timed_out"  # run_timeout or execution_timeout
 
 
 @record("wf.run")

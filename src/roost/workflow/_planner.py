@@ -1,0 +1,353 @@
+"""The close rules of a workflow run as pure functions: (state, outcome, now) -> plan.
+
+What happens when a run closes — its final status, whether a retry, a cron run or a
+continue-as-new run follows it (with which attempt and start time), which of its rows go
+with the closing commit, what its children's ``parent_close_policy`` asks for, and which
+runtime timers (start delay, run and execution timeouts) a new run arms — is decided here
+from plain data, the way ``supervisor/_policy.py`` decides restarts. The shell
+(``_effects.py``, ``_closing.py``, ``_family.py``) hands the planner what it needs and
+turns the plan into rows and actions.
+
+No trio, no store and no clock: the caller passes the time, so the rules can be unit- and
+property-tested against docs/workflows.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+from roost._cron import parse_cron
+from roost._duration import deadline_after
+from roost._errors import Error, ErrorKind
+from roost._pid import Pid
+from roost.workflow._retry import next_retry
+from roost.workflow._status import RunStatus
+
+__all__ = [
+    "ChildClose",
+    "CloseOutcome",
+    "ClosePlan",
+    "ContinueAs",
+    "FirstStart",
+    "NextRun",
+    "OpenChild",
+    "RunState",
+    "RuntimeTimer",
+    "plan_children",
+    "plan_close",
+    "plan_first_start",
+    "plan_next",
+    "plan_run_timers",
+    "timeout_error",
+]
+
+# The statuses a retry policy or a cron schedule may follow; a cancel or a terminate
+# ends the chain (docs/workflows.md, "Cancel vs terminate").
+_CHAINING: Final = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT})
+
+# Rows under the run's id that go with a close. A run nothing follows reads no more of
+# its events; a run that continues hands its unread inbox rows to the next run, which
+# the shell moves row by row, so only its activity tasks go by prefix.
+_PURGE_FINAL: Final = ("tasks", "inbox")
+_PURGE_CONTINUED: Final = ("tasks",)
+# Closed from outside, no activation is in flight: every inbox row is either carried
+# into the next run (staged under its id) or dropped with the run.
+_PURGE_OUTSIDE: Final = ("inbox", "tasks")
+
+TimeoutKind = Literal["run", "execution"]
+NextReason = Literal["retry", "cron", "continue_as_new"]
+
+
+@attrs.frozen(kw_only=True)
+class RunState:
+    """What the close rules read of a run (taken from its record by the shell).
+
+    Attributes:
+        workflow_id: the run's workflow id.
+        attempt: the run's attempt (1 for a first run; retries count up).
+        options: the chain options carried from run to run (``retry_policy``,
+            ``cron_schedule``, ``run_timeout``, ``execution_timeout``, ...).
+        execution_deadline: when the whole chain must have closed, if it has a limit.
+        cancel_requested: a cancel request reached the run.
+    """
+
+    workflow_id: str
+    attempt: int = 1
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    execution_deadline: dt.datetime | None = None
+    cancel_requested: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ContinueAs:
+    """The input of a continue-as-new: the entry and arguments of the next run."""
+
+    entry: str
+    args: list[Any]
+
+
+@attrs.frozen(kw_only=True)
+class CloseOutcome:
+    """How a run ended, before the rules apply.
+
+    Attributes:
+        status: the status asked for (``COMPLETED`` for a return, ``FAILED`` for a raise,
+            ``TIMED_OUT``, ``TERMINATED``); None when the run continued as new.
+        result: the returned value.
+        error: the error it closed with.
+        continued: the next run's input, for a continue-as-new.
+        from_outside: closed without running its code (terminate, a timeout) rather than
+            by its own activation.
+    """
+
+    status: RunStatus | None
+    result: Any = None
+    error: Error | None = None
+    continued: ContinueAs | None = None
+    from_outside: bool = False
+
+    @classmethod
+    def completed(cls, value: Any) -> CloseOutcome:
+        """The workflow returned ``value``."""
+        return cls(status=RunStatus.COMPLETED, result=value)
+
+    @classmethod
+    def failed(cls, error: Error) -> CloseOutcome:
+        """The workflow raised ``error``."""
+        return cls(status=RunStatus.FAILED, error=error)
+
+    @classmethod
+    def continued_as_new(cls, entry: str, args: list[Any]) -> CloseOutcome:
+        """The workflow continued as new with ``entry(*args)``."""
+        return cls(status=None, continued=ContinueAs(entry=entry, args=args))
+
+    @classmethod
+    def outside(cls, status: RunStatus, error: Error) -> CloseOutcome:
+        """Closed from outside (terminate, a run or execution timeout)."""
+        return cls(status=status, error=error, from_outside=True)
+
+
+@attrs.frozen(kw_only=True)
+class NextRun:
+    """The run that follows a closing one under the same workflow id.
+
+    Attributes:
+        reason: why it follows: a retry, the next cron run, or a continue-as-new.
+        entry: its entry, or None for the closing run's own.
+        args: its input, or None for the closing run's own input.
+        attempt: its attempt number.
+        not_before: when it may start (a retry's backoff, the next fire time).
+    """
+
+    reason: NextReason
+    entry: str | None = None
+    args: list[Any] | None = None
+    attempt: int = 1
+    not_before: dt.datetime | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ClosePlan:
+    """What a close commits and what follows it.
+
+    Attributes:
+        status: the closing run's final status; None when its record is replaced by the
+            next run's (a continue-as-new keeps no closing record of its own).
+        result: the closing record's result.
+        error: the closing record's error.
+        closed_at: the closing record's close time (None with ``status``).
+        next: the run that follows, if any.
+        purge: tables whose rows under the run's id go with the closing commit.
+        drop_timers: the run's armed timers (workflow and runtime) go with the commit;
+            a closing run's timers never fire.
+    """
+
+    status: RunStatus | None
+    result: Any = None
+    error: Error | None = None
+    closed_at: dt.datetime | None = None
+    next: NextRun | None = None
+    purge: tuple[str, ...] = ()
+    drop_timers: bool = True
+
+    @property
+    def final(self) -> bool:
+        """Nothing follows: watchers get their EXIT now, and links fire on an error."""
+        return self.next is None
+
+
+def plan_close(state: RunState, outcome: CloseOutcome, now: dt.datetime) -> ClosePlan:
+    """Apply the close rules of docs/workflows.md to a run that ended as ``outcome``.
+
+    A return after a cancel request closes as ``CANCELED``. A failed or timed-out run is
+    retried per its retry policy; otherwise a cron workflow schedules its next run (a
+    failure does not stop a schedule). Nothing follows a cancel, a terminate, the
+    execution timeout, or a next start at or past the execution deadline.
+    """
+    if outcome.continued is not None:
+        nxt = NextRun(
+            reason="continue_as_new", entry=outcome.continued.entry, args=outcome.continued.args
+        )
+        purge = _PURGE_OUTSIDE if outcome.from_outside else _PURGE_CONTINUED
+        return ClosePlan(status=None, next=nxt, purge=purge)
+    status = outcome.status
+    if status is None:
+        raise ValueError("a close outcome needs a status unless it continues as new")
+    if status is RunStatus.COMPLETED and state.cancel_requested:
+        status = RunStatus.CANCELED  # it returned after a cancel request
+    following = plan_next(state, status, outcome.error, now)
+    if outcome.from_outside:
+        purge = _PURGE_OUTSIDE
+    else:
+        purge = _PURGE_FINAL if following is None else _PURGE_CONTINUED
+    return ClosePlan(
+        status=status,
+        result=outcome.result,
+        error=outcome.error,
+        closed_at=now,
+        next=following,
+        purge=purge,
+    )
+
+
+def plan_next(
+    state: RunState, status: RunStatus, error: Error | None, now: dt.datetime
+) -> NextRun | None:
+    """The retry or cron run that follows a run closed as ``status`` at ``now``, if any."""
+    if status not in _CHAINING:
+        return None
+    if error is not None and error.details.get("timeout_type") == "execution":
+        return None
+    deadline = state.execution_deadline
+    policy = state.options.get("retry_policy")
+    if status is not RunStatus.COMPLETED and policy is not None and error is not None:
+        delay = next_retry({"retry_policy": policy}, state.attempt, error)
+        if delay is not None:
+            when = deadline_after(now, delay)
+            if deadline is None or when < deadline:
+                return NextRun(reason="retry", attempt=state.attempt + 1, not_before=when)
+    cron = state.options.get("cron_schedule")
+    if cron is not None:
+        fire = parse_cron(cron).next_after(now)
+        if fire is not None and (deadline is None or fire < deadline):
+            return NextRun(reason="cron", attempt=1, not_before=fire)
+    return None
+
+
+def timeout_error(workflow_id: str, kind: TimeoutKind, seconds: float) -> Error:
+    """The error of a run closed by its run or execution timeout."""
+    return Error(
+        f"workflow {workflow_id!r} exceeded its {kind}_timeout of {seconds:g}s",
+        kind=ErrorKind.TIMEOUT,
+        details={"timeout_type": kind, "timeout": seconds, "workflow_id": workflow_id},
+    )
+
+
+@attrs.frozen(kw_only=True)
+class FirstStart:
+    """When the first run of a new workflow may start, and when its whole chain must end."""
+
+    not_before: dt.datetime | None
+    execution_deadline: dt.datetime | None
+
+
+def plan_first_start(options: Mapping[str, Any], now: dt.datetime) -> FirstStart:
+    """The start time and execution deadline of a workflow started ``now`` with ``options``.
+
+    ``start_delay`` delays the first run; a cron workflow's first run waits for the first
+    fire time after that, as Temporal's does; ``execution_timeout`` counts from ``now``.
+    """
+    delay = options.get("start_delay", 0.0)
+    cron = options.get("cron_schedule")
+    not_before = deadline_after(now, delay) if delay else None
+    if cron is not None:
+        not_before = parse_cron(cron).next_after(not_before or now)
+    timeout = options.get("execution_timeout")
+    return FirstStart(
+        not_before=not_before,
+        execution_deadline=deadline_after(now, timeout) if timeout else None,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class RuntimeTimer:
+    """One of the runtime's own timers for a new run: its kind and when it falls due."""
+
+    kind: Literal["start", "run_timeout", "execution_timeout"]
+    due: dt.datetime
+
+
+def plan_run_timers(
+    *,
+    not_before: dt.datetime | None,
+    options: Mapping[str, Any],
+    execution_deadline: dt.datetime | None,
+    now: dt.datetime,
+) -> tuple[RuntimeTimer, ...]:
+    """The runtime timers a run beginning at ``now`` arms.
+
+    A delayed start (``start_delay``, a retry's backoff, a cron fire time) waits on a
+    ``start`` timer; ``run_timeout`` counts from the run's start, after any delay; the
+    execution deadline is one per run, closing whichever run of the chain is open then.
+    """
+    timers = []
+    begins = not_before if not_before is not None and not_before > now else now
+    if begins > now:
+        timers.append(RuntimeTimer(kind="start", due=begins))
+    run_timeout = options.get("run_timeout")
+    if run_timeout:
+        timers.append(RuntimeTimer(kind="run_timeout", due=deadline_after(begins, run_timeout)))
+    if execution_deadline is not None:
+        timers.append(RuntimeTimer(kind="execution_timeout", due=execution_deadline))
+    return tuple(timers)
+
+
+@attrs.frozen(kw_only=True)
+class OpenChild:
+    """A run open under a child's workflow id, as the parent-close rules see it."""
+
+    run_id: str
+    parent: Pid | None
+
+
+@attrs.frozen(kw_only=True)
+class ChildClose:
+    """What a parent's close does to one open child."""
+
+    child_id: str
+    action: Literal["terminate", "cancel"]
+
+
+def plan_children(
+    parent: Pid,
+    policies: Mapping[str, str],
+    first_runs: Mapping[str, str],
+    open_runs: Mapping[str, OpenChild],
+) -> tuple[ChildClose, ...]:
+    """The ``parent_close_policy`` of each child that is still open, in start order.
+
+    The shell calls this when the close is announced, with the runs open at that moment:
+    a child that closed meanwhile needs nothing, and an id that now names someone else's
+    workflow (not the run this parent started, nor a later run of its chain) is left alone.
+
+    Args:
+        parent: the closing run's PID.
+        policies: child id -> ``"terminate"``, ``"request_cancel"`` or ``"abandon"``.
+        first_runs: child id -> the run id the parent started under it.
+        open_runs: child id -> the run open under that id now (absent if none).
+    """
+    actions = []
+    for child_id, policy in policies.items():
+        child = open_runs.get(child_id)
+        if child is None or policy == "abandon":
+            continue
+        first = first_runs.get(child_id)
+        if first is not None and child.run_id != first and child.parent != parent:
+            continue
+        action: Literal["terminate", "cancel"] = "terminate" if policy == "terminate" else "cancel"
+        actions.append(ChildClose(child_id=child_id, action=action))
+    return tuple(actions)

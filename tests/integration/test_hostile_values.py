@@ -15,14 +15,15 @@ node stays alive: no task failure, and a trivial workflow still runs after the r
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+import hostile_harness as harness
 import pytest
-import trio
-import trio.testing
+from hostile_harness import accepts, settle
 from hypothesis import event, given, note
 from hypothesis.control import currently_in_test_context
 
@@ -37,6 +38,8 @@ app.queue("dead", max_retries=0)
 app.queue("pubq", max_retries=0)
 CODEC = Codec()
 TRIED = {"examples": 0, "calls": 0, "refused": 0, "stored": 0, "node_stopped": 0}
+attempt = functools.partial(harness.attempt, tried=TRIED)
+run = functools.partial(harness.run, tried=TRIED)
 
 
 @app.workflow
@@ -67,39 +70,6 @@ async def echo_process() -> None:
 
 
 app.subscribe("news", "hv:reject", durable=True, queue="pubq")
-
-
-def accepts(value: Any) -> bool:
-    """Whether the codec stores ``value`` (the oracle every durable sink must follow)."""
-    try:
-        CODEC.encode(value)
-    except roost.Error as err:
-        if err.kind is not roost.ErrorKind.INVALID:
-            raise
-        str(err).encode("utf-8")  # the refusal itself is printable and storable
-        return False
-    return True
-
-
-async def attempt(call: Callable[[], Any]) -> bool:
-    """Run one sink call: True if it stored, False if it refused with Invalid."""
-    TRIED["calls"] += 1
-    try:
-        result = call()
-        if isinstance(result, Awaitable):
-            await result
-    except roost.Error as err:
-        if err.kind is not roost.ErrorKind.INVALID:
-            raise
-        TRIED["refused"] += 1
-        return False
-    TRIED["stored"] += 1
-    return True
-
-
-async def settle() -> None:
-    await trio.sleep(120)  # virtual: queue leases, retries and workflows run out
-    await trio.testing.wait_all_tasks_blocked()
 
 
 async def first_run(data_dir: str, value: Any) -> dict[str, bool]:
@@ -159,14 +129,6 @@ async def second_run(data_dir: str, value: Any, outcome: dict[str, bool]) -> Non
         assert same_value(updated, {"v": value}) if outcome["state_update"] else updated is None
         assert all(w["task_failure"] is None for w in node.list_workflows())
         assert await process.exec("hv:trivial", 41) == 42  # alive after the reopen
-
-
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    try:
-        return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    except BaseException:
-        TRIED["node_stopped"] += 1
-        raise
 
 
 def check_sinks(value: Any) -> dict[str, bool]:

@@ -27,14 +27,15 @@ trivial workflow still runs after the reopen.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import hostile_harness as harness
 import pytest
-import trio
-import trio.testing
+from hostile_harness import accepts, settle
 from hypothesis import event, given, note
 from hypothesis.control import currently_in_test_context
 
@@ -56,6 +57,8 @@ TRIED = {
     "task_failures": 0,
     "node_stopped": 0,
 }
+attempt = functools.partial(harness.attempt, tried=TRIED)
+run = functools.partial(harness.run, tried=TRIED)
 HELD: list[Any] = [None]  # the drawn value, read by workflow and activity code alike
 ONCE = funcs.new().with_options(
     retry_policy=roost.RetryPolicy(maximum_attempts=1, non_retryable_error_kinds=["Invalid"])
@@ -180,22 +183,6 @@ async def forbidden_sink() -> list[str]:
     ]
 
 
-async def attempt(call: Callable[[], Any]) -> bool:
-    """Run one sink call: True if it stored, False if it refused with Invalid."""
-    TRIED["calls"] += 1
-    try:
-        result = call()
-        if isinstance(result, Awaitable):
-            await result
-    except roost.Error as err:
-        if err.kind is not roost.ErrorKind.INVALID:
-            raise
-        TRIED["refused"] += 1
-        return False
-    TRIED["stored"] += 1
-    return True
-
-
 @app.activity
 async def side_effects() -> dict[str, bool]:
     value = HELD[0]
@@ -224,22 +211,6 @@ def reject(payload: Any) -> None:
 
 app.subscribe("wnews", "hw:reject", durable=True, queue="wpub")
 app.subscribe("anews", "hw:reject", durable=True, queue="apub")
-
-
-def accepts(value: Any) -> bool:
-    """Whether the codec stores ``value`` (the oracle every sink must follow)."""
-    try:
-        CODEC.encode(value)
-    except roost.Error as err:
-        if err.kind is not roost.ErrorKind.INVALID:
-            raise
-        return False
-    return True
-
-
-async def settle() -> None:
-    await trio.sleep(120)  # virtual: activities, retries, task backoffs and workflows run out
-    await trio.testing.wait_all_tasks_blocked()
 
 
 def outcome_of(node: Any, workflow_id: str) -> bool:
@@ -353,14 +324,6 @@ async def second_run(data_dir: str, value: Any, outcome: dict[str, Any]) -> None
         failing = {w["workflow_id"] for w in node.list_workflows() if w["task_failure"]}
         assert failing == (set() if outcome["final"] else {"final"})  # no other workflow
         assert await process.exec("hw:trivial", 41) == 42  # alive after the reopen
-
-
-def run(main: Callable[[], Awaitable[Any]]) -> Any:
-    try:
-        return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    except BaseException:
-        TRIED["node_stopped"] += 1
-        raise
 
 
 def check_sinks(value: Any) -> dict[str, Any]:

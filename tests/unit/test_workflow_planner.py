@@ -16,15 +16,20 @@ from roost._pid import Pid
 from roost.workflow._planner import (
     ChildClose,
     CloseOutcome,
+    ExistingRun,
     FirstStart,
     NextRun,
     OpenChild,
     RunState,
     RuntimeTimer,
+    StartPlan,
+    plan_child_start,
     plan_children,
     plan_close,
     plan_first_start,
     plan_run_timers,
+    plan_start,
+    start_reads_closed_run,
     timeout_error,
 )
 from roost.workflow._retry import RetryPolicy
@@ -391,6 +396,188 @@ def test_parent_close_follows_each_childs_policy(children):
     assert plan_children(PARENT, policies, first, open_runs) == expected
 
 
+# -- starting under a taken id ------------------------------------------------------------
+
+OPEN_PID = Pid.trusted("local", "wf-host", "wf")
+CLOSED_STATUSES = [s for s in RunStatus if s is not RunStatus.RUNNING]
+
+
+def start(existing, explicit=True, **options):
+    return plan_start(existing, workflow_id="wf", options=options, explicit=explicit)
+
+
+def test_a_free_id_starts():
+    assert start(None) == StartPlan(action="start")
+    assert start(None, explicit=False, id_reuse_policy="reject_duplicate").action == "start"
+
+
+def test_an_open_run_is_used_by_an_explicit_id_and_refused_for_a_generated_one():
+    running = ExistingRun.running(OPEN_PID)
+    plan = start(running)
+    assert plan == StartPlan(action="use_existing", pid=OPEN_PID)
+    assert plan.deliver_messages
+    refused = start(running, explicit=False)
+    assert refused.action == "refuse"
+    assert refused.error is not None
+    assert refused.error.kind is ErrorKind.ALREADY_EXISTS
+    assert refused.error.message == (
+        "workflow 'wf' is already running; pick another id or change the id policy"
+    )
+    assert refused.error.details == {"workflow_id": "wf", "existing_pid": str(OPEN_PID)}
+
+
+def test_execution_error_when_already_started_turns_use_existing_into_fail():
+    running = ExistingRun.running(OPEN_PID)
+    assert start(running, execution_error_when_already_started=True).action == "refuse"
+    plan = start(
+        running, id_conflict_policy="terminate_existing", execution_error_when_already_started=True
+    )
+    assert plan == StartPlan(action="terminate_existing", pid=OPEN_PID)
+    assert not plan.deliver_messages
+
+
+def test_a_closed_run_is_judged_by_the_reuse_policy():
+    completed, failed = (
+        ExistingRun.closed(RunStatus.COMPLETED),
+        ExistingRun.closed(RunStatus.FAILED),
+    )
+    assert start(completed).action == "start"
+    assert start(failed, id_reuse_policy="allow_duplicate_failed_only").action == "start"
+    refused = start(completed, id_reuse_policy="allow_duplicate_failed_only")
+    assert refused.error is not None
+    assert refused.error.message == (
+        "workflow 'wf' completed and id_reuse_policy is allow_duplicate_failed_only; "
+        "pick another id or change the id policy"
+    )
+    assert refused.error.details == {"workflow_id": "wf", "existing_pid": None}
+    rejected = start(failed, id_reuse_policy="reject_duplicate")
+    assert rejected.error is not None
+    assert rejected.error.kind is ErrorKind.ALREADY_EXISTS
+    assert "ran before and id_reuse_policy is reject_duplicate" in rejected.error.message
+
+
+def test_the_run_a_start_terminated_is_replaced_whatever_the_reuse_policy():
+    terminated = ExistingRun.closed(RunStatus.TERMINATED)
+    plan = plan_start(
+        terminated,
+        workflow_id="wf",
+        options={"id_reuse_policy": "reject_duplicate"},
+        explicit=True,
+        replaced=True,
+    )
+    assert plan.action == "start"
+
+
+def test_a_quarantined_id_is_refused_before_anything_else():
+    plan = plan_start(None, workflow_id="wf", options={}, explicit=True, quarantined=True)
+    assert plan.action == "refuse"
+    assert plan.error is not None
+    assert plan.error.kind is ErrorKind.INVALID_STATE
+    assert plan.error.retryable is False
+    assert plan.error.details == {"workflow_id": "wf"}
+
+
+def test_only_the_stricter_reuse_policies_read_the_closed_run():
+    assert not start_reads_closed_run({})
+    assert not start_reads_closed_run({"id_reuse_policy": "allow_duplicate"})
+    assert start_reads_closed_run({"id_reuse_policy": "reject_duplicate"})
+    assert start_reads_closed_run({"id_reuse_policy": "allow_duplicate_failed_only"})
+
+
+def test_a_child_start_takes_no_id_policy():
+    assert plan_child_start("c", taken=False, quarantined=False) is None
+    taken = plan_child_start("c", taken=True, quarantined=False)
+    assert taken is not None
+    assert taken.kind is ErrorKind.ALREADY_EXISTS
+    assert taken.message == "child workflow id 'c' is already running"
+    quarantined = plan_child_start("c", taken=True, quarantined=True)
+    assert quarantined is not None
+    assert quarantined.kind is ErrorKind.INVALID_STATE
+
+
+EXISTING = st.one_of(
+    st.none(),
+    st.just(ExistingRun.running(OPEN_PID)),
+    st.sampled_from(CLOSED_STATUSES).map(ExistingRun.closed),
+)
+
+
+@given(
+    existing=EXISTING,
+    explicit=st.booleans(),
+    conflict=st.sampled_from([None, "fail", "use_existing", "terminate_existing"]),
+    reuse=st.sampled_from(
+        [None, "allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate"]
+    ),
+    error_when_started=st.sampled_from([None, False, True]),
+    quarantined=st.booleans(),
+    replaced=st.booleans(),
+)
+def test_start_plans_follow_the_id_policy_rules(
+    existing, explicit, conflict, reuse, error_when_started, quarantined, replaced
+):
+    options = {
+        k: v
+        for k, v in {
+            "id_conflict_policy": conflict,
+            "id_reuse_policy": reuse,
+            "execution_error_when_already_started": error_when_started,
+        }.items()
+        if v is not None
+    }
+    plan = plan_start(
+        existing,
+        workflow_id="wf",
+        options=options,
+        explicit=explicit,
+        quarantined=quarantined,
+        replaced=replaced,
+    )
+    # The model, from docs/workflows.md ("Workflow ids") and API.md.
+    if quarantined:
+        expected = "quarantined"
+    elif existing is None:
+        expected = "start"
+    elif existing.open:
+        policy = conflict or ("use_existing" if explicit else "fail")
+        if error_when_started and policy == "use_existing":
+            policy = "fail"
+        expected = {"fail": "refuse", "use_existing": "use_existing"}.get(policy, policy)
+    elif replaced:
+        expected = "start"
+    elif reuse == "reject_duplicate":
+        expected = "refuse"
+    else:
+        failed_only = reuse == "allow_duplicate_failed_only"
+        expected = "refuse" if failed_only and existing.status is RunStatus.COMPLETED else "start"
+    event(f"{'none' if existing is None else existing.status.name}: {expected}")
+    if expected == "quarantined":
+        assert plan.action == "refuse"
+        assert plan.error is not None
+        assert plan.error.kind is ErrorKind.INVALID_STATE
+        return
+    assert plan.action == expected
+    if expected == "refuse":
+        assert plan.error is not None
+        assert plan.error.kind is ErrorKind.ALREADY_EXISTS
+        assert plan.error.details["workflow_id"] == "wf"
+        assert plan.error.details["existing_pid"] == (str(OPEN_PID) if existing.open else None)
+    else:
+        assert plan.error is None
+    assert plan.pid == (OPEN_PID if expected in ("use_existing", "terminate_existing") else None)
+    assert plan.deliver_messages == (expected == "use_existing")
+    if existing is not None and not existing.open and not start_reads_closed_run(options):
+        # The shell leaves the closed run out then: the plan must be the same without it.
+        assert plan == plan_start(
+            None,
+            workflow_id="wf",
+            options=options,
+            explicit=explicit,
+            quarantined=quarantined,
+            replaced=replaced,
+        )
+
+
 # -- no trio -------------------------------------------------------------------------------
 
 
@@ -455,6 +642,8 @@ def test_the_planner_runs_with_trio_blocked():
         now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
         plan = _planner.plan_close(state, _planner.CloseOutcome.completed(1), now)
         assert plan.next.reason == "cron", plan
+        start = _planner.plan_start(None, workflow_id="wf", options={{}}, explicit=True)
+        assert start.action == "start", start
         assert "trio" not in sys.modules
         print("ok")
         """

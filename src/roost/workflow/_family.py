@@ -6,7 +6,7 @@ import datetime as dt
 import os
 from typing import TYPE_CHECKING, Any
 
-from roost._errors import Error, ErrorKind
+from roost._errors import Error
 from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.mailbox._mailbox import EVENTS
@@ -16,11 +16,11 @@ from roost.workflow._planner import (
     NextRun,
     OpenChild,
     RunState,
+    plan_child_start,
     plan_children,
     plan_first_start,
     plan_run_timers,
 )
-from roost.workflow._quarantine import quarantined_error
 from roost.workflow._records import RunRecord, RunStatus, TimerTask
 from roost.workflow._run import Run, Settled
 
@@ -254,14 +254,13 @@ def start_child(
     ``taken`` holds the ids of children started earlier in the same step (not yet running).
     """
     pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
-    if command.workflow_id in m.quarantined:
-        return quarantined_error(command.workflow_id)
-    if command.workflow_id in m.runs or command.workflow_id in taken:
-        return Error(
-            f"child workflow id {command.workflow_id!r} is already running",
-            kind=ErrorKind.ALREADY_EXISTS,
-            details={"workflow_id": command.workflow_id},
-        )
+    refused = plan_child_start(
+        command.workflow_id,
+        taken=command.workflow_id in m.runs or command.workflow_id in taken,
+        quarantined=command.workflow_id in m.quarantined,
+    )
+    if refused is not None:
+        return refused
     fields = record_for_start(
         {"task_queue": parent.record.task_queue, **command.options}, parent=parent.pid, at=at
     )

@@ -7,8 +7,8 @@ from typing import Any, Final
 
 from roost._cron import parse_firing_cron
 from roost._duration import parse_duration
-from roost._errors import Error, ErrorKind, invalid
-from roost._pid import Pid, check_pid_part
+from roost._errors import invalid
+from roost._pid import check_pid_part
 from roost.storage import MAX_KEY_SIZE
 from roost.workflow._api import check_attributes
 from roost.workflow._retry import retry_policy
@@ -17,7 +17,6 @@ __all__ = [
     "CHAIN_OPTIONS",
     "CHILD_OPTIONS",
     "MAX_ID_BYTES",
-    "already_error",
     "check_child_id",
     "check_child_options",
     "check_start_options",
@@ -193,11 +192,3 @@ def check_child_options(options: Mapping[str, Any]) -> tuple[str | None, str, di
     checked.pop("name", None)
     policy = checked.pop("parent_close_policy", "terminate")
     return workflow_id, policy, checked
-
-
-def already_error(workflow_id: str, pid: Pid | None, why: str) -> Error:
-    return Error(
-        f"workflow {workflow_id!r} {why}; pick another id or change the id policy",
-        kind=ErrorKind.ALREADY_EXISTS,
-        details={"workflow_id": workflow_id, "existing_pid": str(pid) if pid else None},
-    )

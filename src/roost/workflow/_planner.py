@@ -1,4 +1,4 @@
-"""The close rules of a workflow run as pure functions: (state, outcome, now) -> plan.
+"""The start and close rules of a workflow run as pure functions: (state, ...) -> plan.
 
 What happens when a run closes — its final status, whether a retry, a cron run or a
 continue-as-new run follows it (with which attempt and start time), which of its rows go
@@ -6,7 +6,9 @@ with the closing commit, what its children's ``parent_close_policy`` asks for, a
 runtime timers (start delay, run and execution timeouts) a new run arms — is decided here
 from plain data, the way ``supervisor/_policy.py`` decides restarts. The shell
 (``_effects.py``, ``_closing.py``, ``_family.py``) hands the planner what it needs and
-turns the plan into rows and actions.
+turns the plan into rows and actions. What a start under a taken id does is decided here
+too (``plan_start``, ``plan_child_start``: the id conflict and reuse policies, from the run
+open or last closed under that id); ``_starting.py`` and ``_family.py`` act on it.
 
 No trio, no store and no clock: the caller passes the time, so the rules can be unit- and
 property-tested against docs/workflows.md.
@@ -32,16 +34,23 @@ __all__ = [
     "CloseOutcome",
     "ClosePlan",
     "ContinueAs",
+    "ExistingRun",
     "FirstStart",
     "NextRun",
     "OpenChild",
     "RunState",
     "RuntimeTimer",
+    "StartPlan",
+    "already_error",
+    "plan_child_start",
     "plan_children",
     "plan_close",
     "plan_first_start",
     "plan_next",
     "plan_run_timers",
+    "plan_start",
+    "quarantined_error",
+    "start_reads_closed_run",
     "timeout_error",
 ]
 
@@ -351,3 +360,167 @@ def plan_children(
         action: Literal["terminate", "cancel"] = "terminate" if policy == "terminate" else "cancel"
         actions.append(ChildClose(child_id=child_id, action=action))
     return tuple(actions)
+
+
+# -- starting under a taken id ----------------------------------------------------------
+
+StartAction = Literal["start", "use_existing", "terminate_existing", "refuse"]
+
+
+@attrs.frozen(kw_only=True)
+class ExistingRun:
+    """The run under the id a start asks for: the open one, or else the last closed one.
+
+    Attributes:
+        open: the run is open (in the runtime), not only a closed record in the store.
+        status: its status (``RUNNING`` while open).
+        pid: its PID, for an open run.
+    """
+
+    open: bool
+    status: RunStatus
+    pid: Pid | None = None
+
+    @classmethod
+    def running(cls, pid: Pid) -> ExistingRun:
+        """The run open under the id, as ``pid``."""
+        return cls(open=True, status=RunStatus.RUNNING, pid=pid)
+
+    @classmethod
+    def closed(cls, status: RunStatus) -> ExistingRun:
+        """The last run under the id closed as ``status``."""
+        return cls(open=False, status=status)
+
+
+@attrs.frozen(kw_only=True)
+class StartPlan:
+    """What a start under an id does.
+
+    Attributes:
+        action: ``start`` a new run; ``use_existing``: return ``pid`` and deliver the start
+            messages to it; ``terminate_existing``: terminate ``pid``, wait for its close,
+            then plan again (with ``replaced``); ``refuse`` with ``error``.
+        pid: the open run's PID, for ``use_existing`` and ``terminate_existing``.
+        error: why a start is refused.
+    """
+
+    action: StartAction
+    pid: Pid | None = None
+    error: Error | None = None
+
+    @property
+    def deliver_messages(self) -> bool:
+        """The start messages go to the open run instead of a new one."""
+        return self.action == "use_existing"
+
+
+def already_error(workflow_id: str, pid: Pid | None, why: str) -> Error:
+    """The AlreadyExists error of a start the id policies refuse."""
+    return Error(
+        f"workflow {workflow_id!r} {why}; pick another id or change the id policy",
+        kind=ErrorKind.ALREADY_EXISTS,
+        details={"workflow_id": workflow_id, "existing_pid": str(pid) if pid else None},
+    )
+
+
+def quarantined_error(workflow_id: str) -> Error:
+    """The error for starting a workflow id that is quarantined."""
+    return Error(
+        f"workflow {workflow_id!r} is quarantined (a row of it stored in this data directory "
+        "cannot be decoded; node.describe(id) shows which and why): its id stays taken so "
+        "nothing overwrites its rows; start the work under another id, or restore or discard "
+        "the quarantined rows (roost.storage.quarantined lists them)",
+        kind=ErrorKind.INVALID_STATE,
+        retryable=False,
+        details={"workflow_id": workflow_id},
+    )
+
+
+def start_reads_closed_run(options: Mapping[str, Any]) -> bool:
+    """Whether ``plan_start`` needs the closed run under the id (to skip the store read).
+
+    The default ``allow_duplicate`` starts whatever ran before, so only the other reuse
+    policies look at it.
+    """
+    reuse: str = options.get("id_reuse_policy", "allow_duplicate")
+    return reuse != "allow_duplicate"
+
+
+def plan_start(
+    existing: ExistingRun | None,
+    *,
+    workflow_id: str,
+    options: Mapping[str, Any],
+    explicit: bool,
+    quarantined: bool = False,
+    replaced: bool = False,
+) -> StartPlan:
+    """Apply the id policies of docs/workflows.md to a start of ``workflow_id``.
+
+    A quarantined id is refused. While a run is open, ``id_conflict_policy`` decides; it
+    defaults to ``use_existing`` for an explicit id or name and to ``fail`` for a generated
+    one, and ``execution_error_when_already_started`` turns anything but
+    ``terminate_existing`` into ``fail``. Once it has closed, ``id_reuse_policy`` decides,
+    except right after this start terminated it: the replacement was asked for.
+
+    Args:
+        existing: the open run under the id, else the last closed one (the shell may leave
+            a closed one out when ``start_reads_closed_run`` is false), else None.
+        workflow_id: the id started.
+        options: the checked start options.
+        explicit: the id (or name) was given, not generated.
+        quarantined: the id is quarantined.
+        replaced: this start already terminated the run that was open under the id.
+    """
+    if quarantined:
+        return StartPlan(action="refuse", error=quarantined_error(workflow_id))
+    if existing is None:
+        return StartPlan(action="start")
+    if existing.open:
+        return _plan_conflict(existing, workflow_id, options, explicit=explicit)
+    if replaced:
+        return StartPlan(action="start")
+    return _plan_reuse(existing, workflow_id, options)
+
+
+def _plan_conflict(
+    existing: ExistingRun, workflow_id: str, options: Mapping[str, Any], *, explicit: bool
+) -> StartPlan:
+    policy = options.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
+    if options.get("execution_error_when_already_started") and policy != "terminate_existing":
+        policy = "fail"
+    if policy == "use_existing":
+        return StartPlan(action="use_existing", pid=existing.pid)
+    if policy == "terminate_existing":
+        return StartPlan(action="terminate_existing", pid=existing.pid)
+    return StartPlan(
+        action="refuse", error=already_error(workflow_id, existing.pid, "is already running")
+    )
+
+
+def _plan_reuse(existing: ExistingRun, workflow_id: str, options: Mapping[str, Any]) -> StartPlan:
+    reuse = options.get("id_reuse_policy", "allow_duplicate")
+    if reuse == "reject_duplicate":
+        why = "ran before and id_reuse_policy is reject_duplicate"
+    elif reuse == "allow_duplicate_failed_only" and existing.status is RunStatus.COMPLETED:
+        why = "completed and id_reuse_policy is allow_duplicate_failed_only"
+    else:
+        return StartPlan(action="start")
+    return StartPlan(action="refuse", error=already_error(workflow_id, None, why))
+
+
+def plan_child_start(workflow_id: str, *, taken: bool, quarantined: bool) -> Error | None:
+    """Why a child cannot start under ``workflow_id``, or None if it can.
+
+    A child takes no id policies: an id open already (or given to a sibling started in the
+    same step, ``taken``) is refused, and so is a quarantined one.
+    """
+    if quarantined:
+        return quarantined_error(workflow_id)
+    if taken:
+        return Error(
+            f"child workflow id {workflow_id!r} is already running",
+            kind=ErrorKind.ALREADY_EXISTS,
+            details={"workflow_id": workflow_id},
+        )
+    return None

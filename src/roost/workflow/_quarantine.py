@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from roost._errors import Error, ErrorKind
+from roost._errors import Error
 from roost.storage._quarantine import Quarantine, QuarantinedRow, write_quarantine
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ __all__ = [
     "RunQuarantined",
     "commit_quarantines",
     "quarantine_run",
-    "quarantined_error",
     "workflow_entry",
 ]
 
@@ -42,19 +41,6 @@ class RunQuarantined(Exception):  # noqa: N818 - a control-flow signal of rebuil
     def __init__(self, row: QuarantinedRow) -> None:
         super().__init__(row.error.message if row.error is not None else "")
         self.row = row
-
-
-def quarantined_error(workflow_id: str) -> Error:
-    """The error for starting a workflow id that is quarantined."""
-    return Error(
-        f"workflow {workflow_id!r} is quarantined (a row of it stored in this data directory "
-        "cannot be decoded; node.describe(id) shows which and why): its id stays taken so "
-        "nothing overwrites its rows; start the work under another id, or restore or discard "
-        "the quarantined rows (roost.storage.quarantined lists them)",
-        kind=ErrorKind.INVALID_STATE,
-        retryable=False,
-        details={"workflow_id": workflow_id},
-    )
 
 
 def workflow_entry(

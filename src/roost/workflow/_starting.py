@@ -1,13 +1,11 @@
-"""Starting a workflow id that may be taken: the id conflict and reuse policies, names."""
+"""Starting a workflow id that may be taken: waiting and acting on ``plan_start``, names."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from roost._pid import Pid
-from roost.workflow._options import already_error
-from roost.workflow._quarantine import quarantined_error
-from roost.workflow._records import RunStatus
+from roost.workflow._planner import ExistingRun, plan_start, start_reads_closed_run
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -29,31 +27,44 @@ async def make_room(
     Raises:
         roost.Error: AlreadyExists when the policies refuse; InvalidState for a quarantined id.
     """
-    if workflow_id in m.quarantined:
-        raise quarantined_error(workflow_id)
     replaced = False
     while True:
-        while workflow_id in m.closing:  # a terminate of this id is committing
-            await m.closing[workflow_id].wait_closed()
-        existing = m.runs.get(workflow_id)
-        if existing is None:
-            break
-        policy = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
-        if opts.get("execution_error_when_already_started") and policy != "terminate_existing":
-            policy = "fail"
-        if policy == "fail":
-            raise already_error(workflow_id, existing.pid, "is already running")
-        if policy == "use_existing":
+        if workflow_id not in m.quarantined:
+            while workflow_id in m.closing:  # a terminate of this id is committing
+                await m.closing[workflow_id].wait_closed()
+        plan = plan_start(
+            _existing(m, workflow_id, opts, replaced=replaced),
+            workflow_id=workflow_id,
+            options=opts,
+            explicit=explicit,
+            quarantined=workflow_id in m.quarantined,
+            replaced=replaced,
+        )
+        if plan.action == "start":
+            return None
+        if plan.error is not None:
+            raise plan.error
+        existing = m.runs[workflow_id]
+        if plan.deliver_messages:
             await m.signal_many(existing, messages, sender)
             return existing.pid
         # terminate_existing: the same path as terminate (watchers and concurrent
-        # starts of this id wait for the close), then look again.
+        # starts of this id wait for the close), then plan again.
         m.terminate(existing.pid)
         await existing.wait_closed()
         replaced = True
-    if not replaced:
-        _check_reuse(m, workflow_id, opts.get("id_reuse_policy", "allow_duplicate"))
-    return None
+
+
+def _existing(
+    m: WorkflowManager, workflow_id: str, opts: dict[str, Any], *, replaced: bool
+) -> ExistingRun | None:
+    run = m.runs.get(workflow_id)
+    if run is not None:
+        return ExistingRun.running(run.pid)
+    if replaced or workflow_id in m.quarantined or not start_reads_closed_run(opts):
+        return None  # the plan needs no closed run: no store read
+    record = m.stored_record(workflow_id)
+    return ExistingRun.closed(record.status) if record is not None else None
 
 
 def claim_name(m: WorkflowManager, name: str, pid: Pid) -> None:
@@ -62,17 +73,3 @@ def claim_name(m: WorkflowManager, name: str, pid: Pid) -> None:
     if holder is not None and holder != pid and not m.node.alive(holder):
         m.node.registry.unregister(name)
     m.node.registry.register(name, pid)  # AlreadyExists if a live process has it
-
-
-def _check_reuse(m: WorkflowManager, workflow_id: str, policy: str) -> None:
-    if policy == "allow_duplicate":
-        return  # the default: no need to read what ran before
-    record = m.stored_record(workflow_id)
-    if record is None:
-        return
-    if policy == "reject_duplicate":
-        raise already_error(workflow_id, None, "ran before and id_reuse_policy is reject_duplicate")
-    if record.status is RunStatus.COMPLETED:  # allow_duplicate_failed_only
-        raise already_error(
-            workflow_id, None, "completed and id_reuse_policy is allow_duplicate_failed_only"
-        )

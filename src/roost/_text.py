@@ -13,7 +13,7 @@ from typing import Any
 
 from roost._errors import Error, invalid
 
-__all__ = ["check_text", "surrogate_error", "utf8"]
+__all__ = ["check_text", "has_utf8", "surrogate_error", "utf8"]
 
 
 def surrogate_error(what: str, text: str) -> Error:
@@ -25,6 +25,17 @@ def surrogate_error(what: str, text: str) -> Error:
         position=position,
         text=ascii(text[:80]),
     )
+
+
+def has_utf8(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form (holds no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def utf8(text: str, what: str) -> bytes:

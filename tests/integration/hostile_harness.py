@@ -11,6 +11,8 @@ from typing import Any
 
 import trio
 import trio.testing
+from hypothesis import event
+from hypothesis.control import currently_in_test_context
 
 import roost
 from roost.storage import Codec
@@ -28,6 +30,15 @@ def accepts(value: Any) -> bool:
         str(err).encode("utf-8")  # the refusal itself is printable and storable
         return False
     return True
+
+
+def expect(value: Any, tried: dict[str, int]) -> tuple[bool, bool]:
+    """Count an example; whether the codec stores ``value``, and ``{"v": value}``."""
+    tried["examples"] += 1
+    stores = accepts(value)
+    if currently_in_test_context():  # (also called from plain tests)
+        event(f"codec {'stores' if stores else 'refuses'} it")
+    return stores, accepts({"v": value})
 
 
 async def attempt(call: Callable[[], Any], tried: dict[str, int]) -> bool:

@@ -35,8 +35,8 @@ from typing import Any
 
 import hostile_harness as harness
 import pytest
-from hostile_harness import accepts, settle
-from hypothesis import event, given, note
+from hostile_harness import settle
+from hypothesis import given, note
 from hypothesis.control import currently_in_test_context
 
 import roost
@@ -328,11 +328,7 @@ async def second_run(data_dir: str, value: Any, outcome: dict[str, Any]) -> None
 
 def check_sinks(value: Any) -> dict[str, Any]:
     """Hand ``value`` to every sink in workflow code, reopen, check each; returns outcomes."""
-    TRIED["examples"] += 1
-    stores = accepts(value)
-    updates = accepts({"v": value})
-    if currently_in_test_context():  # (also called from a plain test below)
-        event(f"codec {'stores' if stores else 'refuses'} it")
+    stores, updates = harness.expect(value, TRIED)
     HELD[0] = value
     data_dir = tempfile.mkdtemp(prefix="roost-hostile-wf-")
     try:

@@ -27,6 +27,7 @@ import cbor2
 
 from roost._errors import ChannelClosed, Error, NondeterminismError
 from roost._pid import Pid
+from roost._text import has_utf8
 from roost.storage._registry import _PID_HEADER, TAG_ERROR, _RecordType
 
 __all__ = [
@@ -82,16 +83,8 @@ def show_key(key: Any) -> str:
 
     A string with a lone surrogate is shown escaped: the message must be storable too.
     """
-    text = json.dumps(key, ensure_ascii=not _encodable(key)) if isinstance(key, str) else repr(key)
+    text = json.dumps(key, ensure_ascii=not has_utf8(key)) if isinstance(key, str) else repr(key)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _step(exc: Refused, step: str, container: object) -> Refused:
@@ -325,7 +318,7 @@ def find_surrogate(walk: Walk, value: Any) -> tuple[str, str] | None:
     records' field maps are in ``walk.records`` and it nests no deeper than the limit.
     """
     for path, text in _strings(walk, value, ""):
-        if not _encodable(text):
+        if not has_utf8(text):
             return path, text
     return None
 

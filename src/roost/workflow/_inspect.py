@@ -13,6 +13,7 @@ import attrs
 
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
+from roost._text import has_utf8
 from roost.storage import MAX_KEY_SIZE, Codec, Store, key
 from roost.storage._quarantine import (
     QUARANTINE_TABLE,
@@ -72,18 +73,10 @@ def run_key(workflow_id: object) -> bytes | None:
             f"a workflow id is a string, got {type(workflow_id).__name__} "
             f"{shown(workflow_id)}{hint}"
         )
-    if not workflow_id or (not workflow_id.isascii() and not _has_utf8(workflow_id)):
+    if not workflow_id or not has_utf8(workflow_id):
         return None
     row = workflow_id.encode("utf-8")
     return row if len(row) <= MAX_KEY_SIZE else None
-
-
-def _has_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _lookup(store: Store, codec: Codec, workflow_id: str) -> RunRecord | dict[str, Any]:

@@ -84,7 +84,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Call:
 class Run:
     """One workflow run: its id, its coroutine and the results recorded so far."""
 
-    __slots__ = ("args", "coro", "done", "fn", "id", "recorded", "result", "seq")
+    __slots__ = ("args", "coro", "fn", "id", "recorded", "result", "seq")
 
     def __init__(
         self, wf_id: int, fn: Workflow, args: tuple[Any, ...], recorded: list[Any]
@@ -95,8 +95,7 @@ class Run:
         self.coro: Coroutine[Any, Any, Any] | None = None  # created by replay()
         self.recorded = recorded  # results to replay (a recovered run), else []
         self.seq = 0  # the seq of the next activity result
-        self.done = False
-        self.result: Any = None
+        self.result: Any = None  # the workflow's return value, once it returned
 
     def replay(self) -> Call | None:
         """Step to the first command not yet answered by a recorded result (None: done)."""
@@ -131,7 +130,7 @@ class Run:
         try:
             cmd = self.coro.send(value)
         except StopIteration as stop:
-            self.done, self.result = True, stop.value
+            self.result = stop.value
             return None
         assert isinstance(cmd, Call), f"a workflow may only await call(...), got {cmd!r}"
         return cmd

@@ -35,6 +35,7 @@ SUITES: dict[str, str] = {
     "recovery": "benchmarks.bench_recovery",
     "disk": "benchmarks.bench_disk",
     "queues": "benchmarks.bench_queues",
+    "reference": "benchmarks.bench_reference",
 }
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"

@@ -40,8 +40,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 class Target:
     """A goal to report against (never asserted).
 
-    ``kind`` is ``"ratio>="`` (roost/raw at least ``value``), ``"max"`` (the roost figure
-    at most ``value``) or ``"min"`` (the roost figure at least ``value``).
+    ``kind`` is ``"ratio>="`` (roost/raw at least ``value``), ``"ratio<="`` (at most),
+    ``"max"`` (the roost figure at most ``value``) or ``"min"`` (the roost figure at least
+    ``value``).
     """
 
     kind: str
@@ -51,6 +52,8 @@ class Target:
     def check(self, roost: float, ratio: float | None) -> bool | None:
         if self.kind == "ratio>=":
             return None if ratio is None else ratio >= self.value
+        if self.kind == "ratio<=":
+            return None if ratio is None else ratio <= self.value
         if self.kind == "max":
             return roost <= self.value
         if self.kind == "min":

@@ -138,7 +138,14 @@ def encode_activation(codec: Codec, act: Activation) -> bytes:
             f"activation {act.index}: {exc.args[0].__name__} is not a history event or command"
         ) from None
     at = (act.at - _EPOCH) // _MICRO
-    return codec.encode([FORMAT, act.index, at, events, commands], what="activation", envelope=True)
+    row = [FORMAT, act.index, at, events, commands]
+    try:
+        return codec.encode(row, what="activation", envelope=True)
+    except Error:
+        # The same checks on the record form name the part by its field, as in
+        # "activation.events[0].payload", not by its position in the row.
+        codec.encode(act, what="activation")
+        raise
 
 
 def read_activation(

@@ -37,7 +37,7 @@ from roost.workflow._drivers import new_driver, rebuild
 from roost.workflow._history_format import decode_activation
 
 SUITE = "replay"
-TARGET_EVENTS = 10_000  # the >= 100k events/s target applies from this history length on
+TARGET_EVENTS = 10_000  # the >= 150k events/s target applies from this history length on
 
 
 def build_history(data_dir: str, k: int) -> str:
@@ -138,7 +138,7 @@ def _rows(k: int, r: dict[str, Any], detail: bool) -> list[Result]:
     rebuilt = r["rebuild_seconds"]
     tag = _tag(events)
     params = {"activities": k, **r}
-    target = Target("min", 100_000, ">= 100k events/s") if events >= TARGET_EVENTS else None
+    target = Target("min", 150_000, ">= 150k events/s") if events >= TARGET_EVENTS else None
     rows = [
         Result(
             SUITE,

@@ -14,10 +14,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import roost
+from roost.cli import main
 from roost.storage import Codec, open_lmdb_store, unpack_key
-from roost.testing import Replayer, history_to_json, open_test_node
+from roost.testing import Replayer, history_to_json, open_test_node, save_history
 from roost.workflow._history import Complete, Fail, WorkflowTask
 from roost.workflow._history_format import FORMAT, read_activation
 
@@ -27,8 +29,11 @@ V1_HEAD = b"\xd9\x98\x5b"  # the codec's record tag (39003): every v1 row starts
 V2_HEAD = bytes([0x85, FORMAT])  # an array of 5 whose first item is the format version
 
 
+APP_MODULE = "roost_v1_fixture_app"
+
+
 def _load_app():
-    spec = importlib.util.spec_from_file_location("roost_v1_fixture_app", DATA / "v1_app.py")
+    spec = importlib.util.spec_from_file_location(APP_MODULE, DATA / "v1_app.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -171,3 +176,21 @@ def test_the_fixture_is_a_v1_store_of_closed_and_open_runs():
         "Complete",
         "Fail",
     } <= kinds
+
+
+async def test_roost_replay_replays_histories_read_from_a_v1_store(v1_dir: Path, tmp_path: Path):
+    files = []
+    async with open_test_node(app, data_dir=v1_dir) as node:
+        for wf in EXPECTED["closed"]:
+            history = node.history(wf)
+            if history:
+                files += ["--history", str(save_history(history, tmp_path / f"{wf}.cbor"))]
+    result = CliRunner().invoke(
+        main, ["replay", *files, "--app", f"{APP_MODULE}:app"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == len(files) // 2
+    assert "ok " in lines[0]
+    assert any("replays to its recorded error" in line for line in lines)  # failing-1
+    assert any("order-1.cbor: replays to {'receipt': {'charged': 42" in line for line in lines)

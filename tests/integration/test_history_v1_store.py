@@ -13,12 +13,13 @@ import sys
 import tarfile
 from pathlib import Path
 
+import lmdb
 import pytest
 from click.testing import CliRunner
 
 import roost
 from roost.cli import main
-from roost.storage import Codec, open_lmdb_store, unpack_key
+from roost.storage import Codec, key, open_lmdb_store, unpack_key
 from roost.testing import Replayer, history_to_json, open_test_node, save_history
 from roost.workflow._history import Complete, Fail, WorkflowTask
 from roost.workflow._history_format import FORMAT, read_activation
@@ -194,3 +195,32 @@ async def test_roost_replay_replays_histories_read_from_a_v1_store(v1_dir: Path,
     assert "ok " in lines[0]
     assert any("replays to its recorded error" in line for line in lines)  # failing-1
     assert any("order-1.cbor: replays to {'receipt': {'charged': 42" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        [FORMAT, 2, 0, [[99, 1]], []],  # a kind no version wrote
+        [FORMAT, 2, 0, [[2, 1]], []],  # an ActivityResolved without its value and error
+        [FORMAT, 2, "noon", [], []],
+    ],
+)
+async def test_a_malformed_v2_row_quarantines_its_workflow(v1_dir: Path, row):
+    """A v2 row of the wrong shape is unreadable like any other row: the run is set aside."""
+    run_id = EXPECTED["workflows"]["waiter-1"]["describe"]["run_id"]
+    env = lmdb.open(str(v1_dir), max_dbs=128)
+    try:
+        with env.begin(write=True) as txn:
+            db = env.open_db(b"histories", txn=txn)
+            assert txn.get(key(run_id, 2), db=db) is not None
+            txn.put(key(run_id, 2), Codec().encode(row, envelope=True), db=db)
+    finally:
+        env.close()
+    async with open_test_node(app, data_dir=v1_dir) as node:
+        await node.signal(roost.Pid("local", "v1:workflows", "waiter-1"), "go", "now")
+        await node.wait_until_blocked()
+        described = node.describe("waiter-1")
+        assert described["status"] == "quarantined"
+        assert "cannot decode stored activation" in described["error"].message
+        assert described["quarantine"]["rows"][0]["table"] == "histories"
+        assert node.describe("sleeper-1")["status"] == "running"  # the others go on

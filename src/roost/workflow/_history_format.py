@@ -3,7 +3,7 @@
 Format v1 is the ``Activation`` record as the codec writes any record: a tagged field map
 whose events and commands are tagged field maps too, ``at`` an RFC 3339 string.
 
-Format v2 (written since issue 15) is one CBOR array per row::
+Format v2, the one written, is one CBOR array per row::
 
     [2, index, at, [event, ...], [command, ...]]
 

@@ -41,6 +41,7 @@ import trio
 import roost
 from roost import channel, coroutine, funcs, process, workflow
 from roost.storage import Codec, key, open_lmdb_store, unpack_key
+from roost.workflow._history_format import decode_activation
 
 app = roost.App("crash")
 HOST = "crash:workflows"
@@ -337,6 +338,10 @@ def to_json(value: Any) -> Any:
     return repr(value)
 
 
+def _decode(codec: Codec, data: bytes) -> Any:
+    return codec.decode(data)
+
+
 def snapshot(data_dir: str) -> dict[str, Any]:
     """Every run with its activations, pending inbox events, activity tasks and timers.
 
@@ -353,7 +358,8 @@ def snapshot(data_dir: str) -> dict[str, Any]:
                 runs[record.workflow_id] = {
                     "record": to_json(record),
                     "activations": [
-                        to_json(codec.decode(v)) for _, v in txn.prefix("histories", prefix)
+                        to_json(decode_activation(codec, v))
+                        for _, v in txn.prefix("histories", prefix)
                     ],
                     "inbox": [to_json(codec.decode(v)) for _, v in txn.prefix("inbox", prefix)],
                     "tasks": [to_json(codec.decode(v)) for _, v in txn.prefix("tasks", prefix)],
@@ -803,9 +809,10 @@ def snapshot_runs(data_dir: str) -> dict[str, Any]:
             records = {r.workflow_id: r for r in (codec.decode(v) for _, v in txn.range("runs"))}
             for table in ("histories", "inbox", "tasks"):
                 name = "activations" if table == "histories" else table
+                read = decode_activation if table == "histories" else _decode
                 for k, v in txn.range(table):
                     run_id, _ = unpack_key(k, str, int)
-                    run_of(run_id)[name].append(to_json(codec.decode(v)))
+                    run_of(run_id)[name].append(to_json(read(codec, v)))
             for _, v in txn.range("timers"):
                 timer = codec.decode(v)
                 run_of(timer.run_id)["timers"].append(to_json(timer))

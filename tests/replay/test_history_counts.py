@@ -14,6 +14,7 @@ from roost import funcs, process, workflow
 from roost.storage import Codec
 from roost.testing import Replayer
 from roost.workflow._history import ScheduleActivity, unflatten
+from roost.workflow._history_format import encode_activation
 
 app = roost.App("hc")
 STEPS = 4
@@ -50,7 +51,7 @@ def expected(history: list) -> list[list[int]]:
     for act in unflatten(history):
         out.append([length + len(act.events), size + len(codec.encode(list(act.events)))])
         length += len(act.events) + len(act.commands)
-        size += len(codec.encode(act))  # as stored
+        size += len(encode_activation(codec, act))  # as stored
     return out
 
 

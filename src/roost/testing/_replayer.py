@@ -19,7 +19,14 @@ from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
 from roost.workflow._driver import Driver, Ports, Status
-from roost.workflow._history import Activation, SendMessage, SpawnProcess, Started, unflatten
+from roost.workflow._history import (
+    Activation,
+    SendMessage,
+    SpawnProcess,
+    Started,
+    WorkflowTask,
+    unflatten,
+)
 
 __all__ = ["Replayer", "history_to_json", "load_history", "save_history"]
 
@@ -50,7 +57,9 @@ class Replayer:
             roost.NondeterminismError: the code diverged from the history.
             roost.Error: the workflow's recorded error; Invalid for a malformed history.
         """
-        acts = unflatten(list(history))
+        items = list(history)
+        acts = unflatten(items)
+        sizes = [item.size for item in items if type(item) is WorkflowTask]
         started = _started(acts)
         entry = self.app.resolve(started.workflow_type)
         if entry.kind is not EntryKind.WORKFLOW:
@@ -71,10 +80,13 @@ class Replayer:
 
         driver = Driver(entry.fn, _ReplayPorts(self.app, pid, started, spawned, reply_to))
         try:
-            for act in acts:
+            for n, act in enumerate(acts):
                 driver.activate(act.at, act.events, expected=act.commands)
-                # As a node counts it: the bytes the activation takes in the store.
-                driver.recorded(len(_CODEC.encode(act)))
+                # As a node counts it: the bytes the activation takes in the store, as
+                # recorded with the history; a history without them (a list of Activations,
+                # a file saved by an earlier roost) counts the record's own encoding.
+                size = sizes[n] if n < len(sizes) else None
+                driver.recorded(size if size is not None else len(_CODEC.encode(act)))
         finally:
             driver.close()
         if driver.status == Status.FAILED and driver.error is not None:

@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 import gc
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from roost._interrupt import is_ctrl_c
 from roost._pid import Pid
@@ -15,6 +15,7 @@ from roost.mailbox._backend import use_backend
 from roost.storage._quarantine import QuarantinedRow, decode_error
 from roost.workflow._driver import Driver, Ports
 from roost.workflow._history import Started
+from roost.workflow._history_format import read_activation
 from roost.workflow._quarantine import RunQuarantined
 from roost.workflow._records import history_key
 from roost.workflow._run import Run
@@ -101,14 +102,18 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
                 prefix = history_key(run.record.run_id, 0)[:-8]
                 stored = list(txn.prefix("histories", prefix))
             # Decoded one at a time: a long history never has all its records alive at once.
+            codec, activate, recorded = m.codec, driver.activate, driver.recorded
             for k, data in stored:
                 position += 1
-                act = _decode_step(m, k, data)
-                if act.index == 1 and act.events and isinstance(act.events[0], Started):
+                try:
+                    index, at, events, commands = read_activation(codec, data)
+                except Exception as exc:  # whatever the decoder raises, the row is unreadable
+                    raise _quarantined(k, data, exc) from exc
+                if index == 1 and events and type(events[0]) is Started:
                     # Before replaying: workflow code sees the context from its first step on.
-                    run.context = act.events[0].context
-                driver.activate(act.at, act.events, expected=act.commands)
-                driver.recorded(len(data))
+                    run.context = events[0].context
+                activate(at, events, expected=commands)
+                recorded(len(data))
     except RunQuarantined:
         driver.close()
         raise
@@ -121,13 +126,9 @@ def rebuild(m: WorkflowManager, run: Run) -> Driver:
     return driver
 
 
-def _decode_step(m: WorkflowManager, k: bytes, data: bytes) -> Any:
-    try:
-        return m.codec.decode(data)
-    except Exception as exc:  # whatever the decoder raises, the row is unreadable
-        error = decode_error(exc, "histories", k)
-        row = QuarantinedRow(table="histories", key=k, data=data, error=error)
-        raise RunQuarantined(row) from exc
+def _quarantined(k: bytes, data: bytes, exc: Exception) -> RunQuarantined:
+    error = decode_error(exc, "histories", k)
+    return RunQuarantined(QuarantinedRow(table="histories", key=k, data=data, error=error))
 
 
 @contextlib.contextmanager

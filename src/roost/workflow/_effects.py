@@ -33,6 +33,7 @@ from roost.workflow._history import (
     StopProcess,
     UpsertAttributes,
 )
+from roost.workflow._history_format import encode_activation
 from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close
 from roost.workflow._records import (
     ActivityTask,
@@ -203,7 +204,7 @@ class Effects:
         self, act: Activation, consumed: list[bytes | Settled]
     ) -> Callable[[WriteTxn], None]:
         codec, record, driver = self.m.codec, self.record, self.run.driver
-        act_bytes = codec.encode(act)
+        act_bytes = encode_activation(codec, act)
         self.size = len(act_bytes)
         self.record = record = attrs.evolve(
             record,

@@ -261,17 +261,26 @@ Command = (
 @record("wf.task")
 @attrs.frozen(kw_only=True)
 class WorkflowTask:
-    """Marks where an activation begins in a flattened history (``node.history``)."""
+    """Marks where an activation begins in a flattened history (``node.history``).
+
+    ``size`` is the bytes the activation takes in the store (``workflow.history_size``
+    counts them); None when not known (a history saved before it was recorded here).
+    """
 
     index: int
     at: dt.datetime
+    size: int | None = None
 
 
-def flatten(activations: list[Activation]) -> list[Any]:
-    """Activations as one list: a ``WorkflowTask`` marker, its events, its commands."""
+def flatten(activations: list[Activation], sizes: list[int] | None = None) -> list[Any]:
+    """Activations as one list: a ``WorkflowTask`` marker, its events, its commands.
+
+    ``sizes``: the stored bytes of each activation, kept in its marker.
+    """
     out: list[Any] = []
-    for act in activations:
-        out.append(WorkflowTask(index=act.index, at=act.at))
+    for n, act in enumerate(activations):
+        size = sizes[n] if sizes is not None else None
+        out.append(WorkflowTask(index=act.index, at=act.at, size=size))
         out.extend(act.events)
         out.extend(act.commands)
     return out

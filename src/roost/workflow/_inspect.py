@@ -24,6 +24,7 @@ from roost.storage._quarantine import (
     read_quarantine,
 )
 from roost.workflow._history import flatten
+from roost.workflow._history_format import decode_activation
 from roost.workflow._records import ActivityTask, RunRecord, RunStatus
 
 __all__ = ["describe", "history", "list_workflows", "parse_query", "run_key"]
@@ -158,8 +159,8 @@ def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
             details={"workflow_id": workflow_id},
         )
     with store.read() as txn:
-        acts = [codec.decode(v) for _, v in txn.prefix("histories", key(record.run_id))]
-    return flatten(acts)
+        rows = [v for _, v in txn.prefix("histories", key(record.run_id))]
+    return flatten([decode_activation(codec, v) for v in rows], [len(v) for v in rows])
 
 
 def parse_query(query: str | None) -> list[tuple[str, str, str]]:

@@ -38,6 +38,7 @@ from roost.workflow._history import (
     ProcessExited,
     Started,
 )
+from roost.workflow._history_format import decode_activation
 from roost.workflow._options import check_start_options
 from roost.workflow._records import (
     RunRecord,
@@ -204,7 +205,7 @@ class WorkflowManager:
             first = txn.get("histories", history_key(run.record.run_id, 1))
         if first is None:
             return []
-        started = self.codec.decode(first).events[0]
+        started = decode_activation(self.codec, first).events[0]
         return list(started.args) if isinstance(started, Started) else []
 
     def spawn_task(self, fn: Callable[..., Any], *args: Any) -> None:

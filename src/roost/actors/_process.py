@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Process",
-    "Upgrade",
     "WorkflowOps",
     "WorkflowProcess",
     "activity_context",
@@ -30,18 +29,6 @@ __all__ = [
 ]
 
 _EMPTY: Mapping[str, Any] = {}
-
-
-class Upgrade(BaseException):
-    """Raised by ``process.upgrade`` to swap the running code; caught by the trampoline.
-
-    A BaseException so that ``except Exception`` in user code does not swallow it.
-    """
-
-    def __init__(self, entry: Entry, args: tuple[Any, ...]) -> None:
-        super().__init__(entry.id)
-        self.entry = entry
-        self.args = args
 
 
 class WorkflowOps(Protocol):

@@ -4,6 +4,7 @@ import typing as _typing
 
 from roost import _lazy
 from roost.actors import _app
+from roost.storage import _registry
 
 if _typing.TYPE_CHECKING:
     from roost import channel, coroutine, ctx, funcs, http, process, state, supervisor, workflow
@@ -83,6 +84,16 @@ __getattr__, __dir__ = _lazy.attach(__name__, _NAMES)
 # The layers above the actors (workflows, queues, cron, HTTP, supervisors) register with App
 # and the node when one first needs them.
 _app.plug_in("roost._wiring")
+# roost's record types register when their modules load; a decode that meets a tag nobody
+# registered loads these first.
+_registry.record_modules(
+    "roost.storage._quarantine",
+    "roost.workflow._records",
+    "roost.workflow._history",
+    "roost.queues._records",
+    "roost.queues._cron",
+    "roost.queues._http",
+)
 
 __all__ = [
     "ActivityInfo",

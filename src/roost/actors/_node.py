@@ -19,13 +19,12 @@ from roost.actors._events import Cancel, Exit, LinkDown
 from roost.actors._node_types import (
     ExitResult,
     SpawnRequest,
-    VirtualHost,
     is_cancelled,
     is_mock_clock,
     noproc_error,
     terminated_error,
 )
-from roost.actors._process import Process, set_current
+from roost.actors._process import Process, VirtualHost, set_current
 from roost.actors._registry import Registry, check_name
 from roost.actors._stopping import shut_down, until_running
 from roost.actors._timers import Timers

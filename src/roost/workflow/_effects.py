@@ -45,7 +45,7 @@ from roost.workflow._run import Run, Settled
 from roost.workflow._unread import check_room, counts
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = ["Effects", "deliver_local", "lost_error", "spawn_child", "stop_process"]
 
@@ -55,9 +55,7 @@ log = logging.getLogger("roost.workflow")
 class Effects:
     """The writes and post-commit actions of one activation."""
 
-    def __init__(
-        self, manager: WorkflowManager, run: Run, at: dt.datetime, events: list[Any]
-    ) -> None:
+    def __init__(self, manager: RunHost, run: Run, at: dt.datetime, events: list[Any]) -> None:
         self.m = manager
         self.run = run
         self.at = at
@@ -322,7 +320,7 @@ class Effects:
             m.closed(self.run)
 
 
-def spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
+def spawn_child(m: RunHost, run: Run, spawn: SpawnProcess) -> None:
     node = m.node
     req = SpawnRequest(context=run.context, pid=spawn.pid, watcher=run.pid)
     try:

@@ -13,7 +13,8 @@ from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 from roost.actors._events import Exit
-from roost.actors._node import Node, SpawnRequest
+from roost.actors._node import SpawnRequest
+from roost.actors._process import NodeOps
 from roost.storage import WriteTxn, key
 from roost.workflow._family import follow, hand_over, run_state, start_child
 from roost.workflow._history import (
@@ -331,7 +332,7 @@ def spawn_child(m: RunHost, run: Run, spawn: SpawnProcess) -> None:
         m.process_exited(run.pid, Exit(spawn.pid, None, exc, node.now()))
 
 
-def stop_process(node: Node, sender: Pid, stop: StopProcess) -> None:
+def stop_process(node: NodeOps, sender: Pid, stop: StopProcess) -> None:
     # Like a send, a workflow's cancel or terminate never raises for its target.
     try:
         node.stop(stop.dest, stop.reason, hard=stop.hard)
@@ -348,7 +349,7 @@ def lost_error(pid: Pid) -> Error:
     )
 
 
-def deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:
+def deliver_local(node: NodeOps, sender: Pid, send: SendMessage) -> None:
     # Inside a workflow a send never raises for its target: a failed delivery is logged.
     try:
         target = node.live(send.dest)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from roost._errors import Error
     from roost._pid import Pid
     from roost.actors._events import Exit
-    from roost.actors._node import Node
+    from roost.actors._process import NodeOps
     from roost.storage._codec import Codec
     from roost.storage._store import ReadTxn, WriteTxn
     from roost.workflow._records import ActivityTask, RunRecord, TimerTask
@@ -100,7 +100,7 @@ class RunHost(Protocol):
     eager_in_flight: int
 
     @property
-    def node(self) -> Node:
+    def node(self) -> NodeOps:
         """Message delivery (to a PID; EXIT and LINK_DOWN to watchers), the clock, names."""
         ...
 

@@ -99,8 +99,10 @@ def plug_in(module: str) -> None:
 
 def _load_plug_ins() -> None:
     while _PLUG_INS:
-        importlib.import_module(_PLUG_INS[0])
-        del _PLUG_INS[0]
+        module = _PLUG_INS[0]
+        importlib.import_module(module)  # a failed import stays pending, and is retried
+        if _PLUG_INS and _PLUG_INS[0] == module:  # (a nested call may have taken it)
+            del _PLUG_INS[0]
 
 
 def extension_or_none(name: str) -> Callable[..., Any] | None:

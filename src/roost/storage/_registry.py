@@ -262,8 +262,10 @@ def load_record_modules() -> bool:
     if not _RECORD_MODULES:
         return False
     while _RECORD_MODULES:
-        importlib.import_module(_RECORD_MODULES[0])
-        del _RECORD_MODULES[0]
+        module = _RECORD_MODULES[0]
+        importlib.import_module(module)  # a failed import stays pending, and is retried
+        if _RECORD_MODULES and _RECORD_MODULES[0] == module:  # (a nested call may have taken it)
+            del _RECORD_MODULES[0]
     return True
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "NondeterminismError",
     "safe_text",
     "storable",
+    "storable_leaf",
 ]
 
 
@@ -256,10 +257,18 @@ def _clean(value: Any, depth: int) -> bool:
     return storable(value) is value if isinstance(value, Error) else _other_ok(value)
 
 
-def _other_ok(value: Any) -> bool:
-    from roost._pid import Pid  # noqa: PLC0415 - roost._pid imports this module
+# Value types stored as they are in error details. Modules above this one add theirs
+# (roost._pid adds Pid): one with values to store is imported already.
+_LEAF_TYPES: set[type] = {uuid.UUID}
 
-    if type(value) in (Pid, uuid.UUID):
+
+def storable_leaf(tp: type) -> None:
+    """Keep values of ``tp`` as they are in error details (the codec stores them)."""
+    _LEAF_TYPES.add(tp)
+
+
+def _other_ok(value: Any) -> bool:
+    if type(value) in _LEAF_TYPES:
         return True
     if type(value) is dt.datetime:
         offset = value.utcoffset()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from roost._errors import invalid, shown
+from roost._errors import invalid, shown, storable_leaf
 from roost._text import check_text
 
 __all__ = ["LOCAL_NODE", "Pid", "check_pid_part"]
@@ -97,6 +97,9 @@ class Pid:
 
     def __reduce__(self) -> tuple[type[Pid], tuple[str, str, str]]:
         return (Pid, (self.node, self.host, self.id))
+
+
+storable_leaf(Pid)  # error details keep PIDs as PIDs
 
 
 def _init(pid: Pid, node: str, host: str, ident: str) -> None:

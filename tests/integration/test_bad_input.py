@@ -224,9 +224,11 @@ async def test_open_node_on_a_file_or_under_one_is_invalid(tmp_path: Path) -> No
 def _open_as_nobody(data_dir: Path) -> str:
     # root may write anywhere: the child process drops to 'nobody' (after importing roost,
     # which may live where 'nobody' cannot read) and then opens a node on ``data_dir``.
+    # ``import roost`` loads its modules on first use, so the script loads everything a node
+    # runs (roost._wiring) while the files are still readable.
     script = textwrap.dedent(
         f"""
-        import os, trio, roost
+        import os, trio, roost, roost._wiring
         os.setgid(65534)
         os.setuid(65534)
         async def main():

@@ -10,11 +10,10 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
-from roost.actors._app import ENTRY_ATTR
+from roost.actors._app import ENTRY_ATTR, extension_or_none
 from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._events import Event
 from roost.actors._process import (
-    Upgrade,
     _current,
     activity_context,
     current_any,
@@ -22,6 +21,7 @@ from roost.actors._process import (
     maybe_current_process,
 )
 from roost.actors._registry import check_name
+from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
 
@@ -578,9 +578,7 @@ def funcs_new() -> Executor:
 
 
 def _activity_option_check() -> Callable[..., Any] | None:
-    from roost.actors._app import _EXTENSIONS  # noqa: PLC0415 - read at call time
-
-    return _EXTENSIONS.get("activity_options")
+    return extension_or_none("activity_options")
 
 
 async def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:

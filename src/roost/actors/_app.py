@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -70,6 +71,7 @@ def register_node_service(start: Callable[..., Any]) -> None:
 
 def node_services() -> list[Callable[..., Any]]:
     """The registered node services, in registration order."""
+    _load_plug_ins()
     return list(_NODE_SERVICES)
 
 
@@ -83,8 +85,34 @@ def register_app_check(check: Callable[[App], None]) -> None:
         _APP_CHECKS.append(check)
 
 
+# The modules that plug the layers above in (``roost._wiring``). ``roost/__init__`` names
+# them and they load when an App or a node first needs an extension, so that importing a
+# pure core through its package does not load the runtime (and trio).
+_PLUG_INS: list[str] = []
+
+
+def plug_in(module: str) -> None:
+    """Import ``module`` (which registers extensions and node services) on first need."""
+    if module not in _PLUG_INS:
+        _PLUG_INS.append(module)
+
+
+def _load_plug_ins() -> None:
+    while _PLUG_INS:
+        module = _PLUG_INS[0]
+        importlib.import_module(module)  # a failed import stays pending, and is retried
+        if _PLUG_INS and _PLUG_INS[0] == module:  # (a nested call may have taken it)
+            del _PLUG_INS[0]
+
+
+def extension_or_none(name: str) -> Callable[..., Any] | None:
+    """The declaration function registered as ``name``, or None if no layer provides it."""
+    _load_plug_ins()
+    return _EXTENSIONS.get(name)
+
+
 def _extension(name: str) -> Callable[..., Any]:
-    declare = _EXTENSIONS.get(name)
+    declare = extension_or_none(name)
     if declare is None:
         raise Error(
             f"app.{name}() needs roost.{name.rsplit('_', maxsplit=1)[-1]} loaded: import roost",
@@ -169,8 +197,9 @@ class App:
         Options (``retry_policy``, ``start_to_close_timeout``, ...) are the defaults for
         every call; ``funcs.new().with_options(...)`` overrides them per call.
         """
-        if options and "activity_options" in _EXTENSIONS:
-            _EXTENSIONS["activity_options"](options)  # raises Invalid for a bad option
+        check = extension_or_none("activity_options") if options else None
+        if check is not None:
+            check(options)  # raises Invalid for a bad option
         return self._decorate(fn, EntryKind.ACTIVITY, name, options, need_async=False)
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
@@ -337,6 +366,7 @@ class App:
             check = entry.options.get("validate")
             if check is not None:
                 check(self)
+        _load_plug_ins()
         for app_check in _APP_CHECKS:
             app_check(self)
 

@@ -18,11 +18,11 @@ from roost._duration import Duration, parse_duration
 from roost._errors import invalid
 from roost.actors._process import (
     Process,
-    WorkflowOps,
     bound_node,
     current_process,
     maybe_current_process,
 )
+from roost.actors._workflow_ops import WorkflowOps
 from roost.mailbox._channel import Channel
 
 __all__ = ["after", "now", "random", "random_bytes", "sleep", "ticker", "uuid4", "uuid7"]

@@ -19,17 +19,17 @@ from roost.actors._events import Cancel, Exit, LinkDown
 from roost.actors._node_types import (
     ExitResult,
     SpawnRequest,
-    VirtualHost,
     is_cancelled,
     is_mock_clock,
     noproc_error,
     terminated_error,
 )
-from roost.actors._process import Process, Upgrade, set_current
+from roost.actors._process import Process, VirtualHost, set_current
 from roost.actors._registry import Registry, check_name
 from roost.actors._stopping import shut_down, until_running
 from roost.actors._timers import Timers
 from roost.actors._trio_backend import TRIO_BACKEND
+from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS
 from roost.storage import Store

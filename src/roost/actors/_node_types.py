@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -13,15 +13,11 @@ from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 
 if TYPE_CHECKING:
-    from roost.actors._app import Entry
-    from roost.actors._events import Exit
-    from roost.actors._process import Process
-    from roost.mailbox._channel import Channel
+    pass
 
 __all__ = [
     "ExitResult",
     "SpawnRequest",
-    "VirtualHost",
     "is_cancelled",
     "is_mock_clock",
     "noproc_error",
@@ -84,32 +80,6 @@ def shutdown_error(pid: Pid, by: str) -> Error:
         details={"reason": "shutdown", "by": by},
         pid=pid,
     )
-
-
-class VirtualHost(Protocol):
-    """Processes that are not trio tasks of this node (workflows), reached by PID host."""
-
-    host: str
-
-    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event: ...
-    def running(self, pid: Pid) -> bool: ...
-    def cancel(self, pid: Pid, reason: str | None) -> trio.Event: ...
-    def terminate(self, pid: Pid) -> None: ...
-    def monitor(self, watcher: Process, pid: Pid) -> None: ...
-    def link(self, proc: Process, pid: Pid) -> None: ...
-    def unwatch(self, proc: Process, pid: Pid) -> None: ...
-    def exit_channel(self, pid: Pid) -> Channel[ExitResult]: ...
-    def process_exited(self, watcher: Pid, event: Exit) -> None: ...
-    async def spawn(
-        self,
-        parent: Process,
-        *,
-        entry: Entry,
-        args: tuple[Any, ...],
-        options: dict[str, Any],
-        messages: tuple[tuple[str, Any], ...],
-        context: dict[str, Any],
-    ) -> Pid: ...
 
 
 def is_mock_clock(clock: object) -> bool:

@@ -15,13 +15,21 @@ from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import Mailbox
 
 if TYPE_CHECKING:
-    from roost.actors._app import Entry
-    from roost.actors._node import Node
+    import datetime as dt
+    from collections.abc import Awaitable, Callable
+
+    from roost.actors._app import App, Entry, EntryKind
+    from roost.actors._events import Exit
+    from roost.actors._node_types import ExitResult, SpawnRequest
+    from roost.actors._registry import Registry
+    from roost.actors._timers import Timers
+    from roost.actors._workflow_ops import WorkflowOps
+    from roost.storage._store import Store
 
 __all__ = [
+    "NodeOps",
     "Process",
-    "Upgrade",
-    "WorkflowOps",
+    "VirtualHost",
     "WorkflowProcess",
     "activity_context",
     "current_any",
@@ -30,50 +38,6 @@ __all__ = [
 ]
 
 _EMPTY: Mapping[str, Any] = {}
-
-
-class Upgrade(BaseException):
-    """Raised by ``process.upgrade`` to swap the running code; caught by the trampoline.
-
-    A BaseException so that ``except Exception`` in user code does not swallow it.
-    """
-
-    def __init__(self, entry: Entry, args: tuple[Any, ...]) -> None:
-        super().__init__(entry.id)
-        self.entry = entry
-        self.args = args
-
-
-class WorkflowOps(Protocol):
-    """What process calls need from a workflow's driver (implemented in roost.workflow)."""
-
-    mailbox: Mailbox
-
-    def send(self, dest: Any, topic: str, payload: Any) -> None: ...
-    async def call(self, dest: Any, topic: str, payload: Any, seconds: float) -> Any: ...
-    def start_activity(
-        self, entry: str, args: tuple[Any, ...], options: tuple[Mapping[str, Any], ...]
-    ) -> Any: ...
-    def stop(self, dest: Any, reason: str | None, *, hard: bool) -> None: ...
-    async def call_activity(
-        self, entry: str, args: tuple[Any, ...], options: tuple[Mapping[str, Any], ...]
-    ) -> Any: ...
-    async def sleep(self, seconds: float) -> None: ...
-    def after(self, seconds: float) -> Channel[Any]: ...
-    def ticker(self, seconds: float) -> Channel[Any]: ...
-    def spawn_coroutine(self, fn: Any, args: tuple[Any, ...]) -> None: ...
-    def spawn_process(self, entry: str, args: tuple[Any, ...]) -> Pid: ...
-    def start_child(self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]) -> Pid: ...
-    async def exec_child(
-        self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]
-    ) -> Any: ...
-    def uuid4(self) -> Any: ...
-    def uuid7(self) -> Any: ...
-    def random_bytes(self, n: int) -> bytes: ...
-    def random(self) -> Any: ...
-
-    @property
-    def now(self) -> Any: ...
 
 
 class WorkflowProcess:
@@ -87,7 +51,7 @@ class WorkflowProcess:
         entry: Entry | None,
         workflow: WorkflowOps,
         context: Mapping[str, Any] = _EMPTY,
-        node: Node | None = None,
+        node: NodeOps | None = None,
     ) -> None:
         self.pid = pid
         self.entry = entry
@@ -98,6 +62,121 @@ class WorkflowProcess:
     def get_mailbox(self) -> Mailbox:
         """The workflow's mailbox (fed from its history)."""
         return self.workflow.mailbox
+
+
+class NodeOps(Protocol):
+    """The node as a process record, and the calls made on one, reach it (``Node``).
+
+    Declared here, beside the record, so that the record can name its node without
+    importing the module that creates records.
+    """
+
+    app: App
+    name: str
+    incarnation: int
+    procs: dict[Pid, Process]
+    registry: Registry
+    stopping: bool
+    ext: dict[str, Any]
+    store: Store | None
+    settings: dict[str, Any]
+    virtual: dict[str, VirtualHost]
+    kind_hosts: dict[EntryKind, VirtualHost]
+    mock_time: bool
+    timers: Timers
+
+    def now(self) -> dt.datetime:
+        """The node's UTC time."""
+
+    async def transact(self, fn: Callable[[Any], Any]) -> Any:
+        """Commit ``fn(txn)`` to the node's store."""
+
+    def resolve(self, dest: object) -> Pid:
+        """Turn a Pid, a PID string or a registered name into a Pid."""
+
+    def live(self, dest: object) -> Process:
+        """The live process behind ``dest``."""
+
+    def spawn(
+        self, parent: Process | None, entry: Entry, args: tuple[Any, ...], req: SpawnRequest
+    ) -> Pid:
+        """Start ``entry`` as a new process."""
+
+    def start_process(
+        self, parent: Process | None, entry: Entry, args: tuple[Any, ...], req: SpawnRequest
+    ) -> Process:
+        """``spawn``, returning the started process."""
+
+    def attach(self, task_context: Mapping[str, Any] | None = None) -> Process:
+        """Register the calling task as a process."""
+
+    def start_coroutine(self, proc: Process, fn: Callable[..., Awaitable[Any]], args: Any) -> None:
+        """Run ``fn(*args)`` as a coroutine of ``proc``."""
+
+    def exit(self, proc: Process, value: Any, error: Error | None) -> None:
+        """Record that ``proc`` ended and tell its monitors and links."""
+
+    def link_down(self, proc: Process, dead: Pid, error: Error, at: Any) -> None:
+        """Deliver LINK_DOWN, or kill ``proc`` when it does not trap links."""
+
+    def post_event(self, proc: Process, event: Any) -> None:
+        """Queue an event on ``proc``'s events channel."""
+
+    def kill(self, proc: Process, error: Error) -> None:
+        """Hard-stop ``proc``."""
+
+    def cancel(self, proc: Process, reason: str | None) -> None:
+        """Ask ``proc`` to stop."""
+
+    def stop(self, dest: object, reason: str | None = None, *, hard: bool) -> None:
+        """Terminate (``hard``) or cancel ``dest``."""
+
+    def alive(self, pid: Pid) -> bool:
+        """Whether ``pid`` is a live process or an open workflow."""
+
+    def monitor(self, watcher: Process, dest: object) -> None:
+        """Watch ``dest``: one EXIT when it ends."""
+
+    def unmonitor(self, watcher: Process, dest: object) -> None:
+        """Stop watching ``dest``."""
+
+    def link(self, proc: Process, dest: object) -> None:
+        """Link both ways."""
+
+    def unlink(self, proc: Process, dest: object) -> None:
+        """Remove a link."""
+
+    def mark_ready(self, proc: Process) -> None:
+        """Signal that ``proc`` finished starting."""
+
+    def exit_channel(self, proc: Process) -> Channel[ExitResult]:
+        """A channel that receives ``proc``'s ExitResult once."""
+
+
+class VirtualHost(Protocol):
+    """Processes that are not trio tasks of this node (workflows), reached by PID host."""
+
+    host: str
+
+    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event: ...
+    def running(self, pid: Pid) -> bool: ...
+    def cancel(self, pid: Pid, reason: str | None) -> trio.Event: ...
+    def terminate(self, pid: Pid) -> None: ...
+    def monitor(self, watcher: Process, pid: Pid) -> None: ...
+    def link(self, proc: Process, pid: Pid) -> None: ...
+    def unwatch(self, proc: Process, pid: Pid) -> None: ...
+    def exit_channel(self, pid: Pid) -> Channel[ExitResult]: ...
+    def process_exited(self, watcher: Pid, event: Exit) -> None: ...
+    async def spawn(
+        self,
+        parent: Process,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid: ...
 
 
 class Process:
@@ -128,7 +207,7 @@ class Process:
 
     def __init__(
         self,
-        node: Node,
+        node: NodeOps,
         pid: Pid,
         entry: Entry | None,
         context: Mapping[str, Any] = _EMPTY,
@@ -281,14 +360,14 @@ def reset_current(token: Any) -> None:
 # workflow (whose current process is deliberately None) and in queue deliveries, so that
 # roost.now, roost.state, roost.enqueue and roost.publish work there. A process, when
 # there is one, always wins.
-_bound_node: ContextVar[Node | None] = ContextVar("roost_bound_node", default=None)
+_bound_node: ContextVar[NodeOps | None] = ContextVar("roost_bound_node", default=None)
 
 
-def bind_node(node: Node) -> Any:
+def bind_node(node: NodeOps) -> Any:
     """Let roost calls in this task (and the tasks and threads it starts) reach ``node``."""
     return _bound_node.set(node)
 
 
-def bound_node() -> Node | None:
+def bound_node() -> NodeOps | None:
     """The node bound by ``bind_node`` in this context, if any."""
     return _bound_node.get()

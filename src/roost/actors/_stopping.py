@@ -12,8 +12,7 @@ from roost.actors._node_types import shutdown_error
 from roost.mailbox._mailbox import EVENTS
 
 if TYPE_CHECKING:
-    from roost.actors._node import Node
-    from roost.actors._process import Process
+    from roost.actors._process import NodeOps, Process
 
 __all__ = ["hears_cancel", "shut_down", "until_running"]
 
@@ -45,7 +44,7 @@ async def until_running(procs: Iterable[Process]) -> None:
         waiting = [p for p in waiting if p.alive and not p.has_run]
 
 
-def shut_down(node: Node, proc: Process, reason: str, *, by: str) -> bool:
+def shut_down(node: NodeOps, proc: Process, reason: str, *, by: str) -> bool:
     """A supervisor's (``by="supervisor"``) or the node's stop request for ``proc``.
 
     Call it once ``proc`` has run (``until_running``). A process that listens on its

@@ -33,7 +33,7 @@ from roost._pid import Pid
 from roost.actors._api import funcs_call
 from roost.actors._app import EntryKind, register_extension, register_node_service
 from roost.actors._node import Node
-from roost.actors._process import reset_current, set_current
+from roost.actors._process import NodeOps, reset_current, set_current
 from roost.actors._spawn import Spawner
 from roost.queues._contain import contain, describe, safe_error
 from roost.queues._dispatch import QueueState
@@ -341,7 +341,7 @@ class QueueRuntime:
 
 
 async def run_target(
-    node: Node,
+    node: NodeOps,
     entry_id: str,
     payload: Any,
     info: QueueInfo | None,
@@ -359,7 +359,7 @@ async def run_target(
 
 
 async def invoke(
-    node: Node,
+    node: NodeOps,
     entry_id: str,
     payload: Any,
     info: QueueInfo | None,
@@ -399,7 +399,7 @@ async def invoke(
 
 
 async def _start_once(
-    node: Node, spawner: Spawner, entry_id: str, payload: Any, workflow_id: str
+    node: NodeOps, spawner: Spawner, entry_id: str, payload: Any, workflow_id: str
 ) -> Pid:
     """Start the workflow of one delivery attempt, or find the run that attempt started.
 

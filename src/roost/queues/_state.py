@@ -27,7 +27,7 @@ from roost.queues._state_ops import apply_ops, parse_ops
 from roost.storage import MAX_KEY_SIZE, Codec, Store, WriteTxn, key, unpack_key
 
 if TYPE_CHECKING:
-    from roost.actors._node import Node
+    from roost.actors._process import NodeOps
 
 __all__ = ["delete", "get", "list", "set", "update"]
 
@@ -37,9 +37,9 @@ TABLE: Final = "state"
 _CODEC: Final = Codec()
 
 
-def _store(what: str) -> tuple[Node, Store]:
+def _store(what: str) -> tuple[NodeOps, Store]:
     proc = maybe_current_process()
-    node: Node | None
+    node: NodeOps | None
     if proc is None:
         node = bound_node()
         if node is None:
@@ -82,7 +82,7 @@ def _row(scope: Any, name: Any, what: str) -> bytes:
     return row
 
 
-async def _transact(node: Node, store: Store, fn: Callable[[WriteTxn], T]) -> T:
+async def _transact(node: NodeOps, store: Store, fn: Callable[[WriteTxn], T]) -> T:
     result: T = await node.transact(fn)
     return result
 

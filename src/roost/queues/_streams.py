@@ -26,8 +26,7 @@ import trio
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._api import Receipt
 from roost.actors._app import EntryKind, register_app_check, register_extension
-from roost.actors._node import Node
-from roost.actors._process import bound_node, maybe_current_process
+from roost.actors._process import NodeOps, bound_node, maybe_current_process
 from roost.mailbox._mailbox import check_topic
 from roost.queues._contain import contain, describe
 from roost.queues._records import message_key
@@ -70,7 +69,7 @@ def declare_subscription(
     return sub
 
 
-def _publisher() -> tuple[Node, Any]:
+def _publisher() -> tuple[NodeOps, Any]:
     delivery = DELIVERY.get()
     proc = maybe_current_process()
     if proc is not None and proc.workflow is not None:
@@ -177,7 +176,7 @@ async def _store(
         receipt.done.set()
 
 
-async def _notify(node: Node, sub: Subscription, data: Any) -> None:
+async def _notify(node: NodeOps, sub: Subscription, data: Any) -> None:
     entry = node.app.resolve(sub.entry)
     if entry.kind not in _TARGETS:
         log.error(

@@ -50,6 +50,7 @@ from roost.storage._registry import (
     Migrate,
     _RecordType,
     _Registry,
+    load_record_modules,
     record,
 )
 from roost.storage._walk import KNOWN_ERRORS, Refused, TooDeep, Unencodable, Walk, find_surrogate
@@ -208,7 +209,10 @@ class Codec:
     def _lookup_tag(self, tag: Any) -> _RecordType | None:
         if not isinstance(tag, str):
             return None
-        return self._local.by_tag.get(tag) or _DEFAULT_REGISTRY.by_tag.get(tag)
+        found = self._local.by_tag.get(tag) or _DEFAULT_REGISTRY.by_tag.get(tag)
+        if found is None and load_record_modules():
+            found = _DEFAULT_REGISTRY.by_tag.get(tag)
+        return found
 
     def _record_type(self, cls: type) -> _RecordType | None:
         if self._types_gen != _REGISTRATIONS[0]:

@@ -7,6 +7,7 @@ numbers live here because a record type writes its own header bytes.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, get_args
@@ -244,6 +245,28 @@ class _Registry:
 
 
 _DEFAULT_REGISTRY: Final = _Registry()
+
+# The modules that define roost's own record types (workflow histories, queue messages).
+# ``roost/__init__`` names them, and the first decode of a tag nobody registered imports
+# them: a stored record reads back before the module of its type was needed otherwise.
+_RECORD_MODULES: list[str] = []
+
+
+def record_modules(*modules: str) -> None:
+    """Import ``modules`` (they register record types) before a decode gives up on a tag."""
+    _RECORD_MODULES.extend(m for m in modules if m not in _RECORD_MODULES)
+
+
+def load_record_modules() -> bool:
+    """Import the modules named by ``record_modules`` not imported yet; whether there were any."""
+    if not _RECORD_MODULES:
+        return False
+    while _RECORD_MODULES:
+        module = _RECORD_MODULES[0]
+        importlib.import_module(module)  # a failed import stays pending, and is retried
+        if _RECORD_MODULES and _RECORD_MODULES[0] == module:  # (a nested call may have taken it)
+            del _RECORD_MODULES[0]
+    return True
 
 
 def record(tag: str, version: int = 1, *, migrate: Migrate | None = None) -> Callable[[_C], _C]:

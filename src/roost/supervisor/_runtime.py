@@ -14,8 +14,8 @@ from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost.actors._app import App, Entry, EntryKind
 from roost.actors._events import Cancel, Exit, LinkDown
-from roost.actors._node import Node, SpawnRequest, terminated_error
-from roost.actors._process import Process, current_process
+from roost.actors._node import SpawnRequest, terminated_error
+from roost.actors._process import NodeOps, Process, current_process
 from roost.actors._stopping import shut_down, until_running
 from roost.mailbox._channel import UNBOUNDED, Channel, select
 from roost.mailbox._mailbox import EVENTS
@@ -72,7 +72,7 @@ def _forget(proc: Process, chan: Channel[Any]) -> None:
         chans.remove(chan)
 
 
-def state_of(node: Node, pid: Pid) -> SupervisorState | None:
+def state_of(node: NodeOps, pid: Pid) -> SupervisorState | None:
     """The live supervisor state for ``pid``, if it is a supervisor."""
     states: dict[Pid, SupervisorState] = node.ext.get(_STATES, {})
     return states.get(pid)
@@ -84,7 +84,7 @@ class SupervisorState:
     def __init__(self, spec: SupervisorSpec, proc: Process, children: Sequence[ChildSpec]) -> None:
         self.spec = spec
         self.proc = proc
-        self.node: Node = proc.node
+        self.node: NodeOps = proc.node
         self.flags = Flags(strategy=spec.strategy, intensity=spec.intensity, period=spec.period)
         self.children: list[Child] = [
             Child(spec=c, entry=resolve_child(self.node.app, spec.name, c), key=c.id)

@@ -19,6 +19,7 @@ from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
 from roost.workflow._driver import Driver, Ports, Status
+from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import (
     Activation,
     SendMessage,
@@ -135,7 +136,7 @@ class _ReplayPorts(Ports):
         # exactly as the live run did (an unknown entry fails at the same line).
         self.shim: Any = types.SimpleNamespace(app=app)
 
-    def make_context(self, driver: Driver) -> contextvars.Context:
+    def make_context(self, driver: DriverView) -> contextvars.Context:
         ctx = contextvars.copy_context()
         entry = self.app.resolve(self.started.workflow_type)
         proc = WorkflowProcess(self.pid, entry, driver, self.started.context, self.shim)

@@ -1,25 +1,39 @@
 """Durable workflows: the deterministic driver, the LMDB-backed runtime, and its API."""
 
-from roost.actors._app import register_extension as _register_extension
-from roost.actors._app import register_node_service as _register_node_service
-from roost.workflow._activities import ActivityInfo, activity_info, heartbeat
-from roost.workflow._api import (
-    WorkflowInfo,
-    attrs,
-    exec,  # noqa: A004 - the API's name (workflow.exec)
-    history_length,
-    history_size,
-    info,
-    is_continue_as_new_suggested,
-    version,
-)
-from roost.workflow._manager import WorkflowManager as _WorkflowManager
-from roost.workflow._retry import RetryPolicy
-from roost.workflow._retry import activity_options as _activity_options
+import typing as _typing
 
-# Every node runs the workflow runtime; App.activity validates its options through it.
-_register_node_service(_WorkflowManager.start_on)
-_register_extension("activity_options", _activity_options)
+from roost import _lazy
+
+if _typing.TYPE_CHECKING:
+    from roost.workflow._activities import ActivityInfo, activity_info, heartbeat
+    from roost.workflow._api import (
+        WorkflowInfo,
+        attrs,
+        exec,  # noqa: A004 - the API's name (workflow.exec)
+        history_length,
+        history_size,
+        info,
+        is_continue_as_new_suggested,
+        version,
+    )
+    from roost.workflow._retry import RetryPolicy
+
+# Where each public name lives; the first use of a name loads its module (PEP 562).
+_NAMES = {
+    "ActivityInfo": "roost.workflow._activities",
+    "RetryPolicy": "roost.workflow._retry",
+    "WorkflowInfo": "roost.workflow._api",
+    "activity_info": "roost.workflow._activities",
+    "attrs": "roost.workflow._api",
+    "exec": "roost.workflow._api",
+    "heartbeat": "roost.workflow._activities",
+    "history_length": "roost.workflow._api",
+    "history_size": "roost.workflow._api",
+    "info": "roost.workflow._api",
+    "is_continue_as_new_suggested": "roost.workflow._api",
+    "version": "roost.workflow._api",
+}
+__getattr__, __dir__ = _lazy.attach(__name__, _NAMES)
 
 __all__ = [
     "ActivityInfo",

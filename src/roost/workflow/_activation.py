@@ -30,15 +30,14 @@ from roost.workflow._task_failure import (
 from roost.workflow._watchdog import TaskTimeout, guard
 
 if TYPE_CHECKING:
-    from roost.workflow._eager import Start
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost, StartWrites
 
 __all__ = ["activate", "record_activation"]
 
 log = logging.getLogger("roost.workflow")
 
 
-async def activate(m: WorkflowManager, run: Run) -> None:
+async def activate(m: RunHost, run: Run) -> None:
     """Run and commit one activation of ``run``; a failure fails only this task.
 
     See ``_task_failure`` for what fails the task rather than the workflow.
@@ -81,7 +80,7 @@ async def activate(m: WorkflowManager, run: Run) -> None:
 
 
 async def record_activation(
-    m: WorkflowManager,
+    m: RunHost,
     run: Run,
     driver: Driver,
     at: dt.datetime,
@@ -89,7 +88,7 @@ async def record_activation(
     events: list[Any],
     commands: list[Any],
     consumed: list[bytes | Settled],
-    start: Start | None = None,
+    start: StartWrites | None = None,
 ) -> None:
     """Commit an activation of ``run`` (its driver has run it), then dispatch its effects.
 

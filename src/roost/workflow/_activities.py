@@ -23,7 +23,7 @@ from roost.workflow._retry import next_retry
 
 if TYPE_CHECKING:
     from roost.storage import WriteTxn
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
@@ -155,7 +155,7 @@ class _Work:
 class ActivityWorker:
     """Runs each submitted task in its own trio task until it resolves."""
 
-    def __init__(self, manager: WorkflowManager, nursery: trio.Nursery) -> None:
+    def __init__(self, manager: RunHost, nursery: trio.Nursery) -> None:
         self.m = manager
         self._nursery = nursery
         self.running: dict[tuple[str, int], _Work] = {}

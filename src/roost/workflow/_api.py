@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,12 +9,12 @@ import attrs as _attrs
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._process import maybe_current_process
+from roost.workflow._options import check_attributes
 
 __all__ = [
     "CONTINUE_AS_NEW_SUGGESTED_AT",
     "WorkflowInfo",
     "attrs",
-    "check_attributes",
     "exec",
     "history_length",
     "history_size",
@@ -109,28 +108,6 @@ def version(change_id: str, min_supported: int, max_supported: int) -> int:
             )
         return max_supported
     return int(driver.version(change_id, min_supported, max_supported))
-
-
-def check_attributes(values: object, what: str) -> dict[str, Any]:
-    """Validate search attributes: str, bool, int, float, list of str, aware datetime."""
-    if not isinstance(values, Mapping):
-        raise invalid(f"{what} must be a mapping of names to values, got {values!r}")
-    out: dict[str, Any] = {}
-    for name, value in values.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise invalid(f"{what} names must be identifiers (for queries), got {name!r}")
-        ok = isinstance(value, str | bool | int | float) or (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        )
-        if isinstance(value, dt.datetime):
-            ok = value.tzinfo is not None
-        if not ok:
-            raise invalid(
-                f"{what} {name!r} has an unsupported value {value!r}: use str, bool, int, "
-                "float, a list of str, or an aware datetime",
-            )
-        out[name] = value
-    return out
 
 
 def attrs(search: Mapping[str, Any] | None = None, memo: Mapping[str, Any] | None = None) -> bool:

@@ -30,7 +30,7 @@ from roost.workflow._records import RunStatus, TimerTask, timer_key
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = ["announce_closed", "close_from_outside", "fire_timer"]
 
@@ -38,7 +38,7 @@ __all__ = ["announce_closed", "close_from_outside", "fire_timer"]
 _AS_RECORDED: frozenset[type] = frozenset({type(None), bool, int, float, str, bytes})
 
 
-async def fire_timer(m: WorkflowManager, timer: TimerTask) -> None:
+async def fire_timer(m: RunHost, timer: TimerTask) -> None:
     """A stored timer fell due: a workflow timer, or one of the runtime's own."""
     row = timer_key(timer.due, timer.run_id, timer.seq)
     task = (timer.workflow_id, timer.run_id)
@@ -61,7 +61,7 @@ async def fire_timer(m: WorkflowManager, timer: TimerTask) -> None:
             await close_from_outside(m, run, RunStatus.TIMED_OUT, error)
 
 
-async def close_from_outside(m: WorkflowManager, run: Run, status: RunStatus, error: Error) -> None:
+async def close_from_outside(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     """Close ``run`` (after an activation in flight finishes) without running its code."""
     try:
         await _close(m, run, status, error)
@@ -71,7 +71,7 @@ async def close_from_outside(m: WorkflowManager, run: Run, status: RunStatus, er
         run.mark_closed()
 
 
-async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) -> None:
+async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     run.closing = True
     while run.active:
         if run.idle is None:
@@ -105,7 +105,7 @@ async def _close(m: WorkflowManager, run: Run, status: RunStatus, error: Error) 
 
 
 def _close_writer(
-    m: WorkflowManager,
+    m: RunHost,
     run: Run,
     plan: ClosePlan,
     closing: Any,
@@ -134,7 +134,7 @@ def _close_writer(
     return write
 
 
-def announce_closed(m: WorkflowManager, run: Run) -> None:
+def announce_closed(m: RunHost, run: Run) -> None:
     """A run ended (its final status is committed): tell whoever is waiting."""
     if m.runs.get(run.record.workflow_id) is run:
         del m.runs[run.record.workflow_id]

@@ -22,7 +22,7 @@ from typing import Any
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._pid import Pid
 from roost.actors._events import Cancel, Exit
-from roost.actors._process import Upgrade
+from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
 from roost.workflow._driver_parts import (

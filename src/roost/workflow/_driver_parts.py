@@ -12,23 +12,24 @@ import types
 import uuid
 from collections.abc import Awaitable, Coroutine, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._errors import safe_text as text_of
 from roost._interrupt import is_ctrl_c
+from roost.actors._workflow_ops import WorkflowOps
 from roost.mailbox._backend import Waiter
 from roost.workflow._history import describe
 
 if TYPE_CHECKING:
     from roost._pid import Pid
-    from roost.workflow._driver import Driver
     from roost.workflow._history import Started
 
 __all__ = [
     "NONDETERMINISM_ADVICE",
     "Chance",
     "DriverBackend",
+    "DriverView",
     "Future",
     "Park",
     "Ports",
@@ -52,6 +53,21 @@ _ROOST_DIR = str(Path(__file__).resolve().parents[1])
 log = logging.getLogger("roost.workflow")
 
 
+class DriverView(WorkflowOps, Protocol):
+    """The driver as its parts and its host's ports see it (``Driver`` implements it).
+
+    Workflow code reaches the driver through ``WorkflowOps``; the parts here requeue parked
+    coroutines and cancel activities; a port installs the driver's channel backend.
+    """
+
+    backend: DriverBackend
+    _ready: list[tuple[Task, BaseException | None]]
+
+    def cancel_activity(self, seq: int, entry: str) -> None:
+        """Stop waiting for activity ``seq``."""
+        ...
+
+
 class Ports(abc.ABC):
     """What a driver asks of whoever runs it: one object, not a closure per need.
 
@@ -64,7 +80,7 @@ class Ports(abc.ABC):
     __slots__ = ()
 
     @abc.abstractmethod
-    def make_context(self, driver: Driver) -> contextvars.Context:
+    def make_context(self, driver: DriverView) -> contextvars.Context:
         """A fresh context in which workflow code sees ``driver`` (one per coroutine)."""
 
     def check(self, value: object, what: str) -> None:  # noqa: B027 - by default, no check
@@ -116,7 +132,7 @@ class Task:
 class DriverWaiter(Waiter):
     __slots__ = ("driver", "task")
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: DriverView) -> None:
         super().__init__()
         self.driver = driver
         self.task: Task | None = None
@@ -133,7 +149,7 @@ async def _no_yield() -> None:
 class DriverBackend:
     """Channel backend for workflow code: parking yields to the driver, checkpoints are free."""
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: DriverView) -> None:
         self.driver = driver
 
     def checkpoint_if_cancelled(self) -> Coroutine[Any, Any, None]:
@@ -159,7 +175,7 @@ class Future:
 
     __slots__ = ("driver", "error", "resolved", "value", "waiter")
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: DriverView) -> None:
         self.driver = driver
         self.waiter: DriverWaiter | None = None
         self.resolved = False
@@ -275,7 +291,7 @@ class WorkflowActivity:
 
     __slots__ = ("_driver", "_entry", "_future", "_seq")
 
-    def __init__(self, driver: Driver, seq: int, future: Future, entry: str) -> None:
+    def __init__(self, driver: DriverView, seq: int, future: Future, entry: str) -> None:
         self._driver, self._seq, self._future, self._entry = driver, seq, future, entry
 
     @property

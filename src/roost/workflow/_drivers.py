@@ -14,6 +14,7 @@ from roost.actors._process import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage._quarantine import QuarantinedRow, decode_error
 from roost.workflow._driver import Driver, Ports
+from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import Started
 from roost.workflow._history_format import read_activation
 from roost.workflow._quarantine import RunQuarantined
@@ -21,7 +22,7 @@ from roost.workflow._records import history_key
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = ["ReplayFailed", "RunPorts", "new_driver", "paused_gc", "rebuild", "touch"]
 
@@ -44,10 +45,10 @@ class RunPorts(Ports):
 
     __slots__ = ("m", "run")
 
-    def __init__(self, m: WorkflowManager, run: Run) -> None:
+    def __init__(self, m: RunHost, run: Run) -> None:
         self.m, self.run = m, run
 
-    def make_context(self, driver: Driver) -> contextvars.Context:
+    def make_context(self, driver: DriverView) -> contextvars.Context:
         """A context in which workflow code is the run's process, on ``driver``'s backend."""
         run, ctx = self.run, self.m.base_context.copy()
         proc = WorkflowProcess(run.pid, run.entry, driver, run.context, self.m.node)
@@ -78,12 +79,12 @@ class RunPorts(Ports):
         return len(self.m.codec.encode(value))
 
 
-def new_driver(m: WorkflowManager, run: Run) -> Driver:
+def new_driver(m: RunHost, run: Run) -> Driver:
     """A fresh driver for ``run``, its PIDs (spawned processes, children, replies) fixed."""
     return Driver(run.entry.fn, RunPorts(m, run))
 
 
-def rebuild(m: WorkflowManager, run: Run) -> Driver:
+def rebuild(m: RunHost, run: Run) -> Driver:
     """A driver brought back to where ``run`` is, by replaying its stored history.
 
     Raises:
@@ -149,7 +150,7 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def touch(m: WorkflowManager, run: Run) -> None:
+def touch(m: RunHost, run: Run) -> None:
     """``run`` was just activated: most recently used; evict the oldest idle ones."""
     cached = m.cached
     cached[run.record.workflow_id] = run

@@ -39,7 +39,7 @@ from roost.workflow._task_failure import (
 from roost.workflow._watchdog import TaskTimeout, guard
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
     from roost.workflow._run import Run
 
 __all__ = ["EAGER_LIMIT", "Start", "eager_ok", "start_eagerly"]
@@ -53,7 +53,7 @@ class Start:
 
     __slots__ = ("rows",)
 
-    def __init__(self, m: WorkflowManager, run: Run) -> None:
+    def __init__(self, m: RunHost, run: Run) -> None:
         self.rows = [(timer_key(t.due, t.run_id, t.seq), m.codec.encode(t)) for t in run.timers]
 
     def before(self, write: Callable[[WriteTxn], None]) -> Callable[[WriteTxn], None]:
@@ -68,14 +68,14 @@ class Start:
         return start_then_write
 
 
-def eager_ok(m: WorkflowManager, run: Run) -> bool:
+def eager_ok(m: RunHost, run: Run) -> bool:
     """Whether ``run`` (new, not stored yet) may take its first activation now."""
     return (
         not run.held and not run.closing and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
     )
 
 
-async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None:
+async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
     """Run and commit ``run``'s first activation together with its start.
 
     Raises:
@@ -122,7 +122,7 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
 
 
 async def _store_start_then_fail(
-    m: WorkflowManager, run: Run, events: list[Any], error: Error, cause: BaseException | None
+    m: RunHost, run: Run, events: list[Any], error: Error, cause: BaseException | None
 ) -> None:
     """The first activation failed: store the start the normal way, then fail the task.
 
@@ -135,7 +135,7 @@ async def _store_start_then_fail(
     fail_task(m, run, [], error, cause)
 
 
-def _forget_driver(m: WorkflowManager, run: Run) -> None:
+def _forget_driver(m: RunHost, run: Run) -> None:
     if run.driver is not None:
         run.driver.close()
         run.driver = None

@@ -13,7 +13,8 @@ from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
 from roost.actors._events import Exit
-from roost.actors._node import Node, SpawnRequest
+from roost.actors._node import SpawnRequest
+from roost.actors._process import NodeOps
 from roost.storage import WriteTxn, key
 from roost.workflow._family import follow, hand_over, run_state, start_child
 from roost.workflow._history import (
@@ -46,7 +47,7 @@ from roost.workflow._run import Run, Settled
 from roost.workflow._unread import check_room, counts
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = ["Effects", "deliver_local", "lost_error", "spawn_child", "stop_process"]
 
@@ -56,9 +57,7 @@ log = logging.getLogger("roost.workflow")
 class Effects:
     """The writes and post-commit actions of one activation."""
 
-    def __init__(
-        self, manager: WorkflowManager, run: Run, at: dt.datetime, events: list[Any]
-    ) -> None:
+    def __init__(self, manager: RunHost, run: Run, at: dt.datetime, events: list[Any]) -> None:
         self.m = manager
         self.run = run
         self.at = at
@@ -323,7 +322,7 @@ class Effects:
             m.closed(self.run)
 
 
-def spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
+def spawn_child(m: RunHost, run: Run, spawn: SpawnProcess) -> None:
     node = m.node
     req = SpawnRequest(context=run.context, pid=spawn.pid, watcher=run.pid)
     try:
@@ -334,7 +333,7 @@ def spawn_child(m: WorkflowManager, run: Run, spawn: SpawnProcess) -> None:
         m.process_exited(run.pid, Exit(spawn.pid, None, exc, node.now()))
 
 
-def stop_process(node: Node, sender: Pid, stop: StopProcess) -> None:
+def stop_process(node: NodeOps, sender: Pid, stop: StopProcess) -> None:
     # Like a send, a workflow's cancel or terminate never raises for its target.
     try:
         node.stop(stop.dest, stop.reason, hard=stop.hard)
@@ -351,7 +350,7 @@ def lost_error(pid: Pid) -> Error:
     )
 
 
-def deliver_local(node: Node, sender: Pid, send: SendMessage) -> None:
+def deliver_local(node: NodeOps, sender: Pid, send: SendMessage) -> None:
     # Inside a workflow a send never raises for its target: a failed delivery is logged.
     try:
         target = node.live(send.dest)

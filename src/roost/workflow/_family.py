@@ -25,7 +25,7 @@ from roost.workflow._records import RunRecord, RunStatus, TimerTask
 from roost.workflow._run import Run, Settled
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = [
     "SYSTEM_SEQ",
@@ -153,7 +153,7 @@ def run_state(record: RunRecord) -> RunState:
 
 
 def follow(
-    m: WorkflowManager, run: Run, at: dt.datetime, old: RunRecord, nxt: NextRun
+    m: RunHost, run: Run, at: dt.datetime, old: RunRecord, nxt: NextRun
 ) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
     """The run the planner says follows ``run`` (closing as ``old``), and its staged inbox."""
     return successor(
@@ -169,7 +169,7 @@ def follow(
 
 
 def successor(
-    m: WorkflowManager,
+    m: RunHost,
     run: Run,
     at: dt.datetime,
     old: RunRecord,
@@ -209,7 +209,7 @@ def successor(
 
 
 def hand_over(
-    m: WorkflowManager,
+    m: RunHost,
     old: Run,
     new: Run,
     staged: list[tuple[bytes, bytes, Any]],
@@ -231,7 +231,7 @@ def hand_over(
     apply_close_policies(m, old)  # the old run's children, as at any close
 
 
-def apply_close_policies(m: WorkflowManager, run: Run) -> None:
+def apply_close_policies(m: RunHost, run: Run) -> None:
     record = run.record
     open_runs = {
         child_id: OpenChild(run_id=child.record.run_id, parent=child.record.parent)
@@ -247,7 +247,7 @@ def apply_close_policies(m: WorkflowManager, run: Run) -> None:
 
 
 def start_child(
-    m: WorkflowManager, parent: Run, command: StartChild, at: dt.datetime, taken: set[str]
+    m: RunHost, parent: Run, command: StartChild, at: dt.datetime, taken: set[str]
 ) -> Run | Error:
     """A child run for ``command``, or the error that keeps it from starting.
 

@@ -29,6 +29,7 @@ from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
 from roost.workflow._activation import activate
+from roost.workflow._activities import ActivityWorker
 from roost.workflow._closing import announce_closed, close_from_outside
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._family import new_run, record_for_start
@@ -48,9 +49,11 @@ from roost.workflow._records import (
     timer_key,
 )
 from roost.workflow._recovery import recover
+from roost.workflow._replies import ReplyHost
 from roost.workflow._run import Pending, Run, Settled
 from roost.workflow._starting import claim_name, make_room
 from roost.workflow._task_failure import task_backoff
+from roost.workflow._timers import DurableTimers
 from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room, counts
 
 __all__ = ["Run", "WorkflowManager"]
@@ -66,10 +69,6 @@ class WorkflowManager:
     """All workflows of one node."""
 
     def __init__(self, node: Node, store: Store, nursery: trio.Nursery) -> None:
-        from roost.workflow._activities import ActivityWorker  # noqa: PLC0415 - cycle
-        from roost.workflow._replies import ReplyHost  # noqa: PLC0415 - cycle
-        from roost.workflow._timers import DurableTimers  # noqa: PLC0415 - cycle
-
         self.node = node
         self.store = store
         self.codec = Codec()

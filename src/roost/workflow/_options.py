@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -9,14 +10,14 @@ from roost._cron import parse_firing_cron
 from roost._duration import parse_duration
 from roost._errors import invalid
 from roost._pid import check_pid_part
-from roost.storage import MAX_KEY_SIZE
-from roost.workflow._api import check_attributes
+from roost.storage._store import MAX_KEY_SIZE
 from roost.workflow._retry import retry_policy
 
 __all__ = [
     "CHAIN_OPTIONS",
     "CHILD_OPTIONS",
     "MAX_ID_BYTES",
+    "check_attributes",
     "check_child_id",
     "check_child_options",
     "check_start_options",
@@ -192,3 +193,25 @@ def check_child_options(options: Mapping[str, Any]) -> tuple[str | None, str, di
     checked.pop("name", None)
     policy = checked.pop("parent_close_policy", "terminate")
     return workflow_id, policy, checked
+
+
+def check_attributes(values: object, what: str) -> dict[str, Any]:
+    """Validate search attributes: str, bool, int, float, list of str, aware datetime."""
+    if not isinstance(values, Mapping):
+        raise invalid(f"{what} must be a mapping of names to values, got {values!r}")
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise invalid(f"{what} names must be identifiers (for queries), got {name!r}")
+        ok = isinstance(value, str | bool | int | float) or (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        )
+        if isinstance(value, dt.datetime):
+            ok = value.tzinfo is not None
+        if not ok:
+            raise invalid(
+                f"{what} {name!r} has an unsupported value {value!r}: use str, bool, int, "
+                "float, a list of str, or an aware datetime",
+            )
+        out[name] = value
+    return out

@@ -21,7 +21,7 @@ from roost.storage._quarantine import Quarantine, QuarantinedRow, write_quaranti
 
 if TYPE_CHECKING:
     from roost.storage import WriteTxn
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
     from roost.workflow._records import RunRecord
     from roost.workflow._run import Run
 
@@ -44,7 +44,7 @@ class RunQuarantined(Exception):  # noqa: N818 - a control-flow signal of rebuil
 
 
 def workflow_entry(
-    m: WorkflowManager,
+    m: RunHost,
     workflow_id: str,
     rows: list[QuarantinedRow],
     record: RunRecord | None,
@@ -63,7 +63,7 @@ def workflow_entry(
     )
 
 
-def _writer(m: WorkflowManager, entries: list[Quarantine]) -> Any:
+def _writer(m: RunHost, entries: list[Quarantine]) -> Any:
     def write(txn: WriteTxn) -> None:
         for entry in entries:
             keep = [("runs", entry.id.encode())] if entry.unit == "workflow" else []
@@ -82,7 +82,7 @@ def _announce(entry: Quarantine) -> None:
     )
 
 
-def commit_quarantines(m: WorkflowManager, entries: list[Quarantine]) -> None:
+def commit_quarantines(m: RunHost, entries: list[Quarantine]) -> None:
     """Store ``entries`` now (on open, before anything runs), and log each at ERROR."""
     if not entries:
         return
@@ -96,7 +96,7 @@ def commit_quarantines(m: WorkflowManager, entries: list[Quarantine]) -> None:
         log.exception("storing the quarantine entries failed: %s", exc.message)
 
 
-async def quarantine_run(m: WorkflowManager, run: Run, exc: RunQuarantined) -> None:
+async def quarantine_run(m: RunHost, run: Run, exc: RunQuarantined) -> None:
     """Take a loaded ``run`` out of the runtime because a row of its history is unreadable."""
     record = run.record
     workflow_id = record.workflow_id

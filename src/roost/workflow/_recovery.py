@@ -29,7 +29,7 @@ from roost.workflow._records import RunRecord, RunStatus, inbox_key
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = ["recover"]
 
@@ -41,7 +41,7 @@ _BAD: Any = object()  # what ``_Unreadable.decode`` returns for a row it could n
 class _Unreadable:
     """The rows recovery could not decode, by the workflow (or lone row) they belong to."""
 
-    def __init__(self, m: WorkflowManager) -> None:
+    def __init__(self, m: RunHost) -> None:
         self.m = m
         self.workflows: dict[str, list[QuarantinedRow]] = {}
         self.records: dict[str, RunRecord] = {}  # run records that decode, of those workflows
@@ -93,7 +93,7 @@ def _owner_by_run(
     return owner
 
 
-def _read(m: WorkflowManager, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[Any]]:
+def _read(m: RunHost, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[Any]]:
     m.quarantined.update(entry.id for entry in read_quarantine(txn, m.codec, "workflow"))
     records: list[RunRecord] = []
     for k, v in txn.range("runs"):
@@ -111,7 +111,7 @@ def _read(m: WorkflowManager, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any]
     return [t for t in tasks if t is not _BAD], [t for t in timers if t is not _BAD]
 
 
-def _resume(m: WorkflowManager, txn: ReadTxn, bad: _Unreadable, record: RunRecord) -> None:
+def _resume(m: RunHost, txn: ReadTxn, bad: _Unreadable, record: RunRecord) -> None:
     pending: list[tuple[bytes, Any]] = []
     for k, v in txn.prefix("inbox", inbox_key(record.run_id, 0)[:-8]):
         event = bad.decode("inbox", k, v, lambda _k: record)
@@ -133,7 +133,7 @@ def _resume(m: WorkflowManager, txn: ReadTxn, bad: _Unreadable, record: RunRecor
         run.inbox_seq = max(run.inbox_seq, int.from_bytes(k[-8:], "big"))
 
 
-def recover(m: WorkflowManager) -> None:
+def recover(m: RunHost) -> None:
     """Load open runs with their pending events, re-arm tasks and timers, report lost children.
 
     Rows that cannot be decoded quarantine their workflow (or themselves, if no workflow
@@ -156,13 +156,13 @@ def recover(m: WorkflowManager) -> None:
             m.timers.add(timer)
 
 
-def _unload(m: WorkflowManager, workflow_id: str) -> None:
+def _unload(m: RunHost, workflow_id: str) -> None:
     run = m.runs.pop(workflow_id, None)
     if run is not None and run.record.name is not None:
         m.node.registry.unregister(run.record.name)
 
 
-def _report_children(m: WorkflowManager, run: Run) -> None:
+def _report_children(m: RunHost, run: Run) -> None:
     reported = {e.pid for _, e in run.pending if isinstance(e, ProcessExited)}
     for pid in run.record.children:
         if pid in reported:
@@ -177,7 +177,7 @@ def _report_children(m: WorkflowManager, run: Run) -> None:
             m.process_exited(run.pid, Exit(pid, child.result, child.error, m.node.now()))
 
 
-def _load(m: WorkflowManager, record: RunRecord) -> Run:
+def _load(m: RunHost, record: RunRecord) -> Run:
     entry = m.node.app.resolve(record.workflow_type)
     pid = Pid.trusted(m.node.name, m.host, record.workflow_id)
     run = Run(record=record, entry=entry, pid=pid, context={})

@@ -22,7 +22,7 @@ from roost.mailbox._channel import Channel
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
     from roost.workflow._run import Run
 
 __all__ = ["ReplyHost"]
@@ -31,7 +31,7 @@ __all__ = ["ReplyHost"]
 class ReplyHost:
     """The virtual host of workflow reply addresses (see the module docstring)."""
 
-    def __init__(self, manager: WorkflowManager) -> None:
+    def __init__(self, manager: RunHost) -> None:
         self.m = manager
         self.host = f"{manager.node.app.name}:replies"
 

@@ -8,13 +8,13 @@ from roost._pid import Pid
 from roost.workflow._planner import ExistingRun, plan_start, start_reads_closed_run
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = ["claim_name", "make_room"]
 
 
 async def make_room(
-    m: WorkflowManager,
+    m: RunHost,
     workflow_id: str,
     *,
     explicit: bool,
@@ -56,7 +56,7 @@ async def make_room(
 
 
 def _existing(
-    m: WorkflowManager, workflow_id: str, opts: dict[str, Any], *, replaced: bool
+    m: RunHost, workflow_id: str, opts: dict[str, Any], *, replaced: bool
 ) -> ExistingRun | None:
     run = m.runs.get(workflow_id)
     if run is not None:
@@ -67,7 +67,7 @@ def _existing(
     return ExistingRun.closed(record.status) if record is not None else None
 
 
-def claim_name(m: WorkflowManager, name: str, pid: Pid) -> None:
+def claim_name(m: RunHost, name: str, pid: Pid) -> None:
     """Register ``name`` for ``pid``, taking it over from a dead holder."""
     holder = m.node.registry.lookup(name)
     if holder is not None and holder != pid and not m.node.alive(holder):

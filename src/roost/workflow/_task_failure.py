@@ -38,7 +38,7 @@ from roost.workflow._run import Pending, Run
 from roost.workflow._watchdog import Guard
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
 
 __all__ = [
     "DEFAULT_TASK_TIMEOUT",
@@ -162,7 +162,7 @@ def timeout_failure_error(run: Run, guard: Guard) -> Error:
 
 
 def fail_task(
-    m: WorkflowManager, run: Run, batch: list[Pending], error: Error, cause: BaseException | None
+    m: RunHost, run: Run, batch: list[Pending], error: Error, cause: BaseException | None
 ) -> None:
     """A task of ``run`` failed with ``error``: discard it now, log it, retry after a backoff.
 
@@ -185,7 +185,7 @@ def fail_task(
     m.spawn_task(_record_and_retry, m, run)
 
 
-async def _record_and_retry(m: WorkflowManager, run: Run) -> None:
+async def _record_and_retry(m: RunHost, run: Run) -> None:
     if not run.closing and m.runs.get(run.record.workflow_id) is run:
         record = run.record
         try:

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from roost.workflow._closing import fire_timer
 from roost.workflow._records import TimerTask, timer_key
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
     from roost.workflow._run import Run
 
 # Dropped heap entries tolerated before a rebuild (and at least half the heap).
@@ -29,7 +30,7 @@ __all__ = ["DurableTimers"]
 class DurableTimers:
     """A heap of stored timers; one task sleeps until the earliest falls due."""
 
-    def __init__(self, manager: WorkflowManager) -> None:
+    def __init__(self, manager: RunHost) -> None:
         self.m = manager
         self._heap: list[tuple[float, str, int, TimerTask]] = []
         self._scope: trio.CancelScope | None = None
@@ -90,6 +91,4 @@ class DurableTimers:
             await trio.lowlevel.checkpoint()
 
     async def _fire(self, timer: TimerTask) -> None:
-        from roost.workflow._closing import fire_timer  # noqa: PLC0415 - cycle
-
         await fire_timer(self.m, timer)

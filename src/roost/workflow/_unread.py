@@ -18,7 +18,7 @@ from roost._errors import Error, ErrorKind
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
-    from roost.workflow._manager import WorkflowManager
+    from roost.workflow._host import RunHost
     from roost.workflow._run import Run
 
 __all__ = ["DEFAULT_UNREAD_LIMIT", "check_room", "counts", "unread"]
@@ -39,7 +39,7 @@ def unread(run: Run) -> int:
     return held + waiting + run.arriving
 
 
-def check_room(m: WorkflowManager, run: Run, count: int = 1) -> None:
+def check_room(m: RunHost, run: Run, count: int = 1) -> None:
     """Refuse ``count`` more messages for ``run`` if they would pass the limit.
 
     Raises:

@@ -16,13 +16,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_storage_codec import Item, Typed, aware, errors, payloads, pids
 
-import roost.queues
-import roost.workflow
+import roost
+import roost.workflow._records
 from roost.storage import Codec
 from roost.storage._record_fns import fast_structure, fast_unstructure
-from roost.storage._registry import _CONVERTER, _DEFAULT_REGISTRY, TAG_ERROR, TAG_PID, TAG_RECORD
+from roost.storage._registry import (
+    _CONVERTER,
+    _DEFAULT_REGISTRY,
+    TAG_ERROR,
+    TAG_PID,
+    TAG_RECORD,
+    load_record_modules,
+)
 
-assert roost.queues  # registers the queue records
+load_record_modules()  # every roost record type (workflow and queue records) registered
 
 CODEC = Codec()
 # The HTTP records validate their fields (status codes, ...), so generic values do not fit.

@@ -1,0 +1,27 @@
+"""Plugs every layer above the actors into ``App`` and the node.
+
+The actors layer keeps registries of ``App.<name>(...)`` declarations and of node services
+(``roost.actors._app``); the layers above fill them. ``roost/__init__`` names this module as
+the plug-in, and the registries import it the first time an App or a node needs one, so the
+runtime (and trio) load on first use rather than on ``import roost``.
+
+Importing the queue, cron, stream and HTTP modules registers their declarations and node
+services; the supervisor and workflow registrations are here. The import order is the order
+in which a node starts its services: queues, cron, HTTP, workflows.
+"""
+
+from __future__ import annotations
+
+from roost.actors._app import register_extension, register_node_service
+from roost.queues import _cron, _http, _http_server, _runtime, _streams
+from roost.supervisor import _declare
+from roost.workflow._manager import WorkflowManager
+from roost.workflow._retry import activity_options
+
+__all__: list[str] = []
+
+# The modules whose import registers their declarations and node services.
+_REGISTERED = (_runtime, _cron, _streams, _http, _http_server, _declare)
+
+register_node_service(WorkflowManager.start_on)
+register_extension("activity_options", activity_options)

@@ -37,6 +37,7 @@ __all__ = [
     "raw_one_txn",
     "raw_scan",
     "store",
+    "three_sync_steps",
     "tmpdir",
     "wait_exits",
     "writes_per_workflow",
@@ -59,6 +60,12 @@ async def step(x: int) -> int:
 
 
 @APP.activity
+def step_sync(x: int) -> int:
+    """``step`` as a sync activity (run in a worker thread)."""
+    return x + 1
+
+
+@APP.activity
 async def hang(x: int) -> int:
     if HANG["on"]:
         HANG["count"] += 1
@@ -73,6 +80,14 @@ async def three_steps(x: int) -> int:
     a = await funcs.call(step, x)
     b = await funcs.call(step, a)
     return await funcs.call(step, b)
+
+
+@APP.workflow
+async def three_sync_steps(x: int) -> int:
+    """``three_steps`` with sync activities."""
+    a = await funcs.call(step_sync, x)
+    b = await funcs.call(step_sync, a)
+    return await funcs.call(step_sync, b)
 
 
 @APP.workflow

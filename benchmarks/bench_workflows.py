@@ -41,6 +41,7 @@ import gc
 import json
 import statistics
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -120,7 +121,7 @@ def throughput(
         async def start(i: int) -> None:
             process.monitor(await process.spawn(workflow, i))
 
-        t0 = now()
+        t0, cpu0 = now(), time.process_time()
         if concurrent:
             async with trio.open_nursery() as nursery:
                 for i in range(n):
@@ -132,6 +133,7 @@ def throughput(
         await wait_exits(n)
         return {
             "seconds": now() - t0,
+            "cpu_seconds": time.process_time() - cpu0,
             "spawn_seconds": spawned,
             "commits": stats.commits - commits,
             "requests": stats.requests - requests,

@@ -20,6 +20,7 @@ import datetime as dt
 import heapq
 import itertools
 import math
+import types
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -246,6 +247,8 @@ class ActivityWorker:
             return None
         try:
             coro = ctx.run(entry.fn, *args)
+            if not isinstance(coro, types.CoroutineType):
+                coro = coro.__await__()  # any awaitable: step its iterator
             yielded = ctx.run(coro.send, None)
         except StopIteration as stop:
             self.stats["inline"] += 1

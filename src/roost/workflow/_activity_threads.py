@@ -104,12 +104,8 @@ class ThreadPool:
         self._nursery.start_soon(self._thread, name="roost.activity thread")
 
     async def _thread(self) -> None:
-        try:
-            await trio.to_thread.run_sync(self._drain, abandon_on_cancel=True)
-        except BaseException:
-            with self._cond:
-                self._threads -= 1  # cancelled (the node stops): the thread is abandoned
-            raise
+        # Cancelled (the node stops), the thread is abandoned: it leaves once idle.
+        await trio.to_thread.run_sync(self._drain, abandon_on_cancel=True)
 
     async def _watch(self) -> None:
         """While jobs wait, add a thread whenever none started for GROW_AFTER."""

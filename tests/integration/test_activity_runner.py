@@ -113,6 +113,17 @@ async def fan_out(entry, n):
 
 
 @app.workflow
+async def cancels_a_blocked_one():
+    blocked = funcs.start("runner:blocks")
+    first = await funcs.call("runner:quick", 1)  # the blocked one is in its thread by now
+    blocked.cancel()
+    try:
+        await blocked
+    except roost.Error as err:
+        return first, err.kind
+
+
+@app.workflow
 async def calls(entry, *args):
     try:
         return await funcs.call(entry, *args)
@@ -200,3 +211,11 @@ async def test_an_async_activity_that_suspends_keeps_its_context_and_timeout(aut
         result = await process.exec(calls, "runner:suspends_then_hangs", 1)
         assert result == {"kind": roost.ErrorKind.TIMEOUT, "timeout": "start_to_close"}
         assert trio.current_time() - start == pytest.approx(5)
+
+
+async def test_a_cancelled_sync_activity_in_its_thread_is_abandoned():
+    async with roost.open_node(app) as node:
+        assert await process.exec(cancels_a_blocked_one) == [2, roost.ErrorKind.CANCELED]
+        assert worker(node).running == {}  # nothing is left to work on
+        release.set()  # the abandoned thread ends; its result is discarded
+        assert await process.exec(fan_out, "runner:quick", 2) == [0, 2]

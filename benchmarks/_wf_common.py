@@ -61,6 +61,7 @@ async def step(x: int) -> int:
 
 @APP.activity
 def sync_step(x: int) -> int:
+    """``step`` as a sync activity (run in a worker thread)."""
     return x + 1
 
 
@@ -83,6 +84,7 @@ async def three_steps(x: int) -> int:
 
 @APP.workflow
 async def three_sync_steps(x: int) -> int:
+    """``three_steps`` with sync activities."""
     a = await funcs.call(sync_step, x)
     b = await funcs.call(sync_step, a)
     return await funcs.call(sync_step, b)

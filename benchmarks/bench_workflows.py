@@ -18,7 +18,9 @@ fresh temporary data directory. Scenarios and their references:
   same number of fsync'd commits as roost's group commits took (measured), and the same
   writes in one transaction, the ceiling. The note gives the time spent in CPython's cyclic
   collector; at N = 2000 and 10000 a second row runs the same with
-  ``gc.set_threshold(*TUNED_GC)`` next to the default thresholds, to show that cost.
+  ``gc.set_threshold(*TUNED_GC)`` next to the default thresholds, to show that cost. At
+  N = 2000 another row runs the workflow with sync activities (``three_sync_steps``) next
+  to the async one, alternating runs.
 - ``throughput``: the same, spawned one after the other (``await spawn`` in a loop).
   Reference: raw py-lmdb doing one fsync'd commit per transaction the workflows asked the
   store for (``store.stats.requests``): what a serial spawn can reach at best.
@@ -58,6 +60,7 @@ from benchmarks._wf_common import (
     raw_one_txn,
     store,
     three_steps,
+    three_sync_steps,
     tmpdir,
     wait_exits,
     writes_per_workflow,
@@ -110,9 +113,12 @@ def throughput(
     *,
     concurrent: bool = False,
     gc_threshold: tuple[int, int, int] | None = None,
-    workflow: Any = three_steps,
+    workflow: Any = None,
+    sync_activities: bool = False,
 ) -> dict[str, Any]:
     """N workflows of 3 activities from one process: seconds, CPU seconds, commits, requests."""
+    if workflow is None:
+        workflow = three_sync_steps if sync_activities else three_steps
 
     async def body(node: Any) -> dict[str, Any]:
         stats = store(node).stats
@@ -394,6 +400,34 @@ def _signal_results(size: dict[str, Any]) -> list[Result]:
     ]
 
 
+def _sync_activity_results(size: dict[str, Any]) -> list[Result]:
+    """The N-series workflow with sync activities, next to async ones in the same run."""
+    results = []
+    for n in size["serial"]:
+        sync = asyn = None
+        for _ in range(_repeat(n, size)):  # interleaved, best of each
+            a = throughput(n, concurrent=True)
+            b = throughput(n, concurrent=True, sync_activities=True)
+            asyn = a if asyn is None or a["seconds"] < asyn["seconds"] else asyn
+            sync = b if sync is None or b["seconds"] < sync["seconds"] else sync
+        assert sync is not None
+        assert asyn is not None
+        results.append(
+            Result(
+                SUITE,
+                f"workflows/s, N={n} concurrent, {ACTIVITIES} sync activities each",
+                "wf/s",
+                n / sync["seconds"],
+                n / asyn["seconds"],
+                raw_label="roost, the same with async activities",
+                target=Target("min", 5000, ">= 5000 wf/s") if n == TARGET_WORKFLOWS else None,
+                note=f"{sync['requests']} txns in {sync['commits']} commits",
+                params={"n": n, "sync": sync, "async": asyn},
+            )
+        )
+    return results
+
+
 def _tuned_gc_results(size: dict[str, Any]) -> list[Result]:
     """The N-series' cost of the cyclic collector: the same run with TUNED_GC thresholds."""
     results = []
@@ -432,6 +466,7 @@ def run(quick: bool = False) -> list[Result]:
     value = b"v" * max(1, round(bytes_write) - 8)  # key() of an int is 8 bytes
     return [
         *_series_results(size, writes_wf, value),
+        *_sync_activity_results(size),
         *_tuned_gc_results(size),
         *_serial_results(size, writes_wf),
         *_latency_results(size),
@@ -448,11 +483,12 @@ def main(argv: list[str] | None = None) -> int:
         "--scenario", required=True, choices=["throughput", "concurrent", "latency", "signal"]
     )
     parser.add_argument("--n", type=int, default=2000, help="workflows / runs")
+    parser.add_argument("--sync", action="store_true", help="sync activities (throughput)")
     args = parser.parse_args(argv)
     n = args.n
     out: Any
     if args.scenario in ("throughput", "concurrent"):
-        out = throughput(n, concurrent=args.scenario == "concurrent")
+        out = throughput(n, concurrent=args.scenario == "concurrent", sync_activities=args.sync)
     elif args.scenario == "latency":
         out = {"median": statistics.median(latency(n)[0])}
     else:

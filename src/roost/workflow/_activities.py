@@ -1,11 +1,28 @@
-"""Running activity tasks: at least once, retried per policy, each attempt timed out."""
+"""Running activity tasks: at least once, retried per policy, each attempt timed out.
+
+One runner task starts every attempt that is ready, in passes. An async activity's
+first step runs inline in the runner (``coro.send(None)`` in the attempt's own context);
+one that finishes without suspending, the common case, costs no trio task and no cancel
+scope of its own. One that suspends keeps the runner's task, which becomes the attempt's
+task (its trio waits were registered on it), under the runner's cancel scope, which
+then takes the attempt's deadline; a new runner carries on with the rest of the pass.
+Sync attempts ready in one pass go to the worker threads as one batch
+(``_activity_threads``), their deadlines kept in one heap by one timer task. Results
+that need no commit (a success for an open run) are handed to the workflow by the
+runner; failures, retries with their backoff, and rows of closed runs each get a task.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
+import heapq
+import itertools
 import math
-from collections.abc import Callable
+import types
+from collections import deque
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -14,9 +31,19 @@ import trio
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
-from roost.actors._contain import in_worker_thread, must_propagate
-from roost.actors._process import activity_context, bind_node, set_current
+from roost.workflow._activity_attempt import (
+    RESULT_PATH,
+    Attempt,
+    Unstorable,
+    failed,
+    failed_with,
+    refuse,
+    result_error,
+    resume,
+)
+from roost.workflow._activity_info import ActivityInfo, activity_info, enter, heartbeat
 from roost.workflow._activity_log import KEPT_ERRORS, log_failure
+from roost.workflow._activity_threads import SyncJob, ThreadPool
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
 from roost.workflow._retry import next_retry
@@ -28,185 +55,433 @@ if TYPE_CHECKING:
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
 
-class _Unstorable(Exception):  # noqa: N818 - private control flow, never seen by users
-    """An activity's result cannot be recorded (raised before anything is written)."""
-
-    def __init__(self, error: Error) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-def _refuse(exc: Error) -> Any:
-    raise _Unstorable(exc)
-
-
-def _failed_with(seq: int) -> Callable[[Error], ActivityResolved]:
-    # An error that cannot be recorded (it is always storable; see Error.from_exception)
-    # resolves the activity with the reason instead.
-    return lambda exc: ActivityResolved(seq=seq, error=exc)
-
-
-def _result_error(task: ActivityTask, problem: Error) -> Error:
-    """The failure of an attempt whose result the codec refused (retried per policy)."""
-    # The codec names the place in the recorded event; the user knows it as the result.
-    where = problem.message.replace(_RESULT_PATH, "result", 1)
-    details = dict(problem.details)
-    if isinstance(details.get("path"), str):
-        details["path"] = details["path"].replace(_RESULT_PATH, "result", 1)
-    return Error(
-        f"activity {task.entry!r} attempt {task.attempt} returned a value that cannot be "
-        f"stored: {where}. Return plain data (None, bool, int, float, str, bytes, lists, "
-        "dicts, aware datetimes, UUIDs, Pids or registered attrs records)",
-        kind=ErrorKind.INVALID,
-        details={**details, "attempt": task.attempt, "reason": "unencodable result"},
-    )
-
-
-_RESULT_PATH = "payload.value"  # where the codec finds a result in ActivityResolved
-
-
-@attrs.frozen(kw_only=True)
-class ActivityInfo:
-    """What a running activity knows about itself (``roost.activity_info()``).
-
-    ``idempotency_key`` is stable across retries and restarts: the same for every attempt
-    of the same scheduled activity, so the activity can make its side effects idempotent.
-    """
-
-    workflow_id: str
-    run_id: str
-    seq: int
-    entry: str
-    attempt: int
-    idempotency_key: str
-    scheduled_at: dt.datetime
-
-
-_info: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
-    "roost_activity", default=None
-)
-
-
-def activity_info() -> ActivityInfo | None:
-    """The running activity's info, or None outside an activity run by a workflow."""
-    return _info.get()
-
-
-_beat: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar(
-    "roost_heartbeat", default=None
-)
-
-
-def heartbeat(details: Any = None) -> None:
-    """Tell roost the running activity is alive (resets its ``heartbeat_timeout``).
-
-    Works from async activities and from sync ones in their worker thread; a no-op in an
-    activity without a heartbeat timeout.
-
-    Raises:
-        roost.Error: kind InvalidState outside an activity run by a workflow.
-    """
-    beat = _beat.get()
-    if beat is None:
-        if _info.get() is None:
-            raise Error(
-                "roost.heartbeat() must be called inside an activity run by a workflow",
-                kind=ErrorKind.INVALID_STATE,
-            )
-        return
-    beat(details)
-
-
-def _beater(scope: trio.CancelScope, every: float, limit: float) -> Callable[[Any], None]:
-    def extend() -> None:
-        # One scope carries both limits: a beat never pushes past the attempt's timeout.
-        scope.deadline = min(trio.current_time() + every, limit)
-
-    def beat(_details: Any) -> None:
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:  # a sync activity's worker thread
-            trio.from_thread.run_sync(extend)
-        else:
-            extend()
-
-    return beat
-
-
-class _Work:
-    """One task being worked on: whether the workflow cancelled it, and what to interrupt.
-
-    A plain flag plus the scope of the current attempt (or backoff sleep), rather than a
-    cancel scope around the whole task: scopes are a measurable cost per activity.
-    """
-
-    __slots__ = ("cancelled", "scope")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self.scope: trio.CancelScope | None = None
-
-    def enter(self, scope: trio.CancelScope) -> None:
-        self.scope = scope
-        if self.cancelled:
-            scope.cancel()
-
-
 class ActivityWorker:
-    """Runs each submitted task in its own trio task until it resolves."""
+    """Runs each submitted task until it resolves: attempts in passes of one runner task."""
 
     def __init__(self, manager: RunHost, nursery: trio.Nursery) -> None:
         self.m = manager
         self._nursery = nursery
-        self.running: dict[tuple[str, int], _Work] = {}
+        self.running: dict[tuple[str, int], Attempt] = {}
+        # What every attempt's context starts from: the runtime's own, never a caller's.
+        self._base = contextvars.copy_context()
+        self._ready: deque[Attempt] = deque()  # attempts to start, and outcomes to hand on
+        self._runner = False  # a runner task exists (draining _ready, or parked)
+        self._parked: trio.lowlevel.Task | None = None  # the runner, waiting for work
+        self._pool = ThreadPool(nursery, self._delivered)
+        # Deadlines of sync attempts in the threads: (deadline, tie, work), stale entries
+        # skipped (a beat pushes a new one; a finished job leaves its entry behind).
+        self._deadlines: list[tuple[float, int, Attempt]] = []
+        self._tie = itertools.count()
+        self._timer: trio.CancelScope | None = None
+        self._timing = False
+        self._timed = 0  # sync attempts in the threads with a live deadline
+        self.stats = {"inline": 0, "suspended": 0, "threaded": 0}
+
+    @property
+    def thread_hops(self) -> int:
+        """How many worker-thread hops sync attempts took so far."""
+        return self._pool.hops
 
     def submit(self, task: ActivityTask) -> None:
         """Start working on ``task`` (a task already being worked on is ignored)."""
         ident = (task.run_id, task.seq)
         if ident in self.running:
             return
-        work = self.running[ident] = _Work()
-        self._nursery.start_soon(self._work_on, task, work, name=f"roost.activity {task.entry}")
+        work = self.running[ident] = Attempt(task)
+        when = task.not_before
+        if when is not None and when > self.m.node.now():
+            self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
+        else:
+            self._queue(work)
 
     def cancel(self, run_id: str, seq: int) -> None:
         """Stop working on a task the workflow cancelled (its row is already deleted)."""
         work = self.running.get((run_id, seq))
-        if work is not None:
-            work.cancelled = True
-            if work.scope is not None:
-                work.scope.cancel()
+        if work is None:
+            return
+        work.cancelled = True
+        if work.scope is not None:
+            work.scope.cancel()
+        job = work.job
+        if job is not None:  # in the threads: never started, or its thread abandoned
+            self._pool.drop(job)
+            work.job = None
+            self._timed -= 1
+            self.running.pop((run_id, seq), None)
 
-    async def _work_on(self, task: ActivityTask, work: _Work) -> None:
+    # -- the runner ----------------------------------------------------------------------
+
+    def _queue(self, work: Attempt) -> None:
+        self._ready.append(work)
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(parked)
+        elif not self._runner:
+            self._runner = True
+            self._nursery.start_soon(self._run, name="roost.activities")
+
+    async def _park(self) -> None:
+        """Wait (the runner, its queue empty) until ``_queue`` wakes it."""
+        self._parked = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _run(self) -> None:
+        """Drain the ready queue in passes; if an attempt suspends, become its task."""
+        handed: tuple[Attempt, Coroutine[Any, Any, Any], Any] | None = None
         try:
-            while True:
-                if not await self._wait_until(task.not_before, work):
-                    return  # cancelled while waiting for its next attempt
-                if not self._wanted(task):
-                    await self._forget_if_orphan(task)
-                    return  # its run closed (its row went with it): no more attempts
-                value, error = await self._attempt(task, work)
-                if work.cancelled:
-                    return  # the workflow cancelled it: its row is gone, write nothing
-                if error is None:
-                    try:
-                        await self._resolve(task, value, None)
-                    except _Unstorable as exc:  # nothing was written: the attempt failed
-                        error = _result_error(task, exc.error)
-                    else:
-                        return
-                if not self._wanted(task):
-                    return  # its run closed meanwhile (its row is gone): no more attempts
-                delay = next_retry(task.options, task.attempt, error)
-                if delay is not None and self._past_schedule_to_close(task, delay):
-                    error = self._schedule_to_close_error(task, error)
-                    delay = None
-                log_failure(task, error, delay)
-                if delay is None:
-                    await self._resolve(task, None, error)
-                    return
-                task = await self._reschedule(task, error, delay)
+            with trio.CancelScope() as scope:
+                while True:
+                    if not self._ready:
+                        await self._park()
+                    handed = self._pass()
+                    if handed is not None:
+                        await self._rest_of(scope, *handed)
+                        break
+                    await trio.lowlevel.checkpoint()  # once per pass, however many it settled
         finally:
+            if handed is None:
+                self._runner = False
+                self._parked = None
+        assert handed is not None  # the loop ends only when an attempt was handed over
+        work = handed[0]
+        if scope.cancelled_caught and not work.cancelled:
+            work.finish(None, self._expired(work))
+        await self._work_on(work)
+
+    def _pass(self) -> tuple[Attempt, Coroutine[Any, Any, Any], Any] | None:
+        """Start every ready attempt and hand on the outcomes.
+
+        Returns the attempt that suspended in its first step, if one did: this task goes on
+        with it and the rest of the pass goes to a new runner.
+        """
+        ready = self._ready
+        outcomes: list[Attempt] = []
+        jobs: list[SyncJob] = []
+        while ready:
+            work = ready.popleft()
+            if work.done:
+                outcomes.append(work)
+                continue
+            suspended = self._start(work, jobs, outcomes)
+            if suspended is not None:
+                if jobs:
+                    self._pool.submit(jobs)
+                ready.extendleft(reversed(outcomes))
+                self._runner = bool(ready)
+                if ready:  # a new runner for the rest
+                    self._nursery.start_soon(self._run, name="roost.activities")
+                return work, *suspended
+        if jobs:
+            self._pool.submit(jobs)
+        for work in outcomes:
+            self._hand_on(work)
+        return None
+
+    def _start(
+        self, work: Attempt, jobs: list[SyncJob], outcomes: list[Attempt]
+    ) -> tuple[Coroutine[Any, Any, Any], Any] | None:
+        """Start ``work``'s attempt: inline, or queued for the threads.
+
+        Returns the coroutine and what it yielded if it suspended in its first step.
+        """
+        task = work.task
+        if work.cancelled:
             self.running.pop((task.run_id, task.seq), None)
+            return None
+        if not self._wanted(task):
+            # No attempt: a task decides about the row.
+            self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
+            return None
+        entry = self._ready_entry(work)
+        if entry is None:
+            outcomes.append(work)  # refused before it ran
+            return None
+        ctx = work.ctx = self._context(work)
+        if not entry.is_async and not self.m.node.mock_time:
+            job = work.job = SyncJob(work, ctx, entry.fn, task.args)
+            jobs.append(job)
+            self.stats["threaded"] += 1
+            self._timed += 1
+            self._arm(work)
+            return None
+        suspended = self._inline(work, entry, ctx)
+        if suspended is None:
+            outcomes.append(work)
+        return suspended
+
+    def _ready_entry(self, work: Attempt) -> Entry | None:
+        """The attempt's entry, its limits set; None if it failed before it ran."""
+        task = work.task
+        entry = self._entry(task)
+        if isinstance(entry, Error):
+            work.finish(None, entry)
+            return None
+        self._limits(work)
+        faults = self.m.node.ext.get("activity_faults")  # roost.testing's fail_activity
+        failure = faults.take(task.entry) if faults is not None else None
+        if failure is not None:
+            work.finish(None, failed(failure))
+            return None
+        return entry
+
+    def _inline(
+        self, work: Attempt, entry: Entry, ctx: contextvars.Context
+    ) -> tuple[Coroutine[Any, Any, Any], Any] | None:
+        """Run an attempt in this task: a sync one (MockClock), or an async one's first step.
+
+        Returns the coroutine and what it yielded if it suspended.
+        """
+        args = work.task.args
+        if not entry.is_async:
+            # Under a MockClock a thread would let virtual time (and timeouts) race ahead.
+            try:
+                work.finish(ctx.run(entry.fn, *args), None)
+            except BaseException as exc:  # noqa: BLE001 - see failed
+                work.finish(None, failed(exc))
+            return None
+        try:
+            coro = ctx.run(entry.fn, *args)
+            if not isinstance(coro, types.CoroutineType):
+                coro = coro.__await__()  # any awaitable: step its iterator
+            yielded = ctx.run(coro.send, None)
+        except StopIteration as stop:
+            self.stats["inline"] += 1
+            work.finish(stop.value, None)
+        except BaseException as exc:  # noqa: BLE001 - see failed
+            work.finish(None, failed(exc))
+        else:
+            self.stats["suspended"] += 1
+            return coro, yielded
+        return None
+
+    async def _rest_of(
+        self, scope: trio.CancelScope, work: Attempt, coro: Coroutine[Any, Any, Any], yielded: Any
+    ) -> None:
+        """Run an attempt that suspended to its end in this task, under ``scope``."""
+        scope.deadline = work.deadline
+        work.enter(scope)
+        ctx = work.ctx
+        assert ctx is not None
+        try:
+            work.finish(await resume(ctx, coro, yielded), None)
+        except BaseException as exc:  # noqa: BLE001 - see failed
+            work.finish(None, failed(exc))  # a Cancelled (a timeout, a cancel) goes on up
+        finally:
+            work.scope = None
+
+    def _hand_on(self, work: Attempt) -> None:
+        """Hand a finished attempt's outcome on: a success at once, anything else by a task."""
+        task = work.task
+        ident = (task.run_id, task.seq)
+        if work.cancelled:
+            self.running.pop(ident, None)
+            return
+        if work.error is None and self._wanted(task):
+            try:
+                self._check(work.value)
+                settled = self.m.settle_now(*self._settling(task, work.value, None))
+            except Unstorable as exc:  # nothing was written: the attempt failed
+                work.finish(None, result_error(task, exc.error))
+            else:
+                if settled:
+                    self.running.pop(ident, None)
+                    return
+        self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
+
+    # -- an attempt's context and limits -------------------------------------------------
+
+    def _context(self, work: Attempt) -> contextvars.Context:
+        # An activity is a function, not a process: it sees its workflow's context values
+        # (ctx.get) and its own info (roost.activity_info()), and no current process.
+        task = work.task
+        run = self.m.runs.get(task.workflow_id)
+        info = ActivityInfo(
+            workflow_id=task.workflow_id,
+            run_id=task.run_id,
+            seq=task.seq,
+            entry=task.entry,
+            attempt=task.attempt,
+            idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
+            scheduled_at=task.scheduled_at,
+        )
+        ctx = self._base.copy()
+        ctx.run(
+            enter,
+            self.m.node,
+            dict(run.context) if run is not None else {},
+            info,
+            self._beater(work) if work.every else None,
+        )
+        return ctx
+
+    def _limits(self, work: Attempt) -> None:
+        """The attempt's start_to_close, schedule_to_close and heartbeat limits."""
+        task = work.task
+        start_to_close = float(task.options.get("start_to_close_timeout", 600.0))
+        left = work.left = self._schedule_to_close_left(task)
+        timeout = work.timeout = min(start_to_close, max(left, 0.0))
+        every = task.options.get("heartbeat_timeout")
+        now = trio.current_time()
+        limit = work.limit = now + timeout
+        work.every = float(every) if every else None
+        # One deadline for both limits: a beat never pushes past the attempt's timeout.
+        work.deadline = min(now + float(every), limit) if every else limit
+
+    def _beater(self, work: Attempt) -> Callable[[Any], None]:
+        attempt = work.task.attempt
+        every = float(work.every or 0)
+        token = trio.lowlevel.current_trio_token()
+
+        def extend() -> None:
+            if work.done or work.task.attempt != attempt:
+                return  # a beat from an attempt that has ended
+            work.deadline = min(trio.current_time() + every, work.limit)
+            if work.scope is not None:
+                work.scope.deadline = work.deadline
+            elif work.job is not None:
+                self._arm(work)
+
+        def beat(_details: Any) -> None:
+            try:
+                trio.lowlevel.current_task()
+            except RuntimeError:  # a sync activity's worker thread
+                with contextlib.suppress(trio.RunFinishedError):  # the node has stopped
+                    token.run_sync_soon(extend)
+            else:
+                extend()
+
+        return beat
+
+    def _expired(self, work: Attempt) -> Error:
+        """The error of an attempt whose deadline passed."""
+        task = work.task
+        if work.deadline < work.limit:
+            return self._timeout(task, "heartbeat", float(work.every or 0))
+        expired = self._timeout(task, "start_to_close", work.timeout)
+        if work.left < float(task.options.get("start_to_close_timeout", 600.0)):
+            return self._schedule_to_close_error(task, expired)
+        return expired
+
+    def _timeout(self, task: ActivityTask, kind: str, seconds: float) -> Error:
+        return Error(
+            f"activity {task.entry!r} attempt {task.attempt} exceeded its {kind}_timeout "
+            f"of {seconds:g}s",
+            kind=ErrorKind.TIMEOUT,
+            details={"timeout_type": kind, "attempt": task.attempt},
+        )
+
+    # -- sync attempts in the threads ----------------------------------------------------
+
+    def _delivered(self, jobs: list[SyncJob]) -> None:
+        """On the trio thread: sync jobs the threads finished (a late one is ignored)."""
+        for job in jobs:
+            work = job.owner
+            if work.job is not job:
+                continue  # timed out or cancelled meanwhile
+            work.job = None
+            self._timed -= 1
+            error = job.error
+            # in_worker_thread left only Exceptions: the attempt's own failure.
+            work.finish(job.value, None if error is None else Error.from_exception(error))
+            self._queue(work)
+
+    def _arm(self, work: Attempt) -> None:
+        heap = self._deadlines
+        if len(heap) > 2 * self._timed + 64:  # mostly finished jobs: rebuild
+            heap[:] = [e for e in heap if e[2].job is not None and e[0] == e[2].deadline]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (work.deadline, next(self._tie), work))
+        if not self._timing:
+            self._timing = True
+            self._nursery.start_soon(self._expire, name="roost.activity deadlines")
+        elif self._timer is not None and work.deadline < self._timer.deadline:
+            self._timer.deadline = work.deadline
+
+    async def _expire(self) -> None:
+        """Time out sync attempts past their deadline (their threads are abandoned)."""
+        heap = self._deadlines
+        try:
+            while heap:
+                deadline, _, work = heap[0]
+                if work.job is None or deadline != work.deadline:
+                    heapq.heappop(heap)  # finished, or a beat moved it
+                    continue
+                if deadline > trio.current_time():
+                    with trio.CancelScope(deadline=deadline) as self._timer:
+                        await trio.sleep_forever()
+                    self._timer = None
+                    continue
+                heapq.heappop(heap)
+                self._pool.drop(work.job)
+                work.job = None
+                self._timed -= 1
+                work.finish(None, self._expired(work))
+                self._queue(work)
+        finally:
+            self._timing = False
+            self._timer = None
+
+    # -- failures, retries, closed runs: a task each -------------------------------------
+
+    async def _work_on(self, work: Attempt) -> None:
+        """Handle what the runner does not: failures, backoffs, rows of closed runs.
+
+        Hands on a failed attempt's outcome, waits out a backoff, or settles a closed run's
+        row; an attempt to make goes back to the runner.
+        """
+        task = work.task
+        ident = (task.run_id, task.seq)
+        requeued = False
+        try:
+            if work.done:
+                if not await self._outcome(work):
+                    return
+                task = work.task
+            if not await self._wait_until(task.not_before, work):
+                return  # cancelled while waiting for its next attempt
+            if not self._wanted(task):
+                await self._forget_if_orphan(task)
+                return  # its run closed (its row went with it): no more attempts
+            work.done = False
+            requeued = True
+            self._queue(work)
+        finally:
+            if not requeued:
+                self.running.pop(ident, None)
+
+    async def _outcome(self, work: Attempt) -> bool:
+        """Resolve or reschedule after an attempt; True if another attempt follows."""
+        task = work.task
+        if work.cancelled:
+            return False  # the workflow cancelled it: its row is gone, write nothing
+        error = work.error
+        if error is None:
+            try:
+                await self._resolve(task, work.value, None)
+            except Unstorable as exc:  # nothing was written: the attempt failed
+                error = result_error(task, exc.error)
+            else:
+                return False
+        if not self._wanted(task):
+            return False  # its run closed meanwhile (its row is gone): no more attempts
+        delay = next_retry(task.options, task.attempt, error)
+        if delay is not None and self._past_schedule_to_close(task, delay):
+            error = self._schedule_to_close_error(task, error)
+            delay = None
+        log_failure(task, error, delay)
+        if delay is None:
+            await self._resolve(task, None, error)
+            return False
+        work.task = await self._reschedule(task, error, delay)
+        return True
+
+    # -- shared --------------------------------------------------------------------------
 
     def _wanted(self, task: ActivityTask) -> bool:
         run = self.m.runs.get(task.workflow_id)
@@ -240,7 +515,7 @@ class ActivityWorker:
             details={"timeout_type": "schedule_to_close", "attempt": task.attempt},
         )
 
-    async def _wait_until(self, when: dt.datetime | None, work: _Work) -> bool:
+    async def _wait_until(self, when: dt.datetime | None, work: Attempt) -> bool:
         """Sleep until ``when``; False if the workflow cancelled the task meanwhile."""
         if when is not None:
             delay = (when - self.m.node.now()).total_seconds()
@@ -262,105 +537,34 @@ class ActivityWorker:
             )
         return entry
 
-    async def _attempt(self, task: ActivityTask, work: _Work) -> tuple[Any, Error | None]:
-        entry = self._entry(task)
-        if isinstance(entry, Error):
-            return None, entry
-        info = ActivityInfo(
-            workflow_id=task.workflow_id,
-            run_id=task.run_id,
-            seq=task.seq,
-            entry=task.entry,
-            attempt=task.attempt,
-            idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
-            scheduled_at=task.scheduled_at,
-        )
-        try:
-            return await self._timed(entry, task, info, work)
-        except BaseException as exc:
-            if must_propagate(exc):  # the node is stopping, or a real Ctrl-C (see _contain)
-                raise
-            # Anything else the activity raised (SystemExit and GeneratorExit included)
-            # fails this attempt, as an error the codec can always store.
-            return None, Error.from_exception(exc)
-        finally:
-            _beat.set(None)
-
-    async def _timed(
-        self, entry: Entry, task: ActivityTask, info: ActivityInfo, work: _Work
-    ) -> tuple[Any, Error | None]:
-        """One attempt under its start_to_close, schedule_to_close and heartbeat limits."""
-        start_to_close = float(task.options.get("start_to_close_timeout", 600.0))
-        left = self._schedule_to_close_left(task)
-        timeout = min(start_to_close, max(left, 0.0))
-        every = task.options.get("heartbeat_timeout")
-        # One cancel scope for both limits (scopes are a measurable part of each attempt).
-        limit = trio.current_time() + timeout
-        with trio.CancelScope(deadline=limit) as scope:
-            work.enter(scope)
-            if every:
-                scope.deadline = min(trio.current_time() + float(every), limit)
-                _beat.set(_beater(scope, float(every), limit))
-            try:
-                return await self._call(entry.fn, entry.is_async, task, info), None
-            finally:
-                work.scope = None
-        if scope.deadline < limit:
-            return None, self._timeout(task, "heartbeat", float(every or 0))
-        expired = self._timeout(task, "start_to_close", timeout)
-        if left < start_to_close:
-            return None, self._schedule_to_close_error(task, expired)
-        return None, expired
-
-    def _timeout(self, task: ActivityTask, kind: str, seconds: float) -> Error:
-        return Error(
-            f"activity {task.entry!r} attempt {task.attempt} exceeded its {kind}_timeout "
-            f"of {seconds:g}s",
-            kind=ErrorKind.TIMEOUT,
-            details={"timeout_type": kind, "attempt": task.attempt},
-        )
-
-    async def _call(self, fn: Any, is_async: bool, task: ActivityTask, info: ActivityInfo) -> Any:
-        # An activity is a function, not a process: it sees its workflow's context values
-        # (ctx.get) and its own info (roost.activity_info()), and no current process.
-        faults = self.m.node.ext.get("activity_faults")  # roost.testing's fail_activity
-        failure = faults.take(task.entry) if faults is not None else None
-        if failure is not None:
-            raise failure
-        run = self.m.runs.get(task.workflow_id)
-        set_current(None)
-        bind_node(self.m.node)  # roost.state works here though no process is current
-        activity_context.set(dict(run.context) if run is not None else {})
-        _info.set(info)
-        if is_async:
-            return await fn(*task.args)
-        ctx = contextvars.copy_context()
-        if self.m.node.mock_time:
-            # Under a MockClock a thread would let virtual time (and timeouts) race ahead.
-            return ctx.run(fn, *task.args)
-        return await trio.to_thread.run_sync(
-            ctx.run, in_worker_thread, fn, *task.args, abandon_on_cancel=True
-        )
-
     async def _resolve(self, task: ActivityTask, value: Any, error: Error | None) -> None:
         """Hand the outcome to the workflow.
 
         Raises:
-            _Unstorable: ``value`` cannot be recorded (nothing was written).
+            Unstorable: ``value`` cannot be recorded (nothing was written).
         """
         if error is None:
-            # A result is a payload: it gets MAX_DEPTH on its own, not the envelope's allowance
-            # around it, or the workflow would get a value it can never hand on.
-            try:
-                self.m.codec.check(value, what=_RESULT_PATH)
-            except Error as exc:
-                raise _Unstorable(exc) from None
-        await self.m.settle(
+            self._check(value)
+        await self.m.settle(*self._settling(task, value, error))
+
+    def _check(self, value: Any) -> None:
+        # A result is a payload: it gets MAX_DEPTH on its own, not the envelope's allowance
+        # around it, or the workflow would get a value it can never hand on.
+        try:
+            self.m.codec.check(value, what=RESULT_PATH)
+        except Error as exc:
+            raise Unstorable(exc) from None
+
+    def _settling(
+        self, task: ActivityTask, value: Any, error: Error | None
+    ) -> tuple[str, bytes, tuple[str, str], ActivityResolved, Callable[[Error], Any]]:
+        """The arguments of ``settle`` for this outcome."""
+        return (
             "tasks",
             task_key(task.run_id, task.seq),
             (task.workflow_id, task.run_id),
             ActivityResolved(seq=task.seq, value=value, error=error),
-            on_unencodable=_refuse if error is None else _failed_with(task.seq),
+            refuse if error is None else failed_with(task.seq),
         )
 
     async def _reschedule(self, task: ActivityTask, error: Error, delay: float) -> ActivityTask:

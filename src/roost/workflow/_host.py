@@ -198,6 +198,17 @@ class RunHost(Protocol):
         """A task or timer row is done: hand its event to its run's next activation."""
         ...
 
+    def settle_now(
+        self,
+        table: str,
+        row: bytes,
+        task: tuple[str, str],
+        event: Any,
+        on_unencodable: Callable[[Error], Any] | None = None,
+    ) -> bool:
+        """``settle`` without its checkpoint: False if no run takes the event (delete the row)."""
+        ...
+
     def spawn_task(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` in the background, for as long as the host runs."""
         ...

@@ -253,24 +253,41 @@ class WorkflowManager:
         The row is deleted in the transaction that records the event in the history (one
         commit instead of two), or at once when no run takes the event.
         """
+        if self.settle_now(table, row, task, event, on_unencodable):
+            await trio.lowlevel.checkpoint()
+            return
+        await self.commit_retrying(
+            lambda txn: txn.delete(table, row), f"deleting a settled {table} row"
+        )
+
+    def settle_now(
+        self,
+        table: str,
+        row: bytes,
+        task: tuple[str, str],
+        event: Any,
+        on_unencodable: Callable[[Error], Any] | None = None,
+    ) -> bool:
+        """``settle`` without its commit or checkpoint: False if no run takes the event.
+
+        Then the row must be deleted (``settle`` does that); a caller settling many rows
+        in one pass checkpoints once for all of them.
+        """
         workflow_id, run_id = task
         if workflow_id in self.quarantined:
-            return  # the row stays with the rest of the quarantined workflow
+            return True  # the row stays with the rest of the quarantined workflow
         run = self.runs.get(workflow_id)
         if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
-            await self.commit_retrying(
-                lambda txn: txn.delete(table, row), f"deleting a settled {table} row"
-            )
-            return
+            return False
         try:
             data = self.codec.encode(event)
         except Error as exc:
             if on_unencodable is None:
                 raise
             data = self.codec.encode(on_unencodable(exc))
-        await trio.lowlevel.checkpoint()
         # The workflow gets what will be recorded (a tuple comes back a list), as on replay.
         self.accept(run, [(Settled(table, row), self.codec.decode(data))])
+        return True
 
     # -- incoming events -----------------------------------------------------------------
 

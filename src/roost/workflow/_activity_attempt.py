@@ -1,0 +1,154 @@
+"""One activity attempt: its state, driving its coroutine, and what its failures become."""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import types
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any
+
+import trio
+
+from roost._errors import Error, ErrorKind
+from roost.actors._contain import must_propagate
+from roost.workflow._activity_threads import SyncJob
+from roost.workflow._history import ActivityResolved
+from roost.workflow._records import ActivityTask
+
+__all__ = [
+    "RESULT_PATH",
+    "Attempt",
+    "Unstorable",
+    "failed",
+    "failed_with",
+    "refuse",
+    "result_error",
+    "resume",
+]
+
+
+class Unstorable(Exception):  # noqa: N818 - private control flow, never seen by users
+    """An activity's result cannot be recorded (raised before anything is written)."""
+
+    def __init__(self, error: Error) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def refuse(exc: Error) -> Any:
+    raise Unstorable(exc)
+
+
+def failed_with(seq: int) -> Callable[[Error], ActivityResolved]:
+    # An error that cannot be recorded (it is always storable; see Error.from_exception)
+    # resolves the activity with the reason instead.
+    return lambda exc: ActivityResolved(seq=seq, error=exc)
+
+
+def result_error(task: ActivityTask, problem: Error) -> Error:
+    """The failure of an attempt whose result the codec refused (retried per policy)."""
+    # The codec names the place in the recorded event; the user knows it as the result.
+    where = problem.message.replace(RESULT_PATH, "result", 1)
+    details = dict(problem.details)
+    if isinstance(details.get("path"), str):
+        details["path"] = details["path"].replace(RESULT_PATH, "result", 1)
+    return Error(
+        f"activity {task.entry!r} attempt {task.attempt} returned a value that cannot be "
+        f"stored: {where}. Return plain data (None, bool, int, float, str, bytes, lists, "
+        "dicts, aware datetimes, UUIDs, Pids or registered attrs records)",
+        kind=ErrorKind.INVALID,
+        details={**details, "attempt": task.attempt, "reason": "unencodable result"},
+    )
+
+
+RESULT_PATH = "payload.value"  # where the codec finds a result in ActivityResolved
+
+
+def failed(exc: BaseException) -> Error:
+    """The attempt's error for what its activity raised.
+
+    Raises:
+        BaseException: ``exc`` itself if it is not the activity's to fail with: the node
+            is stopping, a real Ctrl-C, or this attempt's own timeout (see _contain).
+    """
+    if must_propagate(exc):
+        raise exc
+    # Anything else the activity raised (SystemExit and GeneratorExit included) fails this
+    # attempt, as an error the codec can always store.
+    return Error.from_exception(exc)
+
+
+@types.coroutine
+def resume(
+    ctx: contextvars.Context, coro: Coroutine[Any, Any, Any], yielded: Any
+) -> Generator[Any, Any, Any]:
+    """Drive a coroutine that suspended in its first step on to its end, in ``ctx``.
+
+    Trio sees this task waiting on what the coroutine yielded (it yielded it while this
+    task was the current one), and each step runs in the attempt's context.
+    """
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            ctx.run(coro.close)
+            raise
+        except BaseException as exc:  # noqa: BLE001 - trio's outcome for the coroutine
+            try:
+                yielded = ctx.run(coro.throw, exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                yielded = ctx.run(coro.send, sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+class Attempt:
+    """One task being worked on: its attempt's limits and outcome, and what to interrupt.
+
+    ``scope`` is the cancel scope of an attempt that suspended (or of a backoff sleep),
+    ``job`` the thread job of a sync attempt; a workflow's cancel interrupts either.
+    """
+
+    __slots__ = (
+        "cancelled",
+        "ctx",
+        "deadline",
+        "done",
+        "error",
+        "every",
+        "job",
+        "left",
+        "limit",
+        "scope",
+        "task",
+        "timeout",
+        "value",
+    )
+
+    def __init__(self, task: ActivityTask) -> None:
+        self.task = task
+        self.cancelled = False
+        self.scope: trio.CancelScope | None = None
+        self.job: SyncJob | None = None
+        self.ctx: contextvars.Context | None = None
+        self.done = False  # the attempt has an outcome: value, or error
+        self.value: Any = None
+        self.error: Error | None = None
+        self.limit = self.deadline = self.left = math.inf
+        self.timeout = 0.0
+        self.every: float | None = None
+
+    def enter(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        if self.cancelled:
+            scope.cancel()
+
+    def finish(self, value: Any, error: Error | None) -> None:
+        self.done = True
+        self.value = value
+        self.error = error
+        self.ctx = None

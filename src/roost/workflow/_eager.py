@@ -25,18 +25,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error
-from roost._interrupt import is_ctrl_c
 from roost.storage import WriteTxn
-from roost.workflow._activation import record_activation
+from roost.workflow._activation import StepFailed, finish, prepare
 from roost.workflow._drivers import new_driver, touch
 from roost.workflow._records import timer_key
-from roost.workflow._task_failure import (
-    DEFAULT_TASK_TIMEOUT,
-    fail_task,
-    task_failure_error,
-    timeout_failure_error,
-)
-from roost.workflow._watchdog import TaskTimeout, guard
+from roost.workflow._task_failure import fail_task, task_failure_error
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -89,29 +82,21 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
     touch(m, run)
     run.active = True  # no executor takes it meanwhile; events that arrive wait in pending
     m.eager_in_flight += 1
-    at = m.node.now()
-    seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
     try:
         try:
-            with guard(seconds) as watch:
-                commands = driver.activate(at, recorded)
-        except TaskTimeout:
-            await _store_start_then_fail(m, run, events, timeout_failure_error(run, watch), None)
-            return
-        except BaseException as exc:
-            if is_ctrl_c(exc):
-                raise
-            error = task_failure_error(run, 1, exc, stage="activation")
-            await _store_start_then_fail(m, run, events, error, exc)
+            step = prepare(m, run, driver, [], m.node.now(), events=recorded)
+        except StepFailed as failed:
+            await _store_start_then_fail(m, run, events, failed.error, failed.cause)
             return
         try:
-            start = Start(m, run)
-            await record_activation(
-                m, run, driver, at, events=recorded, commands=commands, consumed=[], start=start
-            )
+            await m.transact(Start(m, run).before(step.write))
         except Exception as exc:  # noqa: BLE001 - nothing of it was committed
+            step.effects.discard()
             error = task_failure_error(run, 1, exc, stage="commit")
             await _store_start_then_fail(m, run, events, error, exc)
+            return
+        m.arm(run)
+        finish(m, step)
     finally:
         m.eager_in_flight -= 1
         run.active = False

@@ -10,8 +10,8 @@ nothing recorded and duplicates nothing; an activity that was running may run ag
 from __future__ import annotations
 
 import contextvars
+import gc
 import logging
-import math
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -28,7 +28,7 @@ from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
-from roost.workflow._activation import activate
+from roost.workflow._activation import Step, begin, commit_steps, finish
 from roost.workflow._closing import announce_closed, close_from_outside
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._family import new_run, record_for_start
@@ -39,6 +39,7 @@ from roost.workflow._history import (
     Started,
 )
 from roost.workflow._options import check_start_options
+from roost.workflow._quarantine import RunQuarantined, quarantine_run
 from roost.workflow._records import (
     RunRecord,
     RunStatus,
@@ -56,9 +57,28 @@ __all__ = ["Run", "WorkflowManager"]
 
 
 log = logging.getLogger("roost.workflow")
-# Activations of different runs commit concurrently and share group commits: more
-# executors, bigger groups (each is a cheap trio task).
-EXECUTORS = 256
+# Each executor takes every ready run per pass (up to PASS_LIMIT), runs their activations
+# and commits the pass in one group transaction. While one waits for its commit the next
+# takes the runs that became ready meanwhile, so the disk is kept busy by a few of them.
+EXECUTORS = 4
+PASS_LIMIT = 512
+
+
+_FROZEN: list[bool] = []
+
+
+def freeze_startup_heap() -> None:
+    """Move the objects alive after the first node's start-up out of the collector's view.
+
+    The modules, classes and functions imported so far live as long as the interpreter:
+    every full collection walked them again (a third of the tracked heap of a node with
+    few open runs). ``gc.freeze`` moves them to the permanent generation, once per
+    interpreter (a later node's start-up heap is its own, and may die with it).
+    """
+    if not _FROZEN:
+        _FROZEN.append(True)
+        gc.collect()
+        gc.freeze()
 
 
 class WorkflowManager:
@@ -76,7 +96,8 @@ class WorkflowManager:
         self.runs: dict[str, Run] = {}
         self.closing: dict[str, Run] = {}  # terminated, the close not yet committed
         self._nursery = nursery
-        self._send_ready, self._recv_ready = trio.open_memory_channel[Run](math.inf)
+        self._ready: deque[Run] = deque()  # queued for an executor's next pass
+        self._idle_executors = trio.lowlevel.ParkingLot()
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
@@ -120,6 +141,7 @@ class WorkflowManager:
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
         self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
         recover(self)
+        freeze_startup_heap()
 
     # -- starting ------------------------------------------------------------------------
 
@@ -433,25 +455,50 @@ class WorkflowManager:
             and not run.backoff
         ):
             run.queued = True
-            self._send_ready.send_nowait(run)
+            self._ready.append(run)
+            if self._idle_executors:
+                self._idle_executors.unpark()
 
     async def _executor(self) -> None:
-        async for run in self._recv_ready:
-            run.queued = False
-            if run.active or self.runs.get(run.record.workflow_id) is not run:
-                continue
-            run.active = True
+        ready = self._ready
+        while True:
+            while not ready:
+                await self._idle_executors.park()
+            runs: list[Run] = []
+            while ready and len(runs) < PASS_LIMIT:
+                run = ready.popleft()
+                run.queued = False
+                if run.active or self.runs.get(run.record.workflow_id) is not run:
+                    continue
+                run.active = True
+                runs.append(run)
+            if ready and self._idle_executors:
+                self._idle_executors.unpark()  # more than one pass is ready
             try:
-                await self._activate(run)
+                await self._pass(runs)
             finally:
-                run.active = False
-                if run.idle is not None:  # a close from outside waits for this
-                    run.idle.set()
-                    run.idle = None
-            self.ready(run)
+                for run in runs:
+                    run.active = False
+                    if run.idle is not None:  # a close from outside waits for this
+                        run.idle.set()
+                        run.idle = None
+                for run in runs:
+                    self.ready(run)
 
-    async def _activate(self, run: Run) -> None:
-        await activate(self, run)
+    async def _pass(self, runs: list[Run]) -> None:
+        """One executor pass: every run's activation, one group commit, their effects."""
+        steps: list[Step] = []
+        quarantined: list[tuple[Run, RunQuarantined]] = []
+        for run in runs:
+            began = begin(self, run)
+            if isinstance(began, Step):
+                steps.append(began)
+            elif began is not None:
+                quarantined.append((run, began))
+        for step in await commit_steps(self, steps):
+            finish(self, step)
+        for run, exc in quarantined:
+            await quarantine_run(self, run, exc)
 
     # -- completion ----------------------------------------------------------------------
 

@@ -210,9 +210,7 @@ def finish(m: WorkflowManager, step: Step) -> None:
             step.act.index,
         )
         if run.driver is driver:
-            driver.close()
-            run.driver = None
-            m.cached.pop(run.record.workflow_id, None)
+            m.runs.forget_driver(run)
 
 
 async def run_activation(m: WorkflowManager, run: Run) -> None:

@@ -29,6 +29,7 @@ from roost.storage import WriteTxn
 from roost.workflow._activation import StepFailed, finish, prepare
 from roost.workflow._drivers import new_driver, touch
 from roost.workflow._records import timer_key
+from roost.workflow._runs import PhaseEvent, RunPhase
 from roost.workflow._task_failure import fail_task, task_failure_error
 
 if TYPE_CHECKING:
@@ -63,9 +64,7 @@ class Start:
 
 def eager_ok(m: WorkflowManager, run: Run) -> bool:
     """Whether ``run`` (new, not stored yet) may take its first activation now."""
-    return (
-        not run.held and not run.closing and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
-    )
+    return run.phase is RunPhase.IDLE and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
 
 
 async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None:
@@ -80,7 +79,7 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
     recorded = [m.codec.decode(m.codec.encode(event)) for event in events]
     driver = run.driver = new_driver(m, run)
     touch(m, run)
-    run.active = True  # no executor takes it meanwhile; events that arrive wait in pending
+    m.runs.move(run, PhaseEvent.TAKE)  # no executor takes it; events that arrive wait
     m.eager_in_flight += 1
     try:
         try:
@@ -99,10 +98,7 @@ async def start_eagerly(m: WorkflowManager, run: Run, events: list[Any]) -> None
         finish(m, step)
     finally:
         m.eager_in_flight -= 1
-        run.active = False
-        if run.idle is not None:  # a close from outside waits for this
-            run.idle.set()
-            run.idle = None
+        m.runs.move(run, PhaseEvent.DONE)  # a close from outside waits for this
     m.ready(run)  # events that arrived during the commit
 
 
@@ -115,13 +111,6 @@ async def _store_start_then_fail(
     retried after a backoff. If the start cannot be stored either, that error goes to the
     starter and nothing of the run is stored.
     """
-    _forget_driver(m, run)
+    m.runs.forget_driver(run)
     await m.commit_start(run, events)
     fail_task(m, run, [], error, cause)
-
-
-def _forget_driver(m: WorkflowManager, run: Run) -> None:
-    if run.driver is not None:
-        run.driver.close()
-        run.driver = None
-    m.cached.pop(run.record.workflow_id, None)

@@ -312,7 +312,7 @@ class Effects:
             stop_process(m.node, self.run.pid, stop)
         for child in self.children:
             self.run.forget_exit(child.pid)  # an id may be run again
-            m.runs[child.record.workflow_id] = child
+            m.runs.add(child)
             m.arm(child)
             start, child.pending_start = child.pending_start, ()
             m.accept(child, [(k, event) for k, _, event in start])

@@ -13,8 +13,8 @@ import contextvars
 import gc
 import logging
 import os
-from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -49,6 +49,7 @@ from roost.workflow._records import (
 )
 from roost.workflow._recovery import recover
 from roost.workflow._run import Pending, Run, Settled
+from roost.workflow._runs import PhaseEvent, RunPhase, RunTable
 from roost.workflow._starting import claim_name, make_room
 from roost.workflow._task_failure import task_backoff
 from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room, counts
@@ -93,23 +94,19 @@ class WorkflowManager:
         self.store = store
         self.codec = Codec()
         self.host = f"{node.app.name}:workflows"
-        self.runs: dict[str, Run] = {}
-        self.closing: dict[str, Run] = {}  # terminated, the close not yet committed
+        self.cache_size = int(node.settings.get("workflow_cache", 10_000))
+        self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
         self._nursery = nursery
         self._ready: deque[Run] = deque()  # queued for an executor's next pass
         self._idle_executors = trio.lowlevel.ParkingLot()
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
-        # Runs whose driver is in memory, least recently activated first. Past the limit
-        # the oldest idle one is evicted and rebuilt by replay when its next event comes.
-        self.cached: OrderedDict[str, Run] = OrderedDict()
         # Events from outside (signals, cancels, child exits) in arrival order, committed
         # by one task in batches: per-sender order survives into the history.
         self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
         self._outside_ready = trio.Event()
         self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
-        self.cache_size = int(node.settings.get("workflow_cache", 10_000))
         self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
         # context of whoever caused an activation, such as a starter running one eagerly.
@@ -191,7 +188,7 @@ class WorkflowManager:
             at=at,
             **record_for_start(opts, parent=parent.pid, at=at),
         )
-        self.runs[workflow_id] = run
+        self.runs.add(run)
         events: list[Any] = [started]
         events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
         try:
@@ -201,7 +198,7 @@ class WorkflowManager:
                 await self.commit_start(run, events)
         except BaseException:
             if run.next_index == 1:  # not stored (a stored run stays, whatever failed after)
-                self.runs.pop(workflow_id, None)
+                self.runs.remove(run)
                 if name is not None:
                     self.node.registry.unregister(name)
             raise
@@ -446,15 +443,8 @@ class WorkflowManager:
     # -- activations ---------------------------------------------------------------------
 
     def ready(self, run: Run) -> None:
-        if (
-            not run.queued
-            and not run.active
-            and run.pending
-            and not run.held
-            and not run.closing
-            and not run.backoff
-        ):
-            run.queued = True
+        if run.phase is RunPhase.IDLE and run.pending:
+            self.runs.move(run, PhaseEvent.QUEUE)
             self._ready.append(run)
             if self._idle_executors:
                 self._idle_executors.unpark()
@@ -467,10 +457,9 @@ class WorkflowManager:
             runs: list[Run] = []
             while ready and len(runs) < PASS_LIMIT:
                 run = ready.popleft()
-                run.queued = False
-                if run.active or self.runs.get(run.record.workflow_id) is not run:
-                    continue
-                run.active = True
+                if run.phase is not RunPhase.QUEUED or not self.runs.is_current(run):
+                    continue  # closed or set aside since it was queued
+                self.runs.move(run, PhaseEvent.TAKE)
                 runs.append(run)
             if ready and self._idle_executors:
                 self._idle_executors.unpark()  # more than one pass is ready
@@ -478,10 +467,7 @@ class WorkflowManager:
                 await self._pass(runs)
             finally:
                 for run in runs:
-                    run.active = False
-                    if run.idle is not None:  # a close from outside waits for this
-                        run.idle.set()
-                        run.idle = None
+                    self.runs.move(run, PhaseEvent.DONE)  # a close from outside waits for this
                 for run in runs:
                     self.ready(run)
 
@@ -559,7 +545,12 @@ class WorkflowManager:
     def _open_or_closing(self, workflow_id: str) -> Run | None:
         # A terminated run is out of ``runs`` at once but stored as closed only after its
         # commit: until then watchers attach to it, so they get its real EXIT.
-        return self.runs.get(workflow_id) or self.closing.get(workflow_id)
+        return self.runs.open_or_closing(workflow_id)
+
+    @property
+    def cached(self) -> Mapping[str, Run]:
+        """The runs whose driver is in memory (read only: the run table owns the cache)."""
+        return self.runs.cache()
 
     def running(self, pid: Pid) -> bool:
         """Whether a run of workflow ``pid`` is open."""
@@ -583,9 +574,8 @@ class WorkflowManager:
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
-        self.runs.pop(pid.id)  # no further activations, signals or results
-        self.closing[pid.id] = run
-        run.closing = True
+        self.runs.start_closing(run)  # no further activations, signals or results
+        self.runs.move(run, PhaseEvent.CLOSE)
         self.spawn_task(close_from_outside, self, run, RunStatus.TERMINATED, terminated_error(pid))
 
     def monitor(self, watcher: Process, pid: Pid) -> None:

@@ -27,6 +27,7 @@ from roost.workflow._history import ProcessExited
 from roost.workflow._quarantine import commit_quarantines, workflow_entry
 from roost.workflow._records import RunRecord, RunStatus, inbox_key
 from roost.workflow._run import Run
+from roost.workflow._runs import RunPhase
 
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
@@ -157,7 +158,9 @@ def recover(m: WorkflowManager) -> None:
 
 
 def _unload(m: WorkflowManager, workflow_id: str) -> None:
-    run = m.runs.pop(workflow_id, None)
+    run = m.runs.get(workflow_id)
+    if run is not None:
+        m.runs.remove(run)
     if run is not None and run.record.name is not None:
         m.node.registry.unregister(run.record.name)
 
@@ -182,10 +185,11 @@ def _load(m: WorkflowManager, record: RunRecord) -> Run:
     pid = Pid.trusted(m.node.name, m.host, record.workflow_id)
     run = Run(record=record, entry=entry, pid=pid, context={})
     run.next_index = record.activations + 1
-    run.held = record.not_before is not None and record.not_before > m.node.now()
+    if record.not_before is not None and record.not_before > m.node.now():
+        run.phase = RunPhase.HELD  # before it enters the table
     if record.parent is not None and record.parent.host == m.host:
         run.watch(record.parent)  # a child workflow reports to its parent
-    m.runs[record.workflow_id] = run
+    m.runs.add(run)
     if record.name is not None:
         m.node.registry.register(record.name, pid)
     return run

@@ -21,6 +21,7 @@ import trio
 
 from roost._errors import Error, not_found
 from roost._pid import Pid
+from roost._text import has_utf8
 from roost.actors._app import Entry, EntryKind
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
@@ -33,10 +34,12 @@ from roost.workflow._closing import announce_closed, close_from_outside
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._family import new_run, record_for_start
 from roost.workflow._history import (
+    ActivityResolved,
     CancelRequested,
     MessageArrived,
     ProcessExited,
     Started,
+    TimerFired,
 )
 from roost.workflow._options import check_start_options
 from roost.workflow._quarantine import RunQuarantined, quarantine_run
@@ -66,6 +69,19 @@ PASS_LIMIT = 512
 
 
 _FROZEN: list[bool] = []
+# Values that always encode, and decode as themselves (a str only with a UTF-8 form).
+_PLAIN: frozenset[type] = frozenset({type(None), bool, int, float, bytes})
+
+
+def as_recorded(event: Any) -> bool:
+    """Whether ``event`` is what recording it gives back (no need to round-trip it)."""
+    tp = type(event)
+    if tp is TimerFired:
+        return True
+    if tp is not ActivityResolved or event.error is not None:
+        return False
+    value = event.value
+    return type(value) in _PLAIN or (type(value) is str and has_utf8(value))
 
 
 def freeze_startup_heap() -> None:
@@ -281,15 +297,18 @@ class WorkflowManager:
                 lambda txn: txn.delete(table, row), f"deleting a settled {table} row"
             )
             return
-        try:
-            data = self.codec.encode(event)
-        except Error as exc:
-            if on_unencodable is None:
-                raise
-            data = self.codec.encode(on_unencodable(exc))
+        if not as_recorded(event):
+            try:
+                data = self.codec.encode(event)
+            except Error as exc:
+                if on_unencodable is None:
+                    raise
+                data = self.codec.encode(on_unencodable(exc))
+            # The workflow gets what will be recorded (a tuple comes back a list), as on
+            # replay; an event of plain values is that already (encoded once, at the commit).
+            event = self.codec.decode(data)
         await trio.lowlevel.checkpoint()
-        # The workflow gets what will be recorded (a tuple comes back a list), as on replay.
-        self.accept(run, [(Settled(table, row), self.codec.decode(data))])
+        self.accept(run, [(Settled(table, row), event)])
 
     # -- incoming events -----------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from roost.workflow._planner import (
     plan_close,
     timeout_error,
 )
-from roost.workflow._records import RunStatus, TimerTask, timer_key
+from roost.workflow._records import PROGRESS_TABLE, RunStatus, TimerTask, timer_key
 from roost.workflow._run import Run
 from roost.workflow._runs import PhaseEvent, RunPhase
 
@@ -115,7 +115,7 @@ def _close_writer(
         new, staged = nxt
         rows += [("inbox", k, v) for k, v, _ in staged]
         rows += [("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in new.timers]
-    run_id = closing.run_id
+    run_id, run_key = closing.run_id, closing.workflow_id.encode()
     timers = m.timers.rows(run) if plan.drop_timers else []  # none of them fires now
     purge = plan.purge
 
@@ -125,6 +125,7 @@ def _close_writer(
                 txn.delete(table, k)
         for k in timers:
             txn.delete("timers", k)
+        txn.delete(PROGRESS_TABLE, run_key)  # the closing record holds the final counters
         for table, k, v in rows:
             txn.put(table, k, v)
 

@@ -48,6 +48,7 @@ from roost.workflow._records import (
     RunStatus,
     history_key,
     inbox_key,
+    read_progress,
     timer_key,
 )
 from roost.workflow._recovery import recover
@@ -533,7 +534,7 @@ class WorkflowManager:
         """The latest run record of ``workflow_id``, open or closed."""
         with self.store.read() as txn:
             data = txn.get("runs", workflow_id.encode())
-        return self.codec.decode(data) if data is not None else None
+            return read_progress(txn, self.codec, self.codec.decode(data)) if data else None
 
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """A plain process a workflow spawned ended: record its EXIT in the history."""

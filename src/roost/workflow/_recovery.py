@@ -25,7 +25,7 @@ from roost.storage._quarantine import (
 from roost.workflow._effects import lost_error
 from roost.workflow._history import ProcessExited
 from roost.workflow._quarantine import commit_quarantines, workflow_entry
-from roost.workflow._records import RunRecord, RunStatus, inbox_key
+from roost.workflow._records import RunRecord, RunStatus, inbox_key, read_progress
 from roost.workflow._run import Run
 from roost.workflow._runs import RunPhase
 
@@ -100,7 +100,7 @@ def _read(m: WorkflowManager, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any]
     for k, v in txn.range("runs"):
         record = bad.decode("runs", k, v, lambda k: k.decode("utf-8", "replace"))
         if record is not _BAD:
-            records.append(record)
+            records.append(read_progress(txn, m.codec, record))
     by_run = {record.run_id: record for record in records}
     for record in records:
         if record.status is RunStatus.RUNNING and record.workflow_id not in m.quarantined:

@@ -28,7 +28,7 @@ from roost.workflow._driver import Driver
 from roost.workflow._drivers import ReplayFailed, rebuild, touch
 from roost.workflow._effects import Effects
 from roost.workflow._history import Activation
-from roost.workflow._quarantine import RunQuarantined, quarantine_run
+from roost.workflow._quarantine import RunQuarantined
 from roost.workflow._run import Pending, Run
 from roost.workflow._task_failure import (
     DEFAULT_TASK_TIMEOUT,
@@ -41,9 +41,23 @@ from roost.workflow._watchdog import TaskTimeout, guard
 if TYPE_CHECKING:
     from roost.workflow._manager import WorkflowManager
 
-__all__ = ["Step", "StepFailed", "commit_steps", "finish", "prepare", "run_activation"]
+__all__ = [
+    "EXECUTORS",
+    "PASS_LIMIT",
+    "Step",
+    "StepFailed",
+    "commit_steps",
+    "finish",
+    "prepare",
+]
 
 log = logging.getLogger("roost.workflow")
+
+# Each executor takes every ready run per pass (up to PASS_LIMIT), runs their activations
+# and commits the pass in one group transaction. While one waits for its commit the next
+# takes the runs that became ready meanwhile, so the disk is kept busy by a few of them.
+EXECUTORS = 4
+PASS_LIMIT = 512
 
 # Commit failures that are the store's, not one step's: every step of the group fails
 # with it (as any request of a failed group commit does).
@@ -211,13 +225,3 @@ def finish(m: WorkflowManager, step: Step) -> None:
         )
         if run.driver is driver:
             m.runs.forget_driver(run)
-
-
-async def run_activation(m: WorkflowManager, run: Run) -> None:
-    """One task of ``run`` on its own (no pass around it): begin, commit, finish."""
-    began = begin(m, run)
-    if isinstance(began, RunQuarantined):
-        await quarantine_run(m, run, began)
-    elif began is not None:
-        for step in await commit_steps(m, [began]):
-            finish(m, step)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error
 from roost.storage import WriteTxn
-from roost.workflow._activation import StepFailed, finish, prepare
+from roost.workflow._activation import EXECUTORS, PASS_LIMIT, StepFailed, finish, prepare
 from roost.workflow._drivers import new_driver, touch
 from roost.workflow._records import timer_key
 from roost.workflow._runs import PhaseEvent, RunPhase
@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EAGER_LIMIT", "Start", "eager_ok", "start_eagerly"]
 
-# At most this many first activations run eagerly at once (as many as there are executors).
-EAGER_LIMIT = 256
+# At most this many first activations run eagerly at once: as many as the executors hold
+# in flight (each holds its step's state until its commit).
+EAGER_LIMIT = EXECUTORS * PASS_LIMIT
 
 
 class Start:

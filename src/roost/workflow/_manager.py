@@ -29,7 +29,7 @@ from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
-from roost.workflow._activation import Step, begin, commit_steps, finish
+from roost.workflow._activation import EXECUTORS, PASS_LIMIT, Step, begin, commit_steps, finish
 from roost.workflow._closing import announce_closed, close_from_outside
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._family import new_run, record_for_start
@@ -62,11 +62,6 @@ __all__ = ["Run", "WorkflowManager"]
 
 
 log = logging.getLogger("roost.workflow")
-# Each executor takes every ready run per pass (up to PASS_LIMIT), runs their activations
-# and commits the pass in one group transaction. While one waits for its commit the next
-# takes the runs that became ready meanwhile, so the disk is kept busy by a few of them.
-EXECUTORS = 4
-PASS_LIMIT = 512
 
 
 _FROZEN: list[bool] = []

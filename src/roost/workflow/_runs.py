@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, ValuesView
+from collections.abc import Callable, Iterator, Mapping, ValuesView
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -105,7 +105,7 @@ def next_phase(phase: RunPhase, event: PhaseEvent) -> RunPhase:
 class RunTable:
     """The open runs of one node, the runs being closed from outside, and the driver cache."""
 
-    __slots__ = ("_cached", "_closing", "_open", "cache_size")
+    __slots__ = ("_cached", "_closing", "_open", "cache_size", "get")
 
     def __init__(self, cache_size: int) -> None:
         self._open: dict[str, Run] = {}
@@ -116,12 +116,10 @@ class RunTable:
         # the oldest idle one is evicted and rebuilt by replay when its next event comes.
         self._cached: OrderedDict[str, Run] = OrderedDict()
         self.cache_size = cache_size
+        # The open run of a workflow id, if any (the dict's own method: the hottest read).
+        self.get: Callable[[str], Run | None] = self._open.get
 
     # -- reading -------------------------------------------------------------------------
-
-    def get(self, workflow_id: str) -> Run | None:
-        """The open run of ``workflow_id``, if any."""
-        return self._open.get(workflow_id)
 
     def __getitem__(self, workflow_id: str) -> Run:
         return self._open[workflow_id]

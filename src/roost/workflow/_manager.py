@@ -31,6 +31,7 @@ from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
 from roost.workflow._activation import EXECUTORS, PASS_LIMIT, Step, begin, commit_steps, finish
 from roost.workflow._closing import announce_closed, close_from_outside
+from roost.workflow._drivers import paused_gc
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._family import new_run, record_for_start
 from roost.workflow._history import (
@@ -490,14 +491,20 @@ class WorkflowManager:
         """One executor pass: every run's activation, one group commit, their effects."""
         steps: list[Step] = []
         quarantined: list[tuple[Run, RunQuarantined]] = []
-        for run in runs:
-            began = begin(self, run)
-            if isinstance(began, Step):
-                steps.append(began)
-            elif began is not None:
-                quarantined.append((run, began))
-        for step in await commit_steps(self, steps):
-            finish(self, step)
+        # No collection in the middle of a pass: what a pass allocates lives until its
+        # commit, so the young collections it would trigger find little to free, and each
+        # one counts towards the full collections that walk every open run.
+        with paused_gc():
+            for run in runs:
+                began = begin(self, run)
+                if isinstance(began, Step):
+                    steps.append(began)
+                elif began is not None:
+                    quarantined.append((run, began))
+        committed = await commit_steps(self, steps)
+        with paused_gc():
+            for step in committed:
+                finish(self, step)
         for run, exc in quarantined:
             await quarantine_run(self, run, exc)
 

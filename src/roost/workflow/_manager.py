@@ -10,7 +10,6 @@ nothing recorded and duplicates nothing; an activity that was running may run ag
 from __future__ import annotations
 
 import contextvars
-import gc
 import logging
 import os
 from collections import deque
@@ -29,10 +28,9 @@ from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
-from roost.workflow._activation import EXECUTORS, PASS_LIMIT, Step, begin, commit_steps, finish
 from roost.workflow._closing import announce_closed, close_from_outside
-from roost.workflow._drivers import paused_gc
 from roost.workflow._eager import eager_ok, start_eagerly
+from roost.workflow._executors import Executors, freeze_startup_heap
 from roost.workflow._family import new_run, record_for_start
 from roost.workflow._history import (
     ActivityResolved,
@@ -43,7 +41,6 @@ from roost.workflow._history import (
     TimerFired,
 )
 from roost.workflow._options import check_start_options
-from roost.workflow._quarantine import RunQuarantined, quarantine_run
 from roost.workflow._records import (
     RunRecord,
     RunStatus,
@@ -65,7 +62,6 @@ __all__ = ["Run", "WorkflowManager"]
 log = logging.getLogger("roost.workflow")
 
 
-_FROZEN: list[bool] = []
 # Values that always encode, and decode as themselves (a str only with a UTF-8 form).
 _PLAIN: frozenset[type] = frozenset({type(None), bool, int, float, bytes})
 
@@ -79,20 +75,6 @@ def as_recorded(event: Any) -> bool:
         return False
     value = event.value
     return type(value) in _PLAIN or (type(value) is str and has_utf8(value))
-
-
-def freeze_startup_heap() -> None:
-    """Move the objects alive after the first node's start-up out of the collector's view.
-
-    The modules, classes and functions imported so far live as long as the interpreter:
-    every full collection walked them again (a third of the tracked heap of a node with
-    few open runs). ``gc.freeze`` moves them to the permanent generation, once per
-    interpreter (a later node's start-up heap is its own, and may die with it).
-    """
-    if not _FROZEN:
-        _FROZEN.append(True)
-        gc.collect()
-        gc.freeze()
 
 
 class WorkflowManager:
@@ -110,8 +92,7 @@ class WorkflowManager:
         self.cache_size = int(node.settings.get("workflow_cache", 10_000))
         self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
         self._nursery = nursery
-        self._ready: deque[Run] = deque()  # queued for an executor's next pass
-        self._idle_executors = trio.lowlevel.ParkingLot()
+        self.executors = Executors(self)
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
@@ -146,8 +127,7 @@ class WorkflowManager:
 
     async def start(self) -> None:
         """Recover open runs, pending tasks and timers, then start the executors."""
-        for _ in range(EXECUTORS):
-            self._nursery.start_soon(self._executor, name="roost.workflow.executor")
+        self.executors.start(self._nursery)
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
         self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
         recover(self)
@@ -461,52 +441,7 @@ class WorkflowManager:
     def ready(self, run: Run) -> None:
         if run.phase is RunPhase.IDLE and run.pending:
             self.runs.move(run, PhaseEvent.QUEUE)
-            self._ready.append(run)
-            if self._idle_executors:
-                self._idle_executors.unpark()
-
-    async def _executor(self) -> None:
-        ready = self._ready
-        while True:
-            while not ready:
-                await self._idle_executors.park()
-            runs: list[Run] = []
-            while ready and len(runs) < PASS_LIMIT:
-                run = ready.popleft()
-                if run.phase is not RunPhase.QUEUED or not self.runs.is_current(run):
-                    continue  # closed or set aside since it was queued
-                self.runs.move(run, PhaseEvent.TAKE)
-                runs.append(run)
-            if ready and self._idle_executors:
-                self._idle_executors.unpark()  # more than one pass is ready
-            try:
-                await self._pass(runs)
-            finally:
-                for run in runs:
-                    self.runs.move(run, PhaseEvent.DONE)  # a close from outside waits for this
-                for run in runs:
-                    self.ready(run)
-
-    async def _pass(self, runs: list[Run]) -> None:
-        """One executor pass: every run's activation, one group commit, their effects."""
-        steps: list[Step] = []
-        quarantined: list[tuple[Run, RunQuarantined]] = []
-        # No collection in the middle of a pass: what a pass allocates lives until its
-        # commit, so the young collections it would trigger find little to free, and each
-        # one counts towards the full collections that walk every open run.
-        with paused_gc():
-            for run in runs:
-                began = begin(self, run)
-                if isinstance(began, Step):
-                    steps.append(began)
-                elif began is not None:
-                    quarantined.append((run, began))
-        committed = await commit_steps(self, steps)
-        with paused_gc():
-            for step in committed:
-                finish(self, step)
-        for run, exc in quarantined:
-            await quarantine_run(self, run, exc)
+            self.executors.queue(run)
 
     # -- completion ----------------------------------------------------------------------
 

@@ -188,6 +188,10 @@ async def commit_steps(m: WorkflowManager, steps: list[Step]) -> list[Step]:
         if len(steps) == 1:
             _fail_all(m, steps, exc)
             return []
+    except BaseException:  # cancelled (the node stops): nothing of the pass is kept
+        for step in steps:
+            step.effects.discard()
+        raise
     else:
         return steps
     committed: list[Step] = []

@@ -11,6 +11,7 @@ import trio.testing
 import roost
 from roost import funcs, process, workflow
 from roost.testing import Replayer
+from roost.workflow._phases import RunPhase
 
 app = roost.App("sched")
 seen: list = []
@@ -357,7 +358,7 @@ async def test_a_row_settled_for_a_run_that_is_retried_before_recording_it_is_de
         await retried.spawn("sched:inbox_reader", 1)
         await trio.testing.wait_all_tasks_blocked()  # started, waiting for its message
         first = node._node.ext["workflows"].runs["retried"]
-        first.held = True  # so the settled event is still waiting when the timeout hits
+        first.phase = RunPhase.HELD  # so the settled event is still waiting at the timeout
         row = await _settle_a_fake_timer(node, "retried", waiting=1)
         await roost.sleep("31m")
         await trio.testing.wait_all_tasks_blocked()

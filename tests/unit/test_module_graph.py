@@ -24,6 +24,7 @@ PURE_CORES = (
     "roost.workflow._driver_parts",
     "roost.workflow._planner",
     "roost.workflow._status",
+    "roost.workflow._phases",
     "roost.mailbox._mailbox",
     "roost.mailbox._channel",
     "roost.supervisor._policy",

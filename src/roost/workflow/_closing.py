@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from roost._errors import Error
 from roost.actors._events import Exit
@@ -19,6 +18,7 @@ from roost.actors._node import ExitResult
 from roost.storage import WriteTxn, key
 from roost.workflow._family import apply_close_policies, follow, hand_over, run_state
 from roost.workflow._history import TimerFired
+from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._planner import (
     CloseOutcome,
     ClosePlan,
@@ -26,7 +26,7 @@ from roost.workflow._planner import (
     plan_close,
     timeout_error,
 )
-from roost.workflow._records import RunStatus, TimerTask, timer_key
+from roost.workflow._records import PROGRESS_TABLE, RunStatus, TimerTask, timer_key
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
@@ -52,8 +52,9 @@ async def fire_timer(m: RunHost, timer: TimerTask) -> None:
         return  # the run has closed or moved on since
     match timer.kind:
         case "start":
-            run.held = False
-            m.ready(run)
+            if run.phase is RunPhase.HELD:
+                m.runs.move(run, PhaseEvent.RELEASE)
+                m.ready(run)
         case "run_timeout" | "execution_timeout":
             kind: TimeoutKind = "run" if timer.kind == "run_timeout" else "execution"
             seconds = run.record.options.get(timer.kind, 0.0)
@@ -66,21 +67,17 @@ async def close_from_outside(m: RunHost, run: Run, status: RunStatus, error: Err
     try:
         await _close(m, run, status, error)
     finally:
-        if m.closing.get(run.record.workflow_id) is run:
-            del m.closing[run.record.workflow_id]
+        m.runs.done_closing(run)
         run.mark_closed()
 
 
 async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
-    run.closing = True
-    while run.active:
-        if run.idle is None:
-            run.idle = trio.Event()
-        await run.idle.wait()
+    m.runs.move(run, PhaseEvent.CLOSE)  # no activation after the one in flight
+    await m.runs.wait_drained(run)
     current = m.runs.get(run.record.workflow_id)
     if current is not None and current is not run and status is RunStatus.TERMINATED:
         run = current  # it continued as new meanwhile: terminate stops the new run
-        run.closing = True
+        m.runs.move(run, PhaseEvent.CLOSE)
     elif run.record.status is not RunStatus.RUNNING:
         return  # its own last activation closed it meanwhile
     at = m.node.now()
@@ -96,7 +93,7 @@ async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     m.timers.drop(run)  # their rows went with the close
     run.record = closing
     if nxt is None:
-        m.runs.pop(run.record.workflow_id, None)
+        m.runs.remove(run)
         m.closed(run)
     else:
         # Inbox rows moved to the next run; settled task and timer rows are late events of
@@ -118,7 +115,7 @@ def _close_writer(
         new, staged = nxt
         rows += [("inbox", k, v) for k, v, _ in staged]
         rows += [("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in new.timers]
-    run_id = closing.run_id
+    run_id, run_key = closing.run_id, closing.workflow_id.encode()
     timers = m.timers.rows(run) if plan.drop_timers else []  # none of them fires now
     purge = plan.purge
 
@@ -128,6 +125,7 @@ def _close_writer(
                 txn.delete(table, k)
         for k in timers:
             txn.delete("timers", k)
+        txn.delete(PROGRESS_TABLE, run_key)  # the closing record holds the final counters
         for table, k, v in rows:
             txn.put(table, k, v)
 
@@ -136,8 +134,8 @@ def _close_writer(
 
 def announce_closed(m: RunHost, run: Run) -> None:
     """A run ended (its final status is committed): tell whoever is waiting."""
-    if m.runs.get(run.record.workflow_id) is run:
-        del m.runs[run.record.workflow_id]
+    m.runs.remove(run)
+    m.runs.move(run, PhaseEvent.CLOSED)
     m.drop_settled(run.pending)  # finished after the run's last step began
     record = run.record
     error = record.error
@@ -163,6 +161,4 @@ def announce_closed(m: RunHost, run: Run) -> None:
                 m.node.link_down(proc, run.pid, error, at)
     for chan in run.exit_chans:
         chan._try_send(result)
-    m.cached.pop(run.record.workflow_id, None)
-    if run.driver is not None:
-        run.driver.close()
+    m.runs.forget_driver(run)

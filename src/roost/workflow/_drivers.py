@@ -152,15 +152,4 @@ def paused_gc() -> Iterator[None]:
 
 def touch(m: RunHost, run: Run) -> None:
     """``run`` was just activated: most recently used; evict the oldest idle ones."""
-    cached = m.cached
-    cached[run.record.workflow_id] = run
-    cached.move_to_end(run.record.workflow_id)
-    while len(cached) > m.cache_size:
-        oldest = next(iter(cached.values()))
-        if oldest.active or oldest is run:
-            break
-        del cached[oldest.record.workflow_id]
-        if oldest.driver is not None:
-            oldest.driver.close()
-            oldest.driver = None
-        m.stats["evictions"] += 1
+    m.stats["evictions"] += m.runs.touch(run)

@@ -25,18 +25,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error
-from roost._interrupt import is_ctrl_c
 from roost.storage import WriteTxn
-from roost.workflow._activation import record_activation
+from roost.workflow._activation import EXECUTORS, PASS_LIMIT, StepFailed, finish, prepare
 from roost.workflow._drivers import new_driver, touch
+from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._records import timer_key
-from roost.workflow._task_failure import (
-    DEFAULT_TASK_TIMEOUT,
-    fail_task,
-    task_failure_error,
-    timeout_failure_error,
-)
-from roost.workflow._watchdog import TaskTimeout, guard
+from roost.workflow._task_failure import fail_task, task_failure_error
 
 if TYPE_CHECKING:
     from roost.workflow._host import RunHost
@@ -44,8 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EAGER_LIMIT", "Start", "eager_ok", "start_eagerly"]
 
-# At most this many first activations run eagerly at once (as many as there are executors).
-EAGER_LIMIT = 256
+# At most this many first activations run eagerly at once: as many as the executors hold
+# in flight (each holds its step's state until its commit).
+EAGER_LIMIT = EXECUTORS * PASS_LIMIT
 
 
 class Start:
@@ -70,9 +65,7 @@ class Start:
 
 def eager_ok(m: RunHost, run: Run) -> bool:
     """Whether ``run`` (new, not stored yet) may take its first activation now."""
-    return (
-        not run.held and not run.closing and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
-    )
+    return run.phase is RunPhase.IDLE and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
 
 
 async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
@@ -87,37 +80,26 @@ async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
     recorded = [m.codec.decode(m.codec.encode(event)) for event in events]
     driver = run.driver = new_driver(m, run)
     touch(m, run)
-    run.active = True  # no executor takes it meanwhile; events that arrive wait in pending
+    m.runs.move(run, PhaseEvent.TAKE)  # no executor takes it; events that arrive wait
     m.eager_in_flight += 1
-    at = m.node.now()
-    seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
     try:
         try:
-            with guard(seconds) as watch:
-                commands = driver.activate(at, recorded)
-        except TaskTimeout:
-            await _store_start_then_fail(m, run, events, timeout_failure_error(run, watch), None)
-            return
-        except BaseException as exc:
-            if is_ctrl_c(exc):
-                raise
-            error = task_failure_error(run, 1, exc, stage="activation")
-            await _store_start_then_fail(m, run, events, error, exc)
+            step = prepare(m, run, driver, [], m.node.now(), events=recorded)
+        except StepFailed as failed:
+            await _store_start_then_fail(m, run, events, failed.error, failed.cause)
             return
         try:
-            start = Start(m, run)
-            await record_activation(
-                m, run, driver, at, events=recorded, commands=commands, consumed=[], start=start
-            )
+            await m.transact(Start(m, run).before(step.write))
         except Exception as exc:  # noqa: BLE001 - nothing of it was committed
+            step.effects.discard()
             error = task_failure_error(run, 1, exc, stage="commit")
             await _store_start_then_fail(m, run, events, error, exc)
+            return
+        m.arm(run)
+        finish(m, step)
     finally:
         m.eager_in_flight -= 1
-        run.active = False
-        if run.idle is not None:  # a close from outside waits for this
-            run.idle.set()
-            run.idle = None
+        m.runs.move(run, PhaseEvent.DONE)  # a close from outside waits for this
     m.ready(run)  # events that arrived during the commit
 
 
@@ -130,13 +112,6 @@ async def _store_start_then_fail(
     retried after a backoff. If the start cannot be stored either, that error goes to the
     starter and nothing of the run is stored.
     """
-    _forget_driver(m, run)
+    m.runs.forget_driver(run)
     await m.commit_start(run, events)
     fail_task(m, run, [], error, cause)
-
-
-def _forget_driver(m: RunHost, run: Run) -> None:
-    if run.driver is not None:
-        run.driver.close()
-        run.driver = None
-    m.cached.pop(run.record.workflow_id, None)

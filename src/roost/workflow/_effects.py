@@ -37,7 +37,9 @@ from roost.workflow._history import (
 from roost.workflow._history_format import encode_activation
 from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close
 from roost.workflow._records import (
+    PROGRESS_TABLE,
     ActivityTask,
+    RunProgress,
     TimerTask,
     history_key,
     task_key,
@@ -205,15 +207,37 @@ class Effects:
         codec, record, driver = self.m.codec, self.record, self.run.driver
         act_bytes = encode_activation(codec, act)
         self.size = len(act_bytes)
+        children = sorted(driver.children, key=str) if driver is not None else []
+        # Only the counters change (no close, child, attribute or failure) of a stored
+        # record: the small progress row is written instead of it (see RunProgress).
+        progress_only = (
+            act.index > 1  # the first one stores the record (with an eager start, at all)
+            and record is self.run.record
+            and self.plan is None
+            and not self.children
+            and children == record.children
+        )
         self.record = record = attrs.evolve(
             record,
-            children=sorted(self.run.driver.children, key=str) if self.run.driver else [],
+            children=children,
             activations=act.index,
             history_length=record.history_length + len(act.events) + len(act.commands),
             history_size=record.history_size + len(act_bytes),
             unread=driver.mailbox.unread_messages() if driver is not None else record.unread,
         )
-        record_bytes = codec.encode(record)
+        row_table = PROGRESS_TABLE if progress_only else "runs"
+        run_key = record.workflow_id.encode()
+        record_bytes = codec.encode(
+            RunProgress(
+                run_id=record.run_id,
+                activations=record.activations,
+                history_length=record.history_length,
+                history_size=record.history_size,
+                unread=record.unread,
+            )
+            if progress_only
+            else record
+        )
         tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
         dropped = [task_key(record.run_id, seq) for seq in self.cancelled]
         run_id = record.run_id
@@ -275,7 +299,7 @@ class Effects:
             for table in purge:
                 for k, _ in list(txn.prefix(table, key(run_id))):
                     txn.delete(table, k)
-            txn.put("runs", record.workflow_id.encode(), record_bytes)
+            _put_run_row(txn, row_table, run_key, record_bytes, closing=plan is not None)
 
         return write
 
@@ -312,7 +336,7 @@ class Effects:
             stop_process(m.node, self.run.pid, stop)
         for child in self.children:
             self.run.forget_exit(child.pid)  # an id may be run again
-            m.runs[child.record.workflow_id] = child
+            m.runs.add(child)
             m.arm(child)
             start, child.pending_start = child.pending_start, ()
             m.accept(child, [(k, event) for k, _, event in start])
@@ -359,6 +383,13 @@ def deliver_local(node: NodeOps, sender: Pid, send: SendMessage) -> None:
         log.warning(
             "workflow %s: message %r to %s not delivered: %s", sender, send.topic, send.dest, exc
         )
+
+
+def _put_run_row(txn: WriteTxn, table: str, k: bytes, data: bytes, *, closing: bool) -> None:
+    """Write the run's record or its progress row; a closing run's record has it all."""
+    if closing:
+        txn.delete(PROGRESS_TABLE, k)
+    txn.put(table, k, data)
 
 
 def _delete_consumed(txn: WriteTxn, consumed: list[bytes | Settled]) -> None:

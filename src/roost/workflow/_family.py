@@ -12,6 +12,7 @@ from roost.actors._app import Entry
 from roost.mailbox._mailbox import EVENTS
 from roost.workflow._history import MessageArrived, StartChild, Started
 from roost.workflow._options import CHAIN_OPTIONS
+from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._planner import (
     NextRun,
     OpenChild,
@@ -118,7 +119,8 @@ def new_run(
     )
     run = Run(record=record, entry=entry, pid=pid, context=dict(context))
     run.timers = _run_timers(record, at)
-    run.held = record.not_before is not None and record.not_before > at
+    if record.not_before is not None and record.not_before > at:
+        run.phase = RunPhase.HELD  # before it enters the table
     return run, started
 
 
@@ -218,13 +220,11 @@ def hand_over(
 ) -> None:
     """After the commit: the new run takes the id, PID, watchers, links and waiters."""
     new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans
-    m.runs[new.record.workflow_id] = new
-    m.cached.pop(old.record.workflow_id, None)
+    m.runs.add(new)
+    m.runs.forget_driver(old)
+    m.runs.move(old, PhaseEvent.CLOSED)
     late = [(k, e) for k, e in old.pending if k not in moved]
     old.pending = []
-    if old.driver is not None:
-        old.driver.close()
-        old.driver = None
     m.arm(new)
     m.accept(new, [(k, event) for k, _, event in staged])
     m.accept(old, late)  # arrived during the hand-over's commit: re-homed

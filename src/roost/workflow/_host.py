@@ -18,7 +18,6 @@ can type against it without a cycle.
 from __future__ import annotations
 
 import contextvars
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from roost.storage._store import ReadTxn, WriteTxn
     from roost.workflow._records import ActivityTask, RunRecord, TimerTask
     from roost.workflow._run import Pending, Run
+    from roost.workflow._runs import RunTable
 
 __all__ = ["ActivityExecution", "DurableTimers", "RunHost", "StartWrites", "Storage"]
 
@@ -120,18 +120,8 @@ class RunHost(Protocol):
         ...
 
     @property
-    def runs(self) -> dict[str, Run]:
-        """The open runs, by workflow id."""
-        ...
-
-    @property
-    def closing(self) -> dict[str, Run]:
-        """Runs terminated from outside whose close is not committed yet."""
-        ...
-
-    @property
-    def cached(self) -> OrderedDict[str, Run]:
-        """Runs whose driver is in memory, least recently activated first."""
+    def runs(self) -> RunTable:
+        """The open runs and the runs whose close is committing; the driver cache."""
         ...
 
     @property

@@ -14,7 +14,7 @@ import attrs
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
 from roost._text import has_utf8
-from roost.storage import MAX_KEY_SIZE, Codec, Store, key
+from roost.storage import MAX_KEY_SIZE, Codec, ReadTxn, Store, key
 from roost.storage._quarantine import (
     QUARANTINE_TABLE,
     Quarantine,
@@ -25,7 +25,7 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._history import flatten
 from roost.workflow._history_format import decode_activation
-from roost.workflow._records import ActivityTask, RunRecord, RunStatus
+from roost.workflow._records import ActivityTask, RunRecord, RunStatus, read_progress
 
 __all__ = ["describe", "history", "list_workflows", "parse_query", "run_key"]
 
@@ -87,12 +87,10 @@ def _lookup(store: Store, codec: Codec, workflow_id: str) -> RunRecord | dict[st
     if row is not None:
         with store.read() as txn:
             data = txn.get("runs", row)
-            if data is None:
-                raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
-                entry = None if raw is None else _decoded_entry(codec, raw)
-    if data is not None:
-        assert row is not None
-        return _decode_row(codec, row, data)
+            if data is not None:
+                return _decode_row(codec, row, data, txn)
+            raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
+            entry = None if raw is None else _decoded_entry(codec, raw)
     if entry is None:
         raise not_found(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
     return _quarantined(codec, entry)
@@ -194,7 +192,7 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     """Latest runs of every workflow id that match ``query`` (see ``parse_query``)."""
     clauses = parse_query(query)
     with store.read() as txn:
-        rows = [_as_dict_or_unreadable(codec, k, v) for k, v in txn.range("runs")]
+        rows = [_as_dict_or_unreadable(codec, k, v, txn) for k, v in txn.range("runs")]
         entries = read_quarantine(txn, codec, "workflow")
         if entries:
             listed = {row["workflow_id"] for row in rows}
@@ -224,9 +222,9 @@ def _decoded_entry(codec: Codec, raw: bytes) -> Quarantine | None:
     return entry
 
 
-def _decode_row(codec: Codec, k: bytes, data: bytes) -> RunRecord | dict[str, Any]:
+def _decode_row(codec: Codec, k: bytes, data: bytes, txn: ReadTxn) -> RunRecord | dict[str, Any]:
     try:
-        record: RunRecord = codec.decode(data)
+        record: RunRecord = read_progress(txn, codec, codec.decode(data))
     except Exception as exc:  # noqa: BLE001 - unreadable, whatever the decoder raised
         # Not quarantined yet (the node that opens the directory next does it): shown so.
         row = QuarantinedRow(table="runs", key=k, data=data, error=decode_error(exc, "runs", k))
@@ -237,8 +235,8 @@ def _decode_row(codec: Codec, k: bytes, data: bytes) -> RunRecord | dict[str, An
     return record
 
 
-def _as_dict_or_unreadable(codec: Codec, k: bytes, data: bytes) -> dict[str, Any]:
-    found = _decode_row(codec, k, data)
+def _as_dict_or_unreadable(codec: Codec, k: bytes, data: bytes, txn: ReadTxn) -> dict[str, Any]:
+    found = _decode_row(codec, k, data, txn)
     return found if isinstance(found, dict) else _as_dict(found)
 
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import math
 import os
-from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
 
 from roost._errors import Error, not_found
 from roost._pid import Pid
+from roost._text import has_utf8
 from roost.actors._app import Entry, EntryKind
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
@@ -28,29 +28,34 @@ from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
-from roost.workflow._activation import activate
 from roost.workflow._activities import ActivityWorker
 from roost.workflow._closing import announce_closed, close_from_outside
 from roost.workflow._eager import eager_ok, start_eagerly
+from roost.workflow._executors import Executors, freeze_startup_heap
 from roost.workflow._family import new_run, record_for_start
 from roost.workflow._history import (
+    ActivityResolved,
     CancelRequested,
     MessageArrived,
     ProcessExited,
     Started,
+    TimerFired,
 )
 from roost.workflow._history_format import decode_activation
 from roost.workflow._options import check_start_options
+from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._records import (
     RunRecord,
     RunStatus,
     history_key,
     inbox_key,
+    read_progress,
     timer_key,
 )
 from roost.workflow._recovery import recover
 from roost.workflow._replies import ReplyHost
 from roost.workflow._run import Pending, Run, Settled
+from roost.workflow._runs import RunTable
 from roost.workflow._starting import claim_name, make_room
 from roost.workflow._task_failure import task_backoff
 from roost.workflow._timers import DurableTimers
@@ -60,9 +65,21 @@ __all__ = ["Run", "WorkflowManager"]
 
 
 log = logging.getLogger("roost.workflow")
-# Activations of different runs commit concurrently and share group commits: more
-# executors, bigger groups (each is a cheap trio task).
-EXECUTORS = 256
+
+
+# Values that always encode, and decode as themselves (a str only with a UTF-8 form).
+_PLAIN: frozenset[type] = frozenset({type(None), bool, int, float, bytes})
+
+
+def as_recorded(event: Any) -> bool:
+    """Whether ``event`` is what recording it gives back (no need to round-trip it)."""
+    tp = type(event)
+    if tp is TimerFired:
+        return True
+    if tp is not ActivityResolved or event.error is not None:
+        return False
+    value = event.value
+    return type(value) in _PLAIN or (type(value) is str and has_utf8(value))
 
 
 class WorkflowManager:
@@ -73,22 +90,18 @@ class WorkflowManager:
         self.store = store
         self.codec = Codec()
         self.host = f"{node.app.name}:workflows"
-        self.runs: dict[str, Run] = {}
-        self.closing: dict[str, Run] = {}  # terminated, the close not yet committed
+        self.cache_size = int(node.settings.get("workflow_cache", 10_000))
+        self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
         self._nursery = nursery
-        self._send_ready, self._recv_ready = trio.open_memory_channel[Run](math.inf)
+        self.executors = Executors(self)
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
-        # Runs whose driver is in memory, least recently activated first. Past the limit
-        # the oldest idle one is evicted and rebuilt by replay when its next event comes.
-        self.cached: OrderedDict[str, Run] = OrderedDict()
         # Events from outside (signals, cancels, child exits) in arrival order, committed
         # by one task in batches: per-sender order survives into the history.
         self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
         self._outside_ready = trio.Event()
         self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
-        self.cache_size = int(node.settings.get("workflow_cache", 10_000))
         self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
         # context of whoever caused an activation, such as a starter running one eagerly.
@@ -115,11 +128,11 @@ class WorkflowManager:
 
     async def start(self) -> None:
         """Recover open runs, pending tasks and timers, then start the executors."""
-        for _ in range(EXECUTORS):
-            self._nursery.start_soon(self._executor, name="roost.workflow.executor")
+        self.executors.start(self._nursery)
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
         self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
         recover(self)
+        freeze_startup_heap()
 
     # -- starting ------------------------------------------------------------------------
 
@@ -169,7 +182,7 @@ class WorkflowManager:
             at=at,
             **record_for_start(opts, parent=parent.pid, at=at),
         )
-        self.runs[workflow_id] = run
+        self.runs.add(run)
         events: list[Any] = [started]
         events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
         try:
@@ -179,7 +192,7 @@ class WorkflowManager:
                 await self.commit_start(run, events)
         except BaseException:
             if run.next_index == 1:  # not stored (a stored run stays, whatever failed after)
-                self.runs.pop(workflow_id, None)
+                self.runs.remove(run)
                 if name is not None:
                     self.node.registry.unregister(name)
             raise
@@ -279,14 +292,17 @@ class WorkflowManager:
         run = self.runs.get(workflow_id)
         if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
             return False
-        try:
-            data = self.codec.encode(event)
-        except Error as exc:
-            if on_unencodable is None:
-                raise
-            data = self.codec.encode(on_unencodable(exc))
-        # The workflow gets what will be recorded (a tuple comes back a list), as on replay.
-        self.accept(run, [(Settled(table, row), self.codec.decode(data))])
+        if not as_recorded(event):
+            try:
+                data = self.codec.encode(event)
+            except Error as exc:
+                if on_unencodable is None:
+                    raise
+                data = self.codec.encode(on_unencodable(exc))
+            # The workflow gets what will be recorded (a tuple comes back a list), as on
+            # replay; an event of plain values is that already (encoded once, at the commit).
+            event = self.codec.decode(data)
+        self.accept(run, [(Settled(table, row), event)])
         return True
 
     # -- incoming events -----------------------------------------------------------------
@@ -441,34 +457,9 @@ class WorkflowManager:
     # -- activations ---------------------------------------------------------------------
 
     def ready(self, run: Run) -> None:
-        if (
-            not run.queued
-            and not run.active
-            and run.pending
-            and not run.held
-            and not run.closing
-            and not run.backoff
-        ):
-            run.queued = True
-            self._send_ready.send_nowait(run)
-
-    async def _executor(self) -> None:
-        async for run in self._recv_ready:
-            run.queued = False
-            if run.active or self.runs.get(run.record.workflow_id) is not run:
-                continue
-            run.active = True
-            try:
-                await self._activate(run)
-            finally:
-                run.active = False
-                if run.idle is not None:  # a close from outside waits for this
-                    run.idle.set()
-                    run.idle = None
-            self.ready(run)
-
-    async def _activate(self, run: Run) -> None:
-        await activate(self, run)
+        if run.phase is RunPhase.IDLE and run.pending:
+            self.runs.move(run, PhaseEvent.QUEUE)
+            self.executors.queue(run)
 
     # -- completion ----------------------------------------------------------------------
 
@@ -498,7 +489,7 @@ class WorkflowManager:
         """The latest run record of ``workflow_id``, open or closed."""
         with self.store.read() as txn:
             data = txn.get("runs", workflow_id.encode())
-        return self.codec.decode(data) if data is not None else None
+            return read_progress(txn, self.codec, self.codec.decode(data)) if data else None
 
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """A plain process a workflow spawned ended: record its EXIT in the history."""
@@ -529,7 +520,12 @@ class WorkflowManager:
     def _open_or_closing(self, workflow_id: str) -> Run | None:
         # A terminated run is out of ``runs`` at once but stored as closed only after its
         # commit: until then watchers attach to it, so they get its real EXIT.
-        return self.runs.get(workflow_id) or self.closing.get(workflow_id)
+        return self.runs.open_or_closing(workflow_id)
+
+    @property
+    def cached(self) -> Mapping[str, Run]:
+        """The runs whose driver is in memory (read only: the run table owns the cache)."""
+        return self.runs.cache()
 
     def running(self, pid: Pid) -> bool:
         """Whether a run of workflow ``pid`` is open."""
@@ -553,9 +549,8 @@ class WorkflowManager:
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
-        self.runs.pop(pid.id)  # no further activations, signals or results
-        self.closing[pid.id] = run
-        run.closing = True
+        self.runs.start_closing(run)  # no further activations, signals or results
+        self.runs.move(run, PhaseEvent.CLOSE)
         self.spawn_task(close_from_outside, self, run, RunStatus.TERMINATED, terminated_error(pid))
 
     def monitor(self, watcher: Process, pid: Pid) -> None:

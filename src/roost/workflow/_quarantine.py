@@ -101,9 +101,8 @@ async def quarantine_run(m: RunHost, run: Run, exc: RunQuarantined) -> None:
     record = run.record
     workflow_id = record.workflow_id
     m.quarantined.add(workflow_id)
-    if m.runs.get(workflow_id) is run:
-        del m.runs[workflow_id]
-    m.cached.pop(workflow_id, None)
+    m.runs.remove(run)
+    m.runs.forget_driver(run)
     if record.name is not None:
         m.node.registry.unregister(record.name)
     entry = workflow_entry(m, workflow_id, [exc.row], record)

@@ -7,12 +7,17 @@ Tables (all keys built with ``roost.storage.key`` so byte order is logical order
 - ``inbox``      (run id, arrival number) -> an incoming event not yet fed to the workflow
 - ``tasks``      (run id, seq)            -> ``ActivityTask`` (scheduled, not yet resolved)
 - ``timers``     (due ms, run id, seq)    -> ``TimerTask``
+- ``visibility`` workflow id              -> ``RunProgress`` (``PROGRESS_TABLE``): the
+  counters of an open run that change with every activation. An activation that changes
+  nothing else writes this small row instead of the whole run record; readers take the
+  row's counters when it is newer than the record (``with_progress``). A record without
+  such a row (any data directory written before it existed) reads as it is.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -22,16 +27,25 @@ from roost.storage import key
 from roost.storage._codec import record
 from roost.workflow._status import RunStatus
 
+if TYPE_CHECKING:
+    from roost.storage import Codec, ReadTxn
+
 __all__ = [
+    "PROGRESS_TABLE",
     "ActivityTask",
+    "RunProgress",
     "RunRecord",
     "RunStatus",
     "TimerTask",
     "history_key",
     "inbox_key",
+    "read_progress",
     "task_key",
     "timer_key",
+    "with_progress",
 ]
+
+PROGRESS_TABLE = "visibility"
 
 
 @record("wf.run")
@@ -74,6 +88,50 @@ class RunRecord:
     # Messages delivered to the workflow and not read by it, as of its last activation
     # (what the unread-message limit counts while the run is not in memory).
     unread: int = 0
+
+
+@record("wf.progress")
+@attrs.frozen(kw_only=True)
+class RunProgress:
+    """The per-activation counters of an open run, stored apart from its record."""
+
+    run_id: str
+    activations: int
+    history_length: int
+    history_size: int
+    unread: int
+
+
+def with_progress(record: RunRecord, progress: object) -> RunRecord:
+    """``record`` with the counters of ``progress`` (a decoded progress row) if newer."""
+    if (
+        not isinstance(progress, RunProgress)
+        or progress.run_id != record.run_id
+        or progress.activations <= record.activations
+        or record.status is not RunStatus.RUNNING
+    ):
+        return record
+    return attrs.evolve(
+        record,
+        activations=progress.activations,
+        history_length=progress.history_length,
+        history_size=progress.history_size,
+        unread=progress.unread,
+    )
+
+
+def read_progress(txn: ReadTxn, codec: Codec, record: RunRecord) -> RunRecord:
+    """``record`` as of its latest activation: with its progress row, if that is newer."""
+    if record.status is not RunStatus.RUNNING:
+        return record
+    data = txn.get(PROGRESS_TABLE, record.workflow_id.encode())
+    if data is None:
+        return record
+    try:
+        progress = codec.decode(data)
+    except Exception:  # noqa: BLE001 - derived data: the record's own counters stand
+        return record
+    return with_progress(record, progress)
 
 
 @record("wf.activity_task")

@@ -24,8 +24,9 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._effects import lost_error
 from roost.workflow._history import ProcessExited
+from roost.workflow._phases import RunPhase
 from roost.workflow._quarantine import commit_quarantines, workflow_entry
-from roost.workflow._records import RunRecord, RunStatus, inbox_key
+from roost.workflow._records import RunRecord, RunStatus, inbox_key, read_progress
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _read(m: RunHost, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[A
     for k, v in txn.range("runs"):
         record = bad.decode("runs", k, v, lambda k: k.decode("utf-8", "replace"))
         if record is not _BAD:
-            records.append(record)
+            records.append(read_progress(txn, m.codec, record))
     by_run = {record.run_id: record for record in records}
     for record in records:
         if record.status is RunStatus.RUNNING and record.workflow_id not in m.quarantined:
@@ -157,7 +158,9 @@ def recover(m: RunHost) -> None:
 
 
 def _unload(m: RunHost, workflow_id: str) -> None:
-    run = m.runs.pop(workflow_id, None)
+    run = m.runs.get(workflow_id)
+    if run is not None:
+        m.runs.remove(run)
     if run is not None and run.record.name is not None:
         m.node.registry.unregister(run.record.name)
 
@@ -182,10 +185,11 @@ def _load(m: RunHost, record: RunRecord) -> Run:
     pid = Pid.trusted(m.node.name, m.host, record.workflow_id)
     run = Run(record=record, entry=entry, pid=pid, context={})
     run.next_index = record.activations + 1
-    run.held = record.not_before is not None and record.not_before > m.node.now()
+    if record.not_before is not None and record.not_before > m.node.now():
+        run.phase = RunPhase.HELD  # before it enters the table
     if record.parent is not None and record.parent.host == m.host:
         run.watch(record.parent)  # a child workflow reports to its parent
-    m.runs[record.workflow_id] = run
+    m.runs.add(run)
     if record.name is not None:
         m.node.registry.register(record.name, pid)
     return run

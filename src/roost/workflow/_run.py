@@ -13,6 +13,7 @@ from roost.actors._app import Entry
 from roost.actors._node import ExitResult
 from roost.mailbox._channel import Channel
 from roost.workflow._driver import Driver
+from roost.workflow._phases import RunPhase
 from roost.workflow._records import RunRecord, TimerTask
 
 __all__ = ["Pending", "Run", "Settled"]
@@ -51,8 +52,9 @@ class Run:
     pending: list[Pending] = attrs.field(factory=list)
     inbox_seq: int = 0
     next_index: int = 1
-    queued: bool = False
-    active: bool = False
+    # What it is doing (see _runs): changed only through RunTable.move, or set before
+    # the run enters the table (HELD for a run waiting for its start time).
+    phase: RunPhase = RunPhase.IDLE
     # Sets and sequences start as shared empty immutables (see _NONE); change them through
     # the methods below, or by assigning a new value.
     exits_reported: set[Pid] | frozenset[Pid] = _NONE
@@ -63,11 +65,8 @@ class Run:
     timers: Sequence[TimerTask] = ()  # its own, stored with its start
     # Stored, armed and not yet fired (see DurableTimers): their rows go when the run closes.
     armed_timers: tuple[TimerTask, ...] = ()
-    held: bool = False  # waiting for its start time (start_delay, retry backoff, cron)
-    closing: bool = False  # closed from outside (terminate, a timeout): no activations
-    idle: trio.Event | None = None  # set when an activation in flight has finished
+    drained: trio.Event | None = None  # set when an activation in flight has finished
     closed_event: trio.Event | None = None
-    backoff: bool = False  # a failed workflow task waits before its retry
     arriving: int = 0  # messages being committed to it, not yet in ``pending`` (_unread)
     task_failures: int = 0  # consecutive failed tasks (the backoff grows with them)
 

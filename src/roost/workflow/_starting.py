@@ -30,8 +30,8 @@ async def make_room(
     replaced = False
     while True:
         if workflow_id not in m.quarantined:
-            while workflow_id in m.closing:  # a terminate of this id is committing
-                await m.closing[workflow_id].wait_closed()
+            while (closing := m.runs.closing(workflow_id)) is not None:  # a terminate commits
+                await closing.wait_closed()
         plan = plan_start(
             _existing(m, workflow_id, opts, replaced=replaced),
             workflow_id=workflow_id,

@@ -34,6 +34,7 @@ import trio
 from roost._backoff import capped_backoff
 from roost._errors import Error, ErrorKind, NondeterminismError, type_name
 from roost.workflow._driver_parts import exception_text
+from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._run import Pending, Run
 from roost.workflow._watchdog import Guard
 
@@ -172,13 +173,10 @@ def fail_task(
     is logged (with ``cause``'s traceback) and set on the run record at once, so
     ``describe`` shows it even if the store cannot take it; a task then stores it.
     """
-    if run.driver is not None:
-        run.driver.close()
-        run.driver = None
-    m.cached.pop(run.record.workflow_id, None)
+    m.runs.forget_driver(run)
     run.pending = batch + run.pending
     run.task_failures += 1
-    run.backoff = True
+    m.runs.move(run, PhaseEvent.FAIL)
     m.stats["task_failures"] += 1
     log.error("%s", error.message, exc_info=cause)
     run.record = attrs.evolve(run.record, task_failure=error)
@@ -186,7 +184,7 @@ def fail_task(
 
 
 async def _record_and_retry(m: RunHost, run: Run) -> None:
-    if not run.closing and m.runs.get(run.record.workflow_id) is run:
+    if run.phase is RunPhase.BACKOFF and m.runs.is_current(run):
         record = run.record
         try:
             data = m.codec.encode(record)
@@ -197,5 +195,6 @@ async def _record_and_retry(m: RunHost, run: Run) -> None:
                 run.pid.id,
             )
     await trio.sleep(task_backoff(run.task_failures))
-    run.backoff = False
-    m.ready(run)
+    if run.phase is RunPhase.BACKOFF:  # not closed from outside meanwhile
+        m.runs.move(run, PhaseEvent.RETRY)
+        m.ready(run)

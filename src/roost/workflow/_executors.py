@@ -1,0 +1,108 @@
+"""The executors: a few tasks that drain the ready queue, one pass and one commit at a time.
+
+A run with pending events is queued (``RunHost.ready``). An idle executor takes
+every queued run (up to ``PASS_LIMIT``), runs their activations back to back, commits them
+in one group transaction (``commit_steps``) and then dispatches their effects. While it
+waits for that commit, another executor takes the runs that became ready meanwhile.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import deque
+from typing import TYPE_CHECKING
+
+import trio
+
+from roost.workflow._activation import EXECUTORS, PASS_LIMIT, Step, begin, commit_steps, finish
+from roost.workflow._drivers import paused_gc
+from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._quarantine import RunQuarantined, quarantine_run
+from roost.workflow._run import Run
+
+if TYPE_CHECKING:
+    from roost.workflow._host import RunHost
+
+__all__ = ["Executors", "freeze_startup_heap"]
+
+_FROZEN: list[bool] = []
+
+
+def freeze_startup_heap() -> None:
+    """Move the objects alive after the first node's start-up out of the collector's view.
+
+    The modules, classes and functions imported so far live as long as the interpreter:
+    every full collection walked them again (a third of the tracked heap of a node with
+    few open runs). ``gc.freeze`` moves them to the permanent generation, once per
+    interpreter (a later node's start-up heap is its own, and may die with it).
+    """
+    if not _FROZEN:
+        _FROZEN.append(True)
+        gc.collect()
+        gc.freeze()
+
+
+class Executors:
+    """The ready queue of one node's workflow runtime and the tasks that drain it."""
+
+    __slots__ = ("_idle", "_ready", "m")
+
+    def __init__(self, m: RunHost) -> None:
+        self.m = m
+        self._ready: deque[Run] = deque()  # queued for an executor's next pass
+        self._idle = trio.lowlevel.ParkingLot()  # executors waiting for a queued run
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Start the executor tasks in ``nursery``."""
+        for _ in range(EXECUTORS):
+            nursery.start_soon(self._executor, name="roost.workflow.executor")
+
+    def queue(self, run: Run) -> None:
+        """``run`` (just moved to QUEUED) waits for the next pass."""
+        self._ready.append(run)
+        if self._idle:
+            self._idle.unpark()
+
+    async def _executor(self) -> None:
+        ready, table = self._ready, self.m.runs
+        while True:
+            while not ready:
+                await self._idle.park()
+            runs: list[Run] = []
+            while ready and len(runs) < PASS_LIMIT:
+                run = ready.popleft()
+                if run.phase is not RunPhase.QUEUED or not table.is_current(run):
+                    continue  # closed or set aside since it was queued
+                table.move(run, PhaseEvent.TAKE)
+                runs.append(run)
+            if ready and self._idle:
+                self._idle.unpark()  # more than one pass is ready
+            try:
+                await self._pass(runs)
+            finally:
+                for run in runs:
+                    table.move(run, PhaseEvent.DONE)  # a close from outside waits for this
+                for run in runs:
+                    self.m.ready(run)
+
+    async def _pass(self, runs: list[Run]) -> None:
+        """One pass: every run's activation, one group commit, their effects."""
+        m = self.m
+        steps: list[Step] = []
+        quarantined: list[tuple[Run, RunQuarantined]] = []
+        # No collection in the middle of a pass: what a pass allocates lives until its
+        # commit, so the young collections it would trigger find little to free, and each
+        # one counts towards the full collections that walk every open run.
+        with paused_gc():
+            for run in runs:
+                began = begin(m, run)
+                if isinstance(began, Step):
+                    steps.append(began)
+                elif began is not None:
+                    quarantined.append((run, began))
+        committed = await commit_steps(m, steps)
+        with paused_gc():
+            for step in committed:
+                finish(m, step)
+        for run, exc in quarantined:
+            await quarantine_run(m, run, exc)

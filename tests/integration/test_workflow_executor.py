@@ -1,0 +1,174 @@
+"""The batched executors: every ready run's activation of a pass commits in one transaction.
+
+A step whose writes the store refuses fails only its own workflow task; the other steps of
+its pass commit and go on (see docs/design-notes.md, "Where a run lives").
+"""
+
+import trio
+
+import roost
+from roost import funcs, process
+from roost.storage import Codec, _lmdb_txn, open_lmdb_store
+from roost.workflow._records import PROGRESS_TABLE, history_key, with_progress
+
+app = roost.App("executor")
+RUNS = 20
+CODEC = Codec()
+
+
+@app.workflow
+async def waits_for_go(i):
+    """Blocks on one message, then closes."""
+    await process.listen("go").receive()
+    return i
+
+
+def _store(node):
+    return node._node.store
+
+
+def refuse_step(monkeypatch, run_id, index):
+    """Make every write of activation ``index`` of ``run_id`` raise, as a bad key would."""
+    refused = history_key(run_id, index)
+    real = _lmdb_txn.LmdbWriteTxn.put
+
+    def put(self, table, key, value):
+        if table == "histories" and key == refused:
+            raise ValueError(f"refused: the key of activation {index}")
+        real(self, table, key, value)
+
+    monkeypatch.setattr(_lmdb_txn.LmdbWriteTxn, "put", put)
+
+
+def _steps(node, workflow_id):
+    """How many activations of the workflow's run are stored."""
+    return sum(1 for item in node.history(workflow_id) if type(item).__name__ == "WorkflowTask")
+
+
+async def _all_waiting(node, ids):
+    await trio.testing.wait_all_tasks_blocked()
+    assert all(_steps(node, i) == 1 for i in ids)  # each started (eagerly) and waits
+
+
+async def test_a_pass_of_ready_runs_commits_in_one_transaction(autojump_clock):
+    async with roost.open_node(app) as node:
+        ids = [f"w{i}" for i in range(RUNS)]
+        pids = [
+            await process.with_options(id=i).spawn_monitored(waits_for_go, n)
+            for n, i in enumerate(ids)
+        ]
+        await _all_waiting(node, ids)
+        stats = _store(node).stats
+        before = stats.requests
+        for pid in pids:
+            process.send(pid, "go", "ok")
+        exits = [await process.events().receive() for _ in ids]
+        assert sorted(e.value for e in exits) == list(range(RUNS))
+        # One transaction for the 20 messages, one for the 20 closing activations.
+        assert stats.requests - before == 2
+
+
+async def test_a_step_the_store_refuses_fails_only_its_own_task(autojump_clock, monkeypatch):
+    async with roost.open_node(app) as node:
+        ids = [f"w{i}" for i in range(RUNS)]
+        pids = [
+            await process.with_options(id=i).spawn_monitored(waits_for_go, n)
+            for n, i in enumerate(ids)
+        ]
+        await _all_waiting(node, ids)
+        refuse_step(monkeypatch, node.describe("w7")["run_id"], 2)
+        for pid in pids:
+            process.send(pid, "go", "ok")
+        exits = [await process.events().receive() for _ in range(RUNS - 1)]
+        assert sorted(e.value for e in exits) == [n for n in range(RUNS) if n != 7]
+        failure = node.describe("w7")["task_failure"]
+        assert failure is not None and failure.details["stage"] == "commit"
+        assert "refused: the key of activation 2" in failure.message
+        assert node.describe("w7")["status"] == "running"
+        for n in range(RUNS):
+            if n != 7:  # each committed once: the start step and the closing one
+                assert _steps(node, f"w{n}") == 2
+        assert _steps(node, "w7") == 1  # nothing of the refused step
+
+
+# -- the run record and its progress row ----------------------------------------------------
+
+
+@app.activity
+async def plus_one(x):
+    return x + 1
+
+
+@app.workflow
+async def steps_then_waits(x):
+    for _ in range(3):
+        x = await funcs.call(plus_one, x)
+    await process.listen("go").receive()
+    return x
+
+
+def _rows(data_dir, workflow_id):
+    store = open_lmdb_store(str(data_dir))
+    try:
+        with store.read() as txn:
+            record = CODEC.decode(txn.get("runs", workflow_id.encode()))
+            raw = txn.get(PROGRESS_TABLE, workflow_id.encode())
+    finally:
+        store.close()
+    return record, None if raw is None else CODEC.decode(raw)
+
+
+def _as_written_without_progress_rows(data_dir, workflow_id):
+    """Rewrite the run's rows the way a store without progress rows holds them."""
+    store = open_lmdb_store(str(data_dir))
+    try:
+        record, progress = _rows_in(store, workflow_id)
+
+        def write(txn):
+            txn.put("runs", workflow_id.encode(), CODEC.encode(with_progress(record, progress)))
+            txn.delete(PROGRESS_TABLE, workflow_id.encode())
+
+        store.transact_sync(write)
+    finally:
+        store.close()
+
+
+def _rows_in(store, workflow_id):
+    with store.read() as txn:
+        record = CODEC.decode(txn.get("runs", workflow_id.encode()))
+        return record, CODEC.decode(txn.get(PROGRESS_TABLE, workflow_id.encode()))
+
+
+async def test_a_step_that_changes_only_counters_writes_the_progress_row(autojump_clock, tmp_path):
+    async with roost.open_node(app, tmp_path) as node:
+        await process.with_options(id="p").spawn(steps_then_waits, 0)
+        await trio.testing.wait_all_tasks_blocked()
+        described = node.describe("p")
+    record, progress = _rows(tmp_path, "p")
+    assert record.activations == 1  # stored with the first step, not rewritten after
+    assert progress.activations == 4  # the start step and one per activity result
+    assert described["history_length"] == progress.history_length > record.history_length
+    assert described["history_size"] == progress.history_size
+
+
+async def test_a_store_without_progress_rows_resumes_and_closes_with_its_counters(
+    autojump_clock, tmp_path
+):
+    async with roost.open_node(app, tmp_path) as node:
+        await process.with_options(id="old").spawn(steps_then_waits, 0)
+        await trio.testing.wait_all_tasks_blocked()
+        before = node.describe("old")
+    _as_written_without_progress_rows(tmp_path, "old")
+    assert _rows(tmp_path, "old")[1] is None
+    async with roost.open_node(app, tmp_path) as node:
+        assert node.describe("old")["history_length"] == before["history_length"]
+        pid = roost.Pid(node.name, "executor:workflows", "old")
+        process.monitor(pid)
+        await process.send(pid, "go", 1)
+        exit_event = await process.events().receive()
+        assert exit_event.value == 3
+        closed = node.describe("old")
+        assert closed["status"] == "completed"
+        assert closed["history_length"] > before["history_length"]
+    record, progress = _rows(tmp_path, "old")
+    assert progress is None and record.activations == 5  # the closing record has it all

@@ -337,6 +337,12 @@ def report(data_dir: str) -> None:
                 print(f"   {order_id}: {order['status']:<9} {steps}")
             charged = sorted(c["order_id"] for c in (await state.list("charges")).values())
             print(f"   charges recorded: {charged}")
+            fulfilled = {o for o, order in orders.items() if order["status"] == "fulfilled"}
+            # A stopped node may leave a durable subscriber's delivery pending: this node
+            # resumes it, so wait (bounded) until every fulfilled order has its email.
+            with trio.move_on_after(10):
+                while not fulfilled <= set((await state.get("mail", "sent"))["orders"]):  # noqa: ASYNC110 - state has no change notification
+                    await trio.sleep(0.05)
             mails = await state.get("mail", "sent")
             print(f"   customers emailed about: {sorted(mails['orders'])}")
 

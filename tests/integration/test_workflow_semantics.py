@@ -198,3 +198,36 @@ async def test_a_cancel_not_yet_read_ends_the_retries_of_a_run_that_times_out(au
         await roost.sleep(60)
         assert attempts == [1]
         assert node.describe("to")["status"] == "timed_out"
+
+
+@app.workflow
+async def renews_then_waits(round_):
+    if round_ == 0:
+        await process.inbox().receive()
+        await process.upgrade(None, 1)
+    event = await process.events().receive()
+    return f"round {round_}: {event.reason}"
+
+
+async def test_a_cancel_committed_for_a_run_that_continued_as_new_reaches_the_new_run(
+    autojump_clock,
+):
+    """A cancel request stored for the old run while it hands the id over (its commit
+    and the hand-over race) is for the workflow: it moves to the new run like a message."""
+    from roost.workflow._history import CancelRequested  # noqa: PLC0415 - internals under test
+
+    async with roost.open_node(app) as node:
+        pid = await process.with_options(id="can").spawn_monitored("sem:renews_then_waits", 0)
+        await trio.testing.wait_all_tasks_blocked()
+        manager = node._node.ext["workflows"]
+        old = manager.runs["can"]
+        await process.send(pid, "go", None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert manager.runs["can"] is not old  # continued as new
+        event = CancelRequested(reason="late")
+        k, _ = manager.stage(old, event)
+        manager.accept(old, [(k, event)])  # as the commit of a cancel for the old run does
+        with trio.fail_after(3600):
+            exit_event = await process.events().receive()
+        assert exit_event.value == "round 1: late"
+        assert node.describe("can")["status"] == "canceled"

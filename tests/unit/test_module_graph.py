@@ -25,6 +25,8 @@ PURE_CORES = (
     "roost.workflow._planner",
     "roost.workflow._status",
     "roost.workflow._phases",
+    "roost.workflow._plan_start",
+    "roost.workflow._plan_close",
     "roost.mailbox._mailbox",
     "roost.mailbox._channel",
     "roost.supervisor._policy",

@@ -271,6 +271,8 @@ def model(state, spec, cron, outcome, now):
     error = outcome.error
     if status in (RunStatus.CANCELED, RunStatus.TERMINATED):
         return status, None, None  # a cancel or terminate ends retries and schedules
+    if state.cancel_requested or state.cancel_pending:
+        return status, None, None  # failed or timed out after a cancel: the chain ends too
     if error is not None and error.details.get("timeout_type") == "execution":
         return status, None, None  # nothing follows the execution timeout
     deadline = state.execution_deadline
@@ -296,15 +298,15 @@ def model(state, spec, cron, outcome, now):
     spec=policies,
     cron=st.sampled_from([None, *CRONS]),
     attempt=st.integers(1, 6),
-    cancel_requested=st.booleans(),
+    cancel=st.sampled_from([(False, False), (True, False), (False, True), (True, True)]),
     deadline_in=st.one_of(st.none(), st.integers(1, 4000)),
     outcome=outcomes,
     offset=st.integers(0, 86_400 * 3),
 )
 def test_plans_follow_the_documented_rules(
-    spec, cron, attempt, cancel_requested, deadline_in, outcome, offset
+    spec, cron, attempt, cancel, deadline_in, outcome, offset
 ):
-    check_plan(spec, cron, attempt, cancel_requested, deadline_in, outcome, offset)
+    check_plan(spec, cron, attempt, cancel, deadline_in, outcome, offset)
 
 
 @given(
@@ -316,10 +318,10 @@ def test_plans_follow_the_documented_rules(
     offset=st.integers(0, 86_400),
 )
 def test_retries_follow_the_documented_backoff(spec, cron, attempt, deadline_in, outcome, offset):
-    check_plan(spec, cron, attempt, False, deadline_in, outcome, offset)
+    check_plan(spec, cron, attempt, (False, False), deadline_in, outcome, offset)
 
 
-def check_plan(spec, cron, attempt, cancel_requested, deadline_in, outcome, offset):
+def check_plan(spec, cron, attempt, cancel, deadline_in, outcome, offset):
     now = NOW + dt.timedelta(seconds=offset, microseconds=offset % 997)
     options = {}
     if spec is not None:
@@ -331,7 +333,8 @@ def check_plan(spec, cron, attempt, cancel_requested, deadline_in, outcome, offs
         attempt=attempt,
         options=options,
         execution_deadline=None if deadline_in is None else now + dt.timedelta(seconds=deadline_in),
-        cancel_requested=cancel_requested,
+        cancel_requested=cancel[0],
+        cancel_pending=cancel[1],
     )
     plan = plan_close(state, outcome, now)
     status, reason, timing = model(state, spec, cron, outcome, now)
@@ -596,10 +599,17 @@ def _imports(path):
             yield node.module
 
 
+PLANNER_MODULES = (
+    "roost.workflow._planner",
+    "roost.workflow._plan_close",
+    "roost.workflow._plan_start",
+)
+
+
 def test_the_planner_and_the_roost_modules_it_reaches_import_no_trio():
     # The package __init__s (roost, roost.workflow) pull in trio through the node and the
     # manager, so this scans the module files themselves, transitively.
-    seen, todo = set(), ["roost.workflow._planner"]
+    seen, todo = set(), list(PLANNER_MODULES)
     while todo:
         name = todo.pop()
         if name in seen:
@@ -681,6 +691,14 @@ def test_the_planner_runs_with_trio_blocked():
         codec = Codec()
         assert codec.decode(codec.encode({{"at": now, "n": [1, 2]}})) == {{"at": now, "n": [1, 2]}}
         assert backoff_delay(Backoff(initial_delay=1.0, jitter=0.0), 3, 0.5) == 4.0
+        from roost.workflow import _plan_close, _plan_start
+        timer = _plan_close.plan_timer("start", workflow_id="wf", current=True, options={{}})
+        assert timer.action == "release", timer
+        new = _plan_start.plan_new_run(
+            workflow_id="wf", workflow_type="a:b", run_id="r", seed=1, args=[], context={{}},
+            at=now,
+        )
+        assert new.started["attempt"] == 1, new
         assert "trio" not in sys.modules, sorted(m for m in sys.modules if "trio" in m)
         print("ok")
         """

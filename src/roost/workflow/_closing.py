@@ -19,13 +19,8 @@ from roost.storage import WriteTxn, key
 from roost.workflow._family import apply_close_policies, follow, hand_over, run_state
 from roost.workflow._history import TimerFired
 from roost.workflow._phases import PhaseEvent, RunPhase
-from roost.workflow._planner import (
-    CloseOutcome,
-    ClosePlan,
-    TimeoutKind,
-    plan_close,
-    timeout_error,
-)
+from roost.workflow._plan_close import plan_announce, plan_timer, records_event
+from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close
 from roost.workflow._records import PROGRESS_TABLE, RunStatus, TimerTask, timer_key
 from roost.workflow._run import Run
 
@@ -39,27 +34,25 @@ _AS_RECORDED: frozenset[type] = frozenset({type(None), bool, int, float, str, by
 
 
 async def fire_timer(m: RunHost, timer: TimerTask) -> None:
-    """A stored timer fell due: a workflow timer, or one of the runtime's own."""
+    """A stored timer fell due: act on ``plan_timer`` for its kind."""
     row = timer_key(timer.due, timer.run_id, timer.seq)
-    task = (timer.workflow_id, timer.run_id)
-    if timer.kind == "timer":
-        await m.settle("timers", row, task, TimerFired(seq=timer.seq))
+    if records_event(timer.kind):  # the step recording its event deletes the row
+        await m.settle("timers", row, (timer.workflow_id, timer.run_id), TimerFired(seq=timer.seq))
         return
     if not await m.commit_retrying(lambda txn: txn.delete("timers", row), "deleting a timer"):
         return
     run = m.runs.get(timer.workflow_id)
-    if run is None or run.record.run_id != timer.run_id:
+    current = run is not None and run.record.run_id == timer.run_id
+    options = run.record.options if run is not None else {}
+    plan = plan_timer(timer.kind, workflow_id=timer.workflow_id, current=current, options=options)
+    if run is None or plan.action == "none":
         return  # the run has closed or moved on since
-    match timer.kind:
-        case "start":
-            if run.phase is RunPhase.HELD:
-                m.runs.move(run, PhaseEvent.RELEASE)
-                m.ready(run)
-        case "run_timeout" | "execution_timeout":
-            kind: TimeoutKind = "run" if timer.kind == "run_timeout" else "execution"
-            seconds = run.record.options.get(timer.kind, 0.0)
-            error = timeout_error(run.record.workflow_id, kind, seconds)
-            await close_from_outside(m, run, RunStatus.TIMED_OUT, error)
+    if plan.action == "release":
+        if run.phase is RunPhase.HELD:
+            m.runs.move(run, PhaseEvent.RELEASE)
+            m.ready(run)
+    elif plan.action == "close" and plan.error is not None:
+        await close_from_outside(m, run, RunStatus.TIMED_OUT, plan.error)
 
 
 async def close_from_outside(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
@@ -81,7 +74,7 @@ async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     elif run.record.status is not RunStatus.RUNNING:
         return  # its own last activation closed it meanwhile
     at = m.node.now()
-    plan = plan_close(run_state(run.record), CloseOutcome.outside(status, error), at)
+    plan = plan_close(run_state(run.record, run.pending), CloseOutcome.outside(status, error), at)
     assert plan.status is not None  # only a continue-as-new plans no closing record
     closing = attrs.evolve(
         run.record, status=plan.status, error=plan.error, closed_at=plan.closed_at
@@ -146,19 +139,24 @@ def announce_closed(m: RunHost, run: Run) -> None:
         value = m.codec.decode(m.codec.encode(value))
     result = ExitResult(value, error)
     at = m.node.now()
-    for watcher in run.watchers:
-        proc = m.node.procs.get(watcher)
-        if proc is not None:
-            m.node.post_event(proc, Exit(run.pid, value, error, at))
-        elif watcher.host == m.host:  # a parent workflow: into its history
-            m.process_exited(watcher, Exit(run.pid, value, error, at))
+    procs = m.node.procs
+    plan = plan_announce(
+        watchers=run.watchers,
+        links=run.links,
+        error=error,
+        live={pid for pid in (*run.watchers, *run.links) if pid in procs},
+        workflow_host=m.host,
+    )
+    for watcher in plan.exit_processes:
+        m.node.post_event(procs[watcher], Exit(run.pid, value, error, at))
+    for watcher in plan.exit_workflows:  # a parent workflow: into its history
+        m.process_exited(watcher, Exit(run.pid, value, error, at))
     apply_close_policies(m, run)
     m.node.registry.release(run.pid)
-    if error is not None:
-        for linked in run.links:
-            proc = m.node.procs.get(linked)
-            if proc is not None:
-                m.node.link_down(proc, run.pid, error, at)
+    for linked in plan.link_downs:  # only with an error
+        proc = procs.get(linked)
+        if proc is not None and error is not None:  # the close policies may have ended it
+            m.node.link_down(proc, run.pid, error, at)
     for chan in run.exit_chans:
         chan._try_send(result)
     m.runs.forget_driver(run)

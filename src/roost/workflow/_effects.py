@@ -35,7 +35,7 @@ from roost.workflow._history import (
     UpsertAttributes,
 )
 from roost.workflow._history_format import encode_activation
-from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close
+from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close, route_in_step
 from roost.workflow._records import (
     PROGRESS_TABLE,
     ActivityTask,
@@ -109,7 +109,7 @@ class Effects:
             case SendMessage():
                 self._send(command)
             case StopProcess():
-                self.stops.append(command)
+                self._stop(command)
             case CancelActivity(activity=activity):
                 self.cancelled.append(activity)
             case SpawnProcess():
@@ -152,9 +152,34 @@ class Effects:
         self.workflow_sends.append((self.run, k, v, event))
         self.run.exit_reported(pid)
 
+    def _staged_child(self, dest: object) -> Run | None:
+        """The child started earlier in this step that ``dest`` names, if any."""
+        if not isinstance(dest, Pid) or not self.children:
+            return None
+        staged = {c.record.workflow_id: c for c in self.children}
+        route = route_in_step(dest, workflow_host=self.m.host, staged=staged.keys())
+        return staged[dest.id] if route == "staged_child" else None
+
+    def _to_child(self, child: Run, event: MessageArrived | CancelRequested) -> None:
+        # Into the child's start rows: committed with its start, after its Started event.
+        child.pending_start = [*child.pending_start, (*self.m.stage(child, event), event)]
+
+    def _stop(self, stop: StopProcess) -> None:
+        child = self._staged_child(stop.dest)
+        if child is not None and not stop.hard:
+            self._to_child(child, CancelRequested(reason=stop.reason))
+        else:  # a terminate of a staged child runs once it is registered (dispatch)
+            self.stops.append(stop)
+
     def _send(self, send: SendMessage) -> None:
         dest = send.dest
         sender = send.reply_to or self.run.pid
+        child = self._staged_child(dest)
+        if child is not None:
+            event = MessageArrived(topic=send.topic, payload=send.payload, sender=sender)
+            if self._room(child, event, send):
+                self._to_child(child, event)
+            return
         pid = dest if isinstance(dest, Pid) else self.m.node.registry.lookup(dest)
         found = self.m.route(pid) if pid is not None else None
         if found is not None:  # a workflow (or a workflow's reply address): same commit
@@ -187,7 +212,8 @@ class Effects:
         return True
 
     def _close(self, outcome: CloseOutcome) -> None:
-        self.plan = plan = plan_close(run_state(self.record), outcome, self.at)
+        state = run_state(self.record, self.run.pending)  # pending: arrived meanwhile
+        self.plan = plan = plan_close(state, outcome, self.at)
         if plan.status is not None:
             self.record = attrs.evolve(
                 self.record,
@@ -332,14 +358,14 @@ class Effects:
             spawn_child(m, self.run, spawn)
         for sender, send in self.local_sends:
             deliver_local(m.node, sender, send)
-        for stop in self.stops:
-            stop_process(m.node, self.run.pid, stop)
         for child in self.children:
             self.run.forget_exit(child.pid)  # an id may be run again
             m.runs.add(child)
             m.arm(child)
             start, child.pending_start = child.pending_start, ()
             m.accept(child, [(k, event) for k, _, event in start])
+        for stop in self.stops:  # after the children: a terminate may be for one of them
+            stop_process(m.node, self.run.pid, stop)
         if self.continued is not None:
             hand_over(m, self.run, *self.continued, moved=self.moved)
         elif self.final:

@@ -4,26 +4,25 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error
 from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.mailbox._mailbox import EVENTS
-from roost.workflow._history import MessageArrived, StartChild, Started
-from roost.workflow._options import CHAIN_OPTIONS
+from roost.workflow._history import CancelRequested, MessageArrived, StartChild, Started
 from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._plan_start import SYSTEM_SEQ, plan_new_run, start_fields
 from roost.workflow._planner import (
     NextRun,
     OpenChild,
     RunState,
     plan_child_start,
     plan_children,
-    plan_first_start,
-    plan_run_timers,
 )
-from roost.workflow._records import RunRecord, RunStatus, TimerTask
-from roost.workflow._run import Run, Settled
+from roost.workflow._records import RunRecord, TimerTask
+from roost.workflow._run import Pending, Run, Settled
 
 if TYPE_CHECKING:
     from roost.workflow._host import RunHost
@@ -40,40 +39,12 @@ __all__ = [
     "successor",
 ]
 
-# Seqs of the runtime's own timers, far above any seq workflow code reaches.
-SYSTEM_SEQ = {"start": 1 << 62, "run_timeout": (1 << 62) + 1, "execution_timeout": (1 << 62) + 2}
-
-# What every run of a workflow id takes over from the run before it.
-_INHERITED = (
-    "parent",
-    "task_queue",
-    "search",
-    "memo",
-    "name",
-    "options",
-    "execution_deadline",
-    "summary",
-    "details",
-)
-
 
 def record_for_start(
     options: dict[str, Any], *, parent: Pid | None, at: dt.datetime
 ) -> dict[str, Any]:
     """RunRecord fields for a workflow starting now with these (checked) start options."""
-    first = plan_first_start(options, at)
-    return {
-        "parent": parent,
-        "task_queue": options.get("task_queue", "default"),
-        "search": dict(options.get("search_attributes") or {}),
-        "memo": dict(options.get("memo") or {}),
-        "name": options.get("name"),
-        "options": {k: v for k, v in options.items() if k in CHAIN_OPTIONS},
-        "execution_deadline": first.execution_deadline,
-        "summary": options.get("summary"),
-        "details": options.get("details"),
-        "not_before": first.not_before,
-    }
+    return start_fields(options, parent=parent, at=at)
 
 
 def new_run(
@@ -89,68 +60,47 @@ def new_run(
     """A run about to begin (not yet stored) and the ``Started`` event that begins it.
 
     Every way a run begins goes through here: a start, continue-as-new, a retry, a cron
-    run, a child workflow. ``inherit`` is the previous run of the same id, whose lasting
-    settings carry over; ``fields`` set ``RunRecord`` fields.
+    run, a child workflow. ``plan_new_run`` decides its rows; this builds them.
+    ``inherit`` is the previous run of the same id, whose lasting settings carry over;
+    ``fields`` set ``RunRecord`` fields.
     """
-    base: dict[str, Any] = {}
-    if inherit is not None:
-        base = {name: getattr(inherit, name) for name in _INHERITED}
-    record = RunRecord(
-        **{
-            **base,
-            **fields,
-            "workflow_id": pid.id,
-            "run_id": os.urandom(8).hex(),
-            "workflow_type": entry.id,
-            "status": RunStatus.RUNNING,
-            "started_at": at,
-        }
-    )
-    started = Started(
+    plan = plan_new_run(
         workflow_id=pid.id,
-        run_id=record.run_id,
         workflow_type=entry.id,
-        args=list(args),
+        run_id=os.urandom(8).hex(),
         seed=int.from_bytes(os.urandom(8), "big"),
-        context=dict(context),
-        task_queue=record.task_queue,
-        parent=record.parent,
-        attempt=record.attempt,
+        args=args,
+        context=context,
+        at=at,
+        inherit=inherit,
+        fields=fields,
     )
+    record = RunRecord(**plan.record)
     run = Run(record=record, entry=entry, pid=pid, context=dict(context))
-    run.timers = _run_timers(record, at)
-    if record.not_before is not None and record.not_before > at:
-        run.phase = RunPhase.HELD  # before it enters the table
-    return run, started
-
-
-def _run_timers(record: RunRecord, at: dt.datetime) -> list[TimerTask]:
-    planned = plan_run_timers(
-        not_before=record.not_before,
-        options=record.options,
-        execution_deadline=record.execution_deadline,
-        now=at,
-    )
-    return [
+    run.timers = [
         TimerTask(
-            workflow_id=record.workflow_id,
-            run_id=record.run_id,
-            seq=SYSTEM_SEQ[t.kind],
-            due=t.due,
-            kind=t.kind,
+            workflow_id=record.workflow_id, run_id=record.run_id, seq=t.seq, due=t.due, kind=t.kind
         )
-        for t in planned
+        for t in plan.timers
     ]
+    if plan.held:
+        run.phase = RunPhase.HELD  # before it enters the table
+    return run, Started(**plan.started)
 
 
-def run_state(record: RunRecord) -> RunState:
-    """What the planner's close rules read of a run, as of ``record``."""
+def run_state(record: RunRecord, pending: Sequence[Pending] = ()) -> RunState:
+    """What the planner's close rules read of a run, as of ``record``.
+
+    ``pending`` are the run's stored events not yet recorded: a cancel among them was
+    accepted (its sender was told so) and counts as requested for the chain.
+    """
     return RunState(
         workflow_id=record.workflow_id,
         attempt=record.attempt,
         options=record.options,
         execution_deadline=record.execution_deadline,
         cancel_requested=record.cancel_requested,
+        cancel_pending=any(type(event) is CancelRequested for _, event in pending),
     )
 
 
@@ -205,9 +155,17 @@ def successor(
         for msg in unread
         if msg.topic != EVENTS
     ]
-    carried += [e for _, e in run.pending if isinstance(e, MessageArrived) and e.call is None]
+    # A cancel stored but not yet read goes along too: it is addressed to the workflow,
+    # not to one run (a retry or cron run never follows one, see plan_next).
+    carried += [e for _, e in run.pending if _carried(e)]
     staged = [(*m.stage(new, event), event) for event in carried]
     return new, staged
+
+
+def _carried(event: Any) -> bool:
+    if type(event) is CancelRequested:
+        return True
+    return isinstance(event, MessageArrived) and event.call is None
 
 
 def hand_over(

@@ -351,11 +351,13 @@ class WorkflowManager:
             run.pending.extend(items)
             self.ready(run)
             return
-        # Replies to the old run's calls belong to nobody now (call seqs restart per run).
+        # Replies to the old run's calls belong to nobody now (call seqs restart per run);
+        # messages and cancel requests are for the workflow, so they follow it.
         moved = [
             (k, e)
             for k, e in items
-            if isinstance(k, bytes) and isinstance(e, MessageArrived) and e.call is None
+            if isinstance(k, bytes)
+            and (type(e) is CancelRequested or (isinstance(e, MessageArrived) and e.call is None))
         ]
         if current is not None and moved:
             self.spawn_task(self._rehome, current, moved)

@@ -11,6 +11,7 @@ from roost._duration import parse_duration
 from roost._errors import invalid
 from roost._pid import check_pid_part
 from roost.storage._store import MAX_KEY_SIZE
+from roost.workflow._plan_start import CHAIN_OPTIONS  # every run of a workflow keeps them
 from roost.workflow._retry import retry_policy
 
 __all__ = [
@@ -140,10 +141,6 @@ _START_OPTIONS: dict[str, Callable[[str, Any], Any]] = {
     "details": _typed(str),
 }
 
-# Options every run of a workflow keeps (retries, cron runs, continue-as-new).
-CHAIN_OPTIONS = frozenset(
-    {"retry_policy", "cron_schedule", "run_timeout", "task_timeout", "execution_timeout"}
-)
 # What a child workflow may set (the id policies belong to top-level starts).
 CHILD_OPTIONS = CHAIN_OPTIONS | {
     "id",

@@ -17,7 +17,7 @@ property-tested against docs/workflows.md.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -41,6 +41,7 @@ __all__ = [
     "RunState",
     "RuntimeTimer",
     "StartPlan",
+    "StepRoute",
     "already_error",
     "plan_child_start",
     "plan_children",
@@ -50,6 +51,7 @@ __all__ = [
     "plan_run_timers",
     "plan_start",
     "quarantined_error",
+    "route_in_step",
     "start_reads_closed_run",
     "timeout_error",
 ]
@@ -81,7 +83,10 @@ class RunState:
         options: the chain options carried from run to run (``retry_policy``,
             ``cron_schedule``, ``run_timeout``, ``execution_timeout``, ...).
         execution_deadline: when the whole chain must have closed, if it has a limit.
-        cancel_requested: a cancel request reached the run.
+        cancel_requested: a cancel request is recorded in the run's history (its code
+            was handed it).
+        cancel_pending: a cancel request is stored in the run's inbox, not yet recorded
+            (it arrived after the run's last activation began).
     """
 
     workflow_id: str
@@ -89,6 +94,12 @@ class RunState:
     options: Mapping[str, Any] = attrs.field(factory=dict)
     execution_deadline: dt.datetime | None = None
     cancel_requested: bool = False
+    cancel_pending: bool = False
+
+    @property
+    def cancelled(self) -> bool:
+        """A cancel request was accepted for the run, read or not: it ends the chain."""
+        return self.cancel_requested or self.cancel_pending
 
 
 @attrs.frozen(kw_only=True)
@@ -194,8 +205,10 @@ def plan_close(state: RunState, outcome: CloseOutcome, now: dt.datetime) -> Clos
 
     A return after a cancel request closes as ``CANCELED``. A failed or timed-out run is
     retried per its retry policy; otherwise a cron workflow schedules its next run (a
-    failure does not stop a schedule). Nothing follows a cancel, a terminate, the
-    execution timeout, or a next start at or past the execution deadline.
+    failure does not stop a schedule). Nothing follows a cancel (a run that fails or
+    times out after a cancel request keeps its status, but is not retried and ends its
+    schedule), a terminate, the execution timeout, or a next start at or past the
+    execution deadline. A continue-as-new is the workflow's own choice and is kept.
     """
     if outcome.continued is not None:
         nxt = NextRun(
@@ -227,7 +240,7 @@ def plan_next(
     state: RunState, status: RunStatus, error: Error | None, now: dt.datetime
 ) -> NextRun | None:
     """The retry or cron run that follows a run closed as ``status`` at ``now``, if any."""
-    if status not in _CHAINING:
+    if status not in _CHAINING or state.cancelled:
         return None
     if error is not None and error.details.get("timeout_type") == "execution":
         return None
@@ -524,3 +537,23 @@ def plan_child_start(workflow_id: str, *, taken: bool, quarantined: bool) -> Err
             details={"workflow_id": workflow_id},
         )
     return None
+
+
+# -- commands to children of the same step ----------------------------------------------
+
+StepRoute = Literal["staged_child", "elsewhere"]
+
+
+def route_in_step(dest: Pid, *, workflow_host: str, staged: Collection[str]) -> StepRoute:
+    """Where a send or a cancel from a workflow step to ``dest`` is recorded.
+
+    A child started earlier in the same step (``staged``: the ids of those children) is
+    not running yet, but it starts in the step's commit: the message or cancel request
+    goes into its inbox rows in that same commit, after its ``Started`` event (as Temporal
+    delivers a signal to a child started in the same workflow task after the start). A
+    terminate of such a child runs after the commit, once the child is registered. Any
+    other destination is routed as usual (``elsewhere``).
+    """
+    if dest.host == workflow_host and dest.id in staged:
+        return "staged_child"
+    return "elsewhere"

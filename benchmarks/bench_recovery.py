@@ -130,7 +130,7 @@ def recover(n: int, data_dir: str, pids_file: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     async def main() -> None:
-        t0 = now()
+        t0, cpu0 = now(), time.process_time()
         async with roost.open_node(APP, data_dir, durability="sync", shutdown_grace=0) as node:
             out["open_seconds"] = now() - t0
             m = manager(node)
@@ -140,6 +140,7 @@ def recover(n: int, data_dir: str, pids_file: str) -> dict[str, Any]:
                     process.monitor(pid)
                 await wait_exits(n)
             out["seconds"] = now() - t0
+            out["cpu_seconds"] = time.process_time() - cpu0
             out["commits"] = store(node).stats.commits
             out["requests"] = store(node).stats.requests
             out["replays"] = m.stats["replays"]
@@ -232,7 +233,8 @@ def _rows(r: dict[str, Any]) -> list[Result]:
     build = r["build"]
     note = (
         f"{r['resumed']} resumed; open_node {r['open_seconds']:.3f}s, then "
-        f"{r['seconds'] - r['open_seconds']:.3f}s to the last EXIT; {r['commits']} commits / "
+        f"{r['seconds'] - r['open_seconds']:.3f}s to the last EXIT ({r['cpu_seconds']:.3f}s CPU "
+        f"in all); {r['commits']} commits / "
         f"{r['requests']} txns; {r['replays']} replays; built in {build['build_seconds']:.1f}s"
         f" ({build['commits']} commits) before the kill"
     )

@@ -23,7 +23,9 @@ Each measurement:
 4. A recovery child (a fresh interpreter; ``hang`` returns at once there) reads the PIDs,
    then is timed from ``open_node`` on the crashed directory until it has received the
    EXIT of every one of the N workflows (``process.monitor`` each; timers fire at once,
-   activities run again and the workflows finish).
+   activities run again and the workflows finish). It also reports the process CPU time
+   over the same span (``cpu_seconds``): on a shared machine it moves far less than the
+   wall time.
 5. ``activity`` only: the same crash and recovery with the reference executor
    (``bench_reference.measure_recovery``: its workflows killed between their first and
    second activity result), timed the same way, for the row that is a ratio of it.

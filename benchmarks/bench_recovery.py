@@ -23,7 +23,9 @@ Each measurement:
 4. A recovery child (a fresh interpreter; ``hang`` returns at once there) reads the PIDs,
    then is timed from ``open_node`` on the crashed directory until it has received the
    EXIT of every one of the N workflows (``process.monitor`` each; timers fire at once,
-   activities run again and the workflows finish).
+   activities run again and the workflows finish). It also reports the process CPU time
+   over the same span (``cpu_seconds``): on a shared machine it moves far less than the
+   wall time.
 5. ``activity`` only: the same crash and recovery with the reference executor
    (``bench_reference.measure_recovery``: its workflows killed between their first and
    second activity result), timed the same way, for the row that is a ratio of it.
@@ -130,7 +132,7 @@ def recover(n: int, data_dir: str, pids_file: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     async def main() -> None:
-        t0 = now()
+        t0, cpu0 = now(), time.process_time()
         async with roost.open_node(APP, data_dir, durability="sync", shutdown_grace=0) as node:
             out["open_seconds"] = now() - t0
             m = manager(node)
@@ -140,6 +142,7 @@ def recover(n: int, data_dir: str, pids_file: str) -> dict[str, Any]:
                     process.monitor(pid)
                 await wait_exits(n)
             out["seconds"] = now() - t0
+            out["cpu_seconds"] = time.process_time() - cpu0
             out["commits"] = store(node).stats.commits
             out["requests"] = store(node).stats.requests
             out["replays"] = m.stats["replays"]
@@ -232,7 +235,8 @@ def _rows(r: dict[str, Any]) -> list[Result]:
     build = r["build"]
     note = (
         f"{r['resumed']} resumed; open_node {r['open_seconds']:.3f}s, then "
-        f"{r['seconds'] - r['open_seconds']:.3f}s to the last EXIT; {r['commits']} commits / "
+        f"{r['seconds'] - r['open_seconds']:.3f}s to the last EXIT ({r['cpu_seconds']:.3f}s CPU "
+        f"in all); {r['commits']} commits / "
         f"{r['requests']} txns; {r['replays']} replays; built in {build['build_seconds']:.1f}s"
         f" ({build['commits']} commits) before the kill"
     )

@@ -448,6 +448,9 @@ RETRY_OUT_MAX = 3  # ... and gives up after this many
 CRON = "* * * * * *"  # every second
 CRON_SLOW = 0.5  # "cron-b"'s activity takes this long ("cron-a"'s none)
 CRON_AFTER = 2  # runs of each schedule to wait for after the restart, before terminating
+CRON_HELD = "cron-b"  # in the first run, its second run's activity holds until the kill
+CRON_HELD_RUNS: set[str] = set()  # the runs of CRON_HELD whose activity has begun
+CRON_MARGIN = 0.25  # seconds to cron-a's next fire at least, when run_cron kills the node
 DELAY_SHORT, DELAY_LONG = 1.0, 2.5  # start delays: one ends while the node is down
 RUN_TIMEOUT = 1.5  # ends the first attempt of the "rt-*" workflows while the node is down
 RUN_TIMEOUT_RETRY = 0.5  # "rt-retry"'s retry backoff
@@ -469,6 +472,10 @@ async def stamp(log: str, fields: dict[str, Any], delay: float) -> dict[str, Any
         **fields,
     }
     append_line(log, event="start", wall=time.time(), **line)
+    if PHASE == "run" and fields.get("label") == CRON_HELD:
+        CRON_HELD_RUNS.add(info.run_id)
+        if len(CRON_HELD_RUNS) == 2:
+            await trio.sleep_forever()  # until run_cron kills the node
     await trio.sleep(delay)
     append_line(log, event="done", wall=time.time(), **line)
     return fields
@@ -661,10 +668,43 @@ async def run_retry(node: Any) -> None:
         await trio.sleep(0.002)
 
 
-async def run_cron(_node: Any) -> None:
-    """Two every-second schedules, one with a slow activity."""
+async def run_cron(node: Any) -> None:
+    """Two every-second schedules, one with a slow activity; the node kills itself in a
+    known state, noted first as one line of ``kill.log``.
+
+    The state: cron-b's second run holds in its activity (a stored task); cron-a is
+    between runs, at least two runs done, its next run committed and not begun, that run's
+    fire time at least CRON_MARGIN away (so no commit of it can be in flight). Checked on
+    the store and killed with no checkpoint in between: nothing of the node moves meanwhile.
+    """
     for wf, delay in (("cron-a", 0.0), ("cron-b", CRON_SLOW)):
         await process.with_options(id=wf, cron_schedule=CRON).spawn(ticking, wf, delay)
+    with trio.fail_after(30):
+        while True:
+            done = _cron_between_runs(node)
+            if done is not None:
+                break
+            await trio.sleep(0.002)  # the state is read from the store: no event to wait on
+    append_line("kill.log", runs_before={"cron-a": done, CRON_HELD: 2}, wall=time.time())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _cron_between_runs(node: Any) -> int | None:
+    """cron-a's completed runs if it is between runs as ``run_cron`` needs, else None."""
+    if len(CRON_HELD_RUNS) < 2:
+        return None
+    described = node.describe("cron-a")
+    if described["status"] != "running" or described["history_length"] != 0:
+        return None  # its current run has begun (or it is not stored yet)
+    lines = [x for x in read_lines("cron.log") if x["label"] == "cron-a"]
+    done = {x["run"] for x in lines if x["event"] == "done"}
+    begun = {x["run"] for x in lines}
+    start_at = described["start_at"]
+    if len(done) < 2 or done != begun or described["run_id"] in done or start_at is None:
+        return None
+    if start_at.timestamp() - time.time() < CRON_MARGIN:
+        return None  # its next run is about to begin: wait for the next gap
+    return len(done)
 
 
 async def run_delay(_node: Any) -> None:

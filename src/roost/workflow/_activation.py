@@ -25,7 +25,7 @@ from roost._errors import Error, ErrorKind
 from roost._interrupt import is_ctrl_c
 from roost.storage import WriteTxn
 from roost.workflow._driver import Driver
-from roost.workflow._drivers import ReplayFailed, rebuild, touch
+from roost.workflow._drivers import ReplayFailed, Stored, rebuild, touch
 from roost.workflow._effects import Effects
 from roost.workflow._history import Activation
 from roost.workflow._quarantine import RunQuarantined
@@ -135,14 +135,16 @@ def prepare(
     return Step(run, driver, act, batch, effects=effects, write=write)
 
 
-def begin(m: RunHost, run: Run) -> Step | RunQuarantined | None:
+def begin(m: RunHost, run: Run, stored: Stored | None = None) -> Step | RunQuarantined | None:
     """An executor's start of a task of ``run``: its driver, its pending events, ``prepare``.
+
+    ``stored``: the run's history rows, if its pass read them ahead (``read_histories``).
 
     Returns the prepared step; the ``RunQuarantined`` to act on when a stored row of the
     run is unreadable; or None when the task failed (already handed to ``fail_task``).
     """
     try:
-        driver = run.driver or rebuild(m, run)
+        driver = run.driver or rebuild(m, run, stored)
     except RunQuarantined as exc:  # a stored row is unreadable: set aside, not retried
         return exc
     except ReplayFailed as exc:

@@ -24,7 +24,17 @@ from roost.workflow._run import Run
 if TYPE_CHECKING:
     from roost.workflow._host import RunHost
 
-__all__ = ["ReplayFailed", "RunPorts", "new_driver", "paused_gc", "rebuild", "touch"]
+__all__ = [
+    "READ_AHEAD_BYTES",
+    "ReplayFailed",
+    "RunPorts",
+    "Stored",
+    "new_driver",
+    "paused_gc",
+    "read_histories",
+    "rebuild",
+    "touch",
+]
 
 
 class ReplayFailed(Exception):  # noqa: N818 - not an error of its own: it carries one
@@ -84,8 +94,42 @@ def new_driver(m: RunHost, run: Run) -> Driver:
     return Driver(run.entry.fn, RunPorts(m, run))
 
 
-def rebuild(m: RunHost, run: Run) -> Driver:
+# Histories read ahead for one pass of rebuilds hold at most this many stored bytes in all;
+# a longer one is read when its run is rebuilt (its bytes are never all held twice).
+READ_AHEAD_BYTES = 4 << 20
+
+Stored = list[tuple[bytes, bytes]]  # the history rows of a run, in activation order
+
+
+def read_histories(m: RunHost, runs: list[Run]) -> dict[str, Stored]:
+    """The stored histories of the ``runs`` about to be rebuilt, by run id, in one read.
+
+    A run with no driver and a history is rebuilt by replay: after a restart that is
+    every open run, so a pass reads their histories in one transaction, not one each.
+    Only histories within ``READ_AHEAD_BYTES`` together are read; the others are read by
+    ``rebuild`` itself.
+    """
+    wanted = [run for run in runs if run.driver is None and run.record.activations > 0]
+    if len(wanted) < 2:
+        return {}
+    out: dict[str, Stored] = {}
+    budget = READ_AHEAD_BYTES
+    with m.store.read() as txn:
+        for run in wanted:
+            if run.record.history_size > budget:
+                continue  # read by its own rebuild
+            run_id = run.record.run_id
+            rows = out[run_id] = list(txn.prefix("histories", history_key(run_id, 0)[:-8]))
+            budget -= sum(len(data) for _, data in rows)
+            if budget <= 0:
+                break
+    return out
+
+
+def rebuild(m: RunHost, run: Run, stored: Stored | None = None) -> Driver:
     """A driver brought back to where ``run`` is, by replaying its stored history.
+
+    ``stored``: its history rows, if already read (``read_histories``).
 
     Raises:
         ReplayFailed: the history does not replay (a ``NondeterminismError``: the code
@@ -99,9 +143,10 @@ def rebuild(m: RunHost, run: Run) -> Driver:
     position = 0  # of the activation being replayed
     try:
         with paused_gc():
-            with m.store.read() as txn:
-                prefix = history_key(run.record.run_id, 0)[:-8]
-                stored = list(txn.prefix("histories", prefix))
+            if stored is None:
+                with m.store.read() as txn:
+                    prefix = history_key(run.record.run_id, 0)[:-8]
+                    stored = list(txn.prefix("histories", prefix))
             # Decoded one at a time: a long history never has all its records alive at once.
             codec, activate, recorded = m.codec, driver.activate, driver.recorded
             for k, data in stored:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from roost.workflow._activation import EXECUTORS, PASS_LIMIT, Step, begin, commit_steps, finish
-from roost.workflow._drivers import paused_gc
+from roost.workflow._drivers import paused_gc, read_histories
 from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._quarantine import RunQuarantined, quarantine_run
 from roost.workflow._run import Run
@@ -94,8 +94,9 @@ class Executors:
         # commit, so the young collections it would trigger find little to free, and each
         # one counts towards the full collections that walk every open run.
         with paused_gc():
+            histories = read_histories(m, runs)  # after a restart, most runs replay first
             for run in runs:
-                began = begin(m, run)
+                began = begin(m, run, histories.get(run.record.run_id))
                 if isinstance(began, Step):
                     steps.append(began)
                 elif began is not None:

@@ -18,7 +18,7 @@ can type against it without a cycle.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +55,10 @@ class DurableTimers(Protocol):
 
     def add(self, timer: TimerTask) -> None:
         """Arm ``timer`` (already stored); one that fell due while down fires at once."""
+        ...
+
+    def add_all(self, timers: Iterable[TimerTask]) -> None:
+        """Arm many stored timers at once (a node's open)."""
         ...
 
     def rows(self, run: Run) -> list[bytes]:

@@ -6,8 +6,9 @@ A stored row that cannot be decoded does not stop this: its workflow is quaranti
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -23,10 +24,16 @@ from roost.storage._quarantine import (
     read_quarantine,
 )
 from roost.workflow._effects import lost_error
-from roost.workflow._history import ProcessExited
+from roost.workflow._history import ProcessExited, TimerFired
 from roost.workflow._phases import RunPhase
 from roost.workflow._quarantine import commit_quarantines, workflow_entry
-from roost.workflow._records import RunRecord, RunStatus, inbox_key, read_progress
+from roost.workflow._records import (
+    PROGRESS_TABLE,
+    RunRecord,
+    RunStatus,
+    TimerTask,
+    with_progress,
+)
 from roost.workflow._run import Run
 
 if TYPE_CHECKING:
@@ -94,31 +101,79 @@ def _owner_by_run(
     return owner
 
 
-def _read(m: RunHost, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[Any]]:
+def _read(m: RunHost, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[tuple[bytes, Any]]]:
+    """Load the open runs; return the activity tasks and the (row, timer) pairs to arm.
+
+    Each table is read in one scan, whatever the number of runs: a run's progress row and
+    pending inbox events are found by key in that scan, not looked up run by run.
+    """
     m.quarantined.update(entry.id for entry in read_quarantine(txn, m.codec, "workflow"))
+    progress = dict(txn.range(PROGRESS_TABLE))
     records: list[RunRecord] = []
     for k, v in txn.range("runs"):
         record = bad.decode("runs", k, v, lambda k: k.decode("utf-8", "replace"))
-        if record is not _BAD:
-            records.append(read_progress(txn, m.codec, record))
+        if record is _BAD:
+            continue
+        if record.status is RunStatus.RUNNING and k in progress:
+            record = _with_progress(m, record, progress[k])
+        records.append(record)
     by_run = {record.run_id: record for record in records}
-    for record in records:
-        if record.status is RunStatus.RUNNING and record.workflow_id not in m.quarantined:
-            _resume(m, txn, bad, record)
+    resumable = {
+        record.run_id: record
+        for record in records
+        if record.status is RunStatus.RUNNING and record.workflow_id not in m.quarantined
+    }
+    inbox, unreadable = _read_inbox(txn, bad, resumable)
+    for run_id, record in resumable.items():
+        if run_id not in unreadable:
+            _resume(m, record, inbox.get(run_id, ()))
     task_owner = _owner_by_run(by_run, str, int, at=0)
     tasks = [bad.decode("tasks", k, v, task_owner) for k, v in txn.range("tasks")]
     timer_owner = _owner_by_run(by_run, int, str, int, at=1)
-    timers = [bad.decode("timers", k, v, timer_owner) for k, v in txn.range("timers")]
-    return [t for t in tasks if t is not _BAD], [t for t in timers if t is not _BAD]
+    timers = [(k, bad.decode("timers", k, v, timer_owner)) for k, v in txn.range("timers")]
+    return [t for t in tasks if t is not _BAD], [(k, t) for k, t in timers if t is not _BAD]
 
 
-def _resume(m: RunHost, txn: ReadTxn, bad: _Unreadable, record: RunRecord) -> None:
-    pending: list[tuple[bytes, Any]] = []
-    for k, v in txn.prefix("inbox", inbox_key(record.run_id, 0)[:-8]):
-        event = bad.decode("inbox", k, v, lambda _k: record)
+def _with_progress(m: RunHost, record: RunRecord, data: bytes) -> RunRecord:
+    try:
+        progress = m.codec.decode(data)
+    except Exception:  # noqa: BLE001 - derived data: the record's own counters stand
+        return record
+    return with_progress(record, progress)
+
+
+def _read_inbox(
+    txn: ReadTxn, bad: _Unreadable, resumable: dict[str, RunRecord]
+) -> tuple[dict[str, list[tuple[bytes, Any]]], set[str]]:
+    """The pending events of the ``resumable`` runs, by run id, and the runs with a bad one.
+
+    Rows of other runs (closed, quarantined, unknown) are left alone, undecoded.
+    """
+    inbox: dict[str, list[tuple[bytes, Any]]] = {}
+    unreadable: set[str] = set()
+    prefix, record = b"", None
+    for k, v in txn.range("inbox"):
+        if k[:-8] != prefix:  # the rows of one run are next to each other, in seq order
+            prefix = k[:-8]
+            try:
+                record = resumable.get(str(unpack_key(k, str, int)[0]))
+            except Error:
+                record = None  # a key of no run's shape: nobody reads it
+        if record is None or record.run_id in unreadable:
+            continue
+        event = bad.decode("inbox", k, v, functools.partial(_same, record))
         if event is _BAD:
-            return
-        pending.append((k, event))
+            unreadable.add(record.run_id)  # the run stays stored, unloaded (quarantined)
+            continue
+        inbox.setdefault(record.run_id, []).append((k, event))
+    return inbox, unreadable
+
+
+def _same(record: RunRecord, _k: bytes) -> RunRecord:
+    return record
+
+
+def _resume(m: RunHost, record: RunRecord, pending: Iterable[tuple[bytes, Any]]) -> None:
     try:
         run = _load(m, record)
     except Error:
@@ -152,9 +207,28 @@ def recover(m: RunHost) -> None:
     for task in tasks:
         if task.workflow_id not in m.quarantined:
             m.activities.submit(task)
-    for timer in timers:
-        if timer.workflow_id not in m.quarantined:
-            m.timers.add(timer)
+    _arm(m, timers)
+
+
+def _arm(m: RunHost, timers: list[tuple[bytes, TimerTask]]) -> None:
+    """Arm the stored timers; a workflow timer that fell due while down fires at once.
+
+    Fired here, it is settled into its run's pending events directly, so that the run's
+    first activation after the restart records it: no timer task, heap entry or wake-up
+    each. What settles nowhere (the row of a run no longer open) is armed, and its firing
+    deletes the row.
+    """
+    now = m.node.now()
+    later: list[TimerTask] = []
+    for row, timer in timers:
+        if timer.workflow_id in m.quarantined:
+            continue
+        if timer.kind == "timer" and timer.due <= now:
+            task = (timer.workflow_id, timer.run_id)
+            if m.settle_now("timers", row, task, TimerFired(seq=timer.seq)):
+                continue
+        later.append(timer)
+    m.timers.add_all(later)
 
 
 def _unload(m: RunHost, workflow_id: str) -> None:

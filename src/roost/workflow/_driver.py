@@ -26,10 +26,10 @@ from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
 from roost.workflow._driver_parts import (
+    PARKS,
     Chance,
     DriverBackend,
     Future,
-    Park,
     Ports,
     Status,
     Task,
@@ -81,9 +81,36 @@ __all__ = [
 
 DEFAULT_VERSION = -1
 _NO_PIDS: frozenset[Pid] = frozenset()
+_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
-class Driver(Chance):
+class _NoEntries(dict[Any, Any]):
+    """The one empty dict every driver shares until it needs one of its own.
+
+    Reads (``get``, ``pop`` with a default, ``in``) work as on any empty dict; a write
+    raises, so a missed ``_own`` cannot leak entries into every run.
+    """
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+
+# Most runs never make a call, wait on a child, start a ticker or a version, or set an
+# attribute; and an idle run has no command pending. Each empty dict is 64 bytes per
+# cached run: they start as this shared one (see ``Driver._own``).
+_NONE: Any = _NoEntries()
+RUNNING = Status.RUNNING
+
+
+class Driver(Chance, DriverBackend):
     """Runs one workflow run deterministically, one activation at a time.
 
     Args:
@@ -114,7 +141,6 @@ class Driver(Chance):
         "_timers",
         "_versions",
         "activations",
-        "backend",
         "children",
         "error",
         "history_length",
@@ -130,20 +156,22 @@ class Driver(Chance):
     def __init__(self, fn: Callable[..., Coroutine[Any, Any, Any]], ports: Ports) -> None:
         self._fn = fn
         self._ports = ports
-        self._calls: dict[int, Channel[Message]] = {}
+        # The dicts start as the shared ``_NONE`` and are made on first write (``_own``).
+        self._calls: dict[int, Channel[Message]] = _NONE
         # Created on first use: most runs start none (a set is 216 bytes per cached run).
         self.children: set[Pid] | frozenset[Pid] = _NO_PIDS
-        self._child_waits: dict[Pid, Future] = {}
+        self._child_waits: dict[Pid, Future] = _NONE
         # A list read from the front by index (see activate), not a deque: a deque is 760
-        # bytes, and every cached run keeps its queue.
-        self._ready: list[tuple[Task, BaseException | None]] = []
+        # bytes, and every cached run keeps its queue. A coroutine to resume with an error
+        # carries it (``Task.throw``): no tuple per step.
+        self._ready: list[Task] = []
         self._tasks: list[Task] = []
-        self._pending: dict[int, Future] = {}
-        self._timers: dict[int, Channel[Any]] = {}
-        self._tickers: dict[int, float] = {}
-        self._versions: dict[str, int] = {}
-        self.search: dict[str, Any] = {}
-        self.memo: dict[str, Any] = {}
+        self._pending: dict[int, Future] = _NONE
+        self._timers: dict[int, Channel[Any]] = _NONE
+        self._tickers: dict[int, float] = _NONE
+        self._versions: dict[str, int] = _NONE
+        self.search: dict[str, Any] = _NONE
+        self.memo: dict[str, Any] = _NONE
         self._commands: list[Any] = []
         self._expected: deque[Any] | None = None
         self._seq = 0
@@ -151,8 +179,8 @@ class Driver(Chance):
         self._divergence: NondeterminismError | None = None
         self.mailbox = Mailbox()
         self.started: Started | None = None
-        self.now = dt.datetime.fromtimestamp(0, dt.UTC)
-        self.status = Status.RUNNING
+        self.now = _EPOCH
+        self.status = RUNNING
         self.result: Any = None
         self.error: Error | None = None
         self.activations = 0
@@ -164,7 +192,14 @@ class Driver(Chance):
         self._size_base = 0
         self._events: Sequence[Any] = ()
         self._events_size = 0
-        self.backend = DriverBackend(self)
+
+    def _own(self, name: str) -> dict[Any, Any]:
+        """This driver's own dict ``name``, made on first write (see ``_NONE``)."""
+        mine: dict[Any, Any] = getattr(self, name)
+        if mine is _NONE:
+            mine = {}
+            setattr(self, name, mine)
+        return mine
 
     # -- the activation ------------------------------------------------------------------
 
@@ -192,12 +227,12 @@ class Driver(Chance):
         self._expected = deque(expected) if expected is not None else None
         for event in events:
             self._apply(event)
-        ready, taken = self._ready, 0
+        ready, taken, step = self._ready, 0, self._step
         try:
-            while taken < len(ready) and self.status == Status.RUNNING:
-                task, exc = ready[taken]
+            while taken < len(ready) and self.status == RUNNING:
+                task = ready[taken]
                 taken += 1
-                self._step(task, exc)
+                step(task)
                 if self._divergence is not None:  # raised even if workflow code caught it
                     raise self._divergence
         finally:
@@ -225,13 +260,14 @@ class Driver(Chance):
         self._events, self._events_size = (), 0
 
     def _apply(self, event: Any) -> None:
+        # The most frequent event first; each is its own class (no subclassing between them).
         match event:
-            case Started():
-                self._start(event)
             case ActivityResolved(seq=seq, value=value, error=error):
                 waiting = self._pending.pop(seq, None)
                 if waiting is not None:  # None: cancelled by the workflow meanwhile
                     waiting.resolve(value, error)
+            case Started():
+                self._start(event)
             case TimerFired(seq=seq):
                 self._timer_fired(seq)
             case MessageArrived(call=int() as seq, topic=topic, payload=payload, sender=sender):
@@ -276,7 +312,7 @@ class Driver(Chance):
         return children
 
     def _start(self, started: Started) -> None:
-        self.started = started
+        self.started = self._ports.kept_start(started)
         task = self._spawn(self._fn, tuple(started.args), "main")
         task.main = True
 
@@ -287,14 +323,16 @@ class Driver(Chance):
             raise invalid(f"{name} must be an async function, got {fn!r}")
         task = Task(coro, ctx, name)
         self._tasks.append(task)
-        self._ready.append((task, None))
+        self._ready.append(task)
         return task
 
-    def _step(self, task: Task, exc: BaseException | None) -> None:
+    def _step(self, task: Task) -> None:
+        exc = task.throw
         try:
             if exc is None:
                 yielded = task.ctx.run(task.coro.send, None)
             else:
+                task.throw = None
                 yielded = task.ctx.run(task.coro.throw, exc)
         except StopIteration as stop:
             self._tasks.remove(task)
@@ -315,10 +353,11 @@ class Driver(Chance):
             failure = trio_misuse(error) or workflow_error(error)
             self._finish(Fail(seq=self._next_seq(), error=failure), task)
         else:
-            if isinstance(yielded, Park):
-                yielded.waiter.task = task
+            if type(yielded) in PARKS:
+                yielded.task = task
             else:
-                self._ready.append((task, foreign_error(task, yielded)))
+                task.throw = foreign_error(task, yielded)
+                self._ready.append(task)
 
     def _finish(self, command: Complete | Fail | ContinueAsNew, task: Task) -> None:
         if isinstance(command, Complete):
@@ -401,14 +440,16 @@ class Driver(Chance):
             self._divergence = error
         raise error
 
-    async def call_activity(
+    def call_activity(
         self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
-    ) -> Any:
-        """Schedule an activity and wait for its result (or raise its error).
+    ) -> WorkflowActivity:
+        """Schedule an activity; await the result for its value (or its error raised).
 
         ``options`` are option sources (entry defaults, then per-call), merged in order.
+        The handle itself is the awaitable: no coroutine frame of the driver's is kept
+        while the workflow waits.
         """
-        return await self.start_activity(entry, args, options)
+        return self.start_activity(entry, args, options)
 
     def start_activity(
         self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
@@ -432,7 +473,10 @@ class Driver(Chance):
             seq = self._next_seq()
             self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
         future = Future(self)
-        self._pending[seq] = future
+        pending = self._pending
+        if pending is _NONE:  # the hot path of ``_own``, inlined
+            pending = self._pending = {}
+        pending[seq] = future
         return WorkflowActivity(self, seq, future, entry)
 
     def cancel_activity(self, seq: int, entry: str) -> None:
@@ -453,7 +497,7 @@ class Driver(Chance):
         """A durable timer; returns when it fires."""
         seq = self._next_seq()
         future = Future(self)
-        self._pending[seq] = future
+        self._own("_pending")[seq] = future
         self._issue(StartTimer(seq=seq, seconds=seconds))
         await future
 
@@ -461,7 +505,7 @@ class Driver(Chance):
         """A durable timer as a channel (receives the workflow time when it fires)."""
         seq = self._next_seq()
         chan: Channel[dt.datetime] = Channel(1)
-        self._timers[seq] = chan
+        self._own("_timers")[seq] = chan
         self._issue(StartTimer(seq=seq, seconds=seconds))
         return chan
 
@@ -473,8 +517,8 @@ class Driver(Chance):
 
     def _rearm(self, chan: Channel[dt.datetime], seconds: float) -> None:
         seq = self._next_seq()
-        self._timers[seq] = chan
-        self._tickers[seq] = seconds
+        self._own("_timers")[seq] = chan
+        self._own("_tickers")[seq] = seconds
         self._issue(StartTimer(seq=seq, seconds=seconds))
 
     def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
@@ -487,7 +531,7 @@ class Driver(Chance):
         chosen = self._versions.get(change_id)
         if chosen is None:
             chosen = self._choose_version(change_id, max_supported)
-            self._versions[change_id] = chosen
+            self._own("_versions")[change_id] = chosen
         if not min_supported <= chosen <= max_supported:
             # Only a replay can hit this: the code dropped support for this run. Like a
             # divergence, it stops the replay (the run stays open until the code is fixed)
@@ -515,8 +559,8 @@ class Driver(Chance):
         self._validate(search, "search attributes")
         self._validate(memo, "memo")
         self._issue(UpsertAttributes(seq=self._next_seq(), search=search, memo=memo))
-        self.search.update(search)
-        self.memo.update(memo)
+        self._own("search").update(search)
+        self._own("memo").update(memo)
 
     def send(self, dest: Any, topic: str, payload: Any) -> None:
         """Record an outgoing message (delivered by the runtime after the commit)."""
@@ -533,7 +577,7 @@ class Driver(Chance):
         reply_to = self._ports.reply_pid(self._seq + 1)  # raises if this driver cannot
         seq = self._next_seq()
         replies: Channel[Message] = Channel(64)
-        self._calls[seq] = replies
+        self._own("_calls")[seq] = replies
         self._issue(
             SendMessage(seq=seq, dest=dest, topic=topic, payload=payload, reply_to=reply_to)
         )
@@ -597,7 +641,7 @@ class Driver(Chance):
         """Run a child workflow to its end: its result, or its error raised here."""
         pid = self.start_child(entry, args, options)
         future = Future(self)
-        self._child_waits[pid] = future
+        self._own("_child_waits")[pid] = future
         return await future
 
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

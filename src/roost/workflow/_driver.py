@@ -103,11 +103,27 @@ class _NoEntries(dict[Any, Any]):
         raise TypeError("the shared empty dict of drivers is read-only")
 
 
-# Most runs never make a call, wait on a child, start a ticker or a version, or set an
-# attribute; and an idle run has no command pending. Each empty dict is 64 bytes per
-# cached run: they start as this shared one (see ``Driver._own``).
+# Most runs never make a call, wait on a child, start a ticker or ask for a version; and
+# an idle run has no command pending. Each empty dict is 64 bytes per cached run: they
+# start as this shared one (see ``Driver._own``).
 _NONE: Any = _NoEntries()
 RUNNING = Status.RUNNING
+
+
+class _Dropped(list[Any]):
+    """Where commands go between activations: nowhere.
+
+    Only a discarded coroutine runs then (a ``finally`` as ``close`` ends it), and what it
+    issues belongs to no activation. One shared object, not an idle list per cached run.
+    """
+
+    __slots__ = ()
+
+    def append(self, command: Any) -> None:
+        """Drop ``command``."""
+
+
+_BETWEEN_ACTIVATIONS = _Dropped()
 
 
 class Driver(Chance, DriverBackend):
@@ -145,10 +161,8 @@ class Driver(Chance, DriverBackend):
         "error",
         "history_length",
         "mailbox",
-        "memo",
         "now",
         "result",
-        "search",
         "started",
         "status",
     )
@@ -170,9 +184,7 @@ class Driver(Chance, DriverBackend):
         self._timers: dict[int, Channel[Any]] = _NONE
         self._tickers: dict[int, float] = _NONE
         self._versions: dict[str, int] = _NONE
-        self.search: dict[str, Any] = _NONE
-        self.memo: dict[str, Any] = _NONE
-        self._commands: list[Any] = []
+        self._commands: list[Any] = _BETWEEN_ACTIVATIONS
         self._expected: deque[Any] | None = None
         self._seq = 0
         super().__init__()
@@ -225,6 +237,7 @@ class Driver(Chance, DriverBackend):
         self.history_length = self._length_base + len(events)
         self._events, self._events_size = events, -1
         self._expected = deque(expected) if expected is not None else None
+        self._commands = []
         for event in events:
             self._apply(event)
         ready, taken, step = self._ready, 0, self._step
@@ -239,7 +252,7 @@ class Driver(Chance, DriverBackend):
             del ready[:taken]
         if self._expected:
             self._diverged(None, self._expected[0], "<the workflow blocked instead>")
-        commands, self._commands = self._commands, []
+        commands, self._commands = self._commands, _BETWEEN_ACTIVATIONS
         self._length_base = self.history_length = self.history_length + len(commands)
         return commands
 
@@ -558,9 +571,9 @@ class Driver(Chance, DriverBackend):
         """Record new search attributes / memo for this run."""
         self._validate(search, "search attributes")
         self._validate(memo, "memo")
+        # The run's record takes them from the command (see the planner): the driver
+        # keeps no copy.
         self._issue(UpsertAttributes(seq=self._next_seq(), search=search, memo=memo))
-        self._own("search").update(search)
-        self._own("memo").update(memo)
 
     def send(self, dest: Any, topic: str, payload: Any) -> None:
         """Record an outgoing message (delivered by the runtime after the commit)."""

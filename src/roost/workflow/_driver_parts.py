@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NONDETERMINISM_ADVICE",
+    "PARKS",
     "Chance",
     "DriverBackend",
     "DriverView",
-    "PARKS",
     "Future",
     "Ports",
     "Status",

@@ -431,9 +431,9 @@ def _activity_id(proc: Any, entry: Any) -> tuple[str, Mapping[str, Any]]:
     node = proc.node
     if node is not None:
         resolved = node.app.resolve(entry)
-        if resolved.kind.value != "activity":
+        if resolved.kind != "activity":  # a StrEnum: no ``.value`` lookup on every call
             raise invalid(f"funcs.call runs activities; {resolved.id!r} is a {resolved.kind.value}")
-        return str(resolved.id), resolved.options
+        return resolved.id, resolved.options
     entry_id = getattr(entry, ENTRY_ATTR, entry) if callable(entry) else entry
     if not isinstance(entry_id, str) or ":" not in entry_id:
         raise invalid(f"an activity is an id like 'app:charge' or its function, got {entry!r}")
@@ -591,7 +591,7 @@ def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -
     proc = current_any("funcs.call")
     if proc.workflow is not None:
         entry_id, defaults = _activity_id(proc, entry)
-        handle: Awaitable[Any] = proc.workflow.call_activity(entry_id, args, (defaults, options))
+        handle: Awaitable[Any] = proc.workflow.start_activity(entry_id, args, (defaults, options))
         return handle
     return _call_local(proc, entry, args)
 

@@ -15,7 +15,6 @@ into it as a clear error.
 from __future__ import annotations
 
 import datetime as dt
-from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -145,6 +144,7 @@ class Driver(Chance, DriverBackend):
         "_events",
         "_events_size",
         "_expected",
+        "_expected_at",
         "_fn",
         "_length_base",
         "_pending",
@@ -185,7 +185,10 @@ class Driver(Chance, DriverBackend):
         self._tickers: dict[int, float] = _NONE
         self._versions: dict[str, int] = _NONE
         self._commands: list[Any] = _BETWEEN_ACTIVATIONS
-        self._expected: deque[Any] | None = None
+        # On replay: the commands the history recorded for this activation (the caller's
+        # list, read in place), and the index of the next one the code must issue.
+        self._expected: Sequence[Any] | None = None
+        self._expected_at = 0
         self._seq = 0
         super().__init__()
         self._divergence: NondeterminismError | None = None
@@ -236,7 +239,7 @@ class Driver(Chance, DriverBackend):
         self.activations += 1
         self.history_length = self._length_base + len(events)
         self._events, self._events_size = events, -1
-        self._expected = deque(expected) if expected is not None else None
+        self._expected, self._expected_at = expected, 0
         self._commands = []
         for event in events:
             self._apply(event)
@@ -250,8 +253,8 @@ class Driver(Chance, DriverBackend):
                     raise self._divergence
         finally:
             del ready[:taken]
-        if self._expected:
-            self._diverged(None, self._expected[0], "<the workflow blocked instead>")
+        if expected is not None and self._expected_at < len(expected):
+            self._diverged(None, expected[self._expected_at], "<the workflow blocked instead>")
         commands, self._commands = self._commands, _BETWEEN_ACTIVATIONS
         self._length_base = self.history_length = self.history_length + len(commands)
         return commands
@@ -273,12 +276,12 @@ class Driver(Chance, DriverBackend):
         self._events, self._events_size = (), 0
 
     def _apply(self, event: Any) -> None:
-        # The most frequent event first; each is its own class (no subclassing between them).
+        if type(event) is ActivityResolved:  # the most frequent event, without a match
+            waiting = self._pending.pop(event.seq, None)
+            if waiting is not None:  # None: cancelled by the workflow meanwhile
+                waiting.resolve(event.value, event.error)
+            return
         match event:
-            case ActivityResolved(seq=seq, value=value, error=error):
-                waiting = self._pending.pop(seq, None)
-                if waiting is not None:  # None: cancelled by the workflow meanwhile
-                    waiting.resolve(value, error)
             case Started():
                 self._start(event)
             case TimerFired(seq=seq):
@@ -430,10 +433,15 @@ class Driver(Chance, DriverBackend):
         self._seq += 1
         return self._seq
 
+    def _next_recorded(self) -> Any:
+        """On replay, the recorded command the code must issue next (None: none is left)."""
+        expected, at = self._expected, self._expected_at
+        return expected[at] if expected is not None and at < len(expected) else None
+
     def _issue(self, command: Any) -> None:
-        expected = self._expected
-        if expected is not None:
-            recorded = expected.popleft() if expected else None
+        if self._expected is not None:
+            recorded = self._next_recorded()
+            self._expected_at += 1
             if recorded is None or not same_command(command, recorded):
                 self._diverged(command, recorded, call_site())
         self._commands.append(command)
@@ -468,29 +476,27 @@ class Driver(Chance, DriverBackend):
         self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
     ) -> WorkflowActivity:
         """Schedule an activity; the handle is awaited for its result, or cancelled."""
-        expected = self._expected
-        recorded = expected[0] if expected else None
-        if (
-            type(recorded) is ScheduleActivity
-            and recorded.seq == self._seq + 1
-            and recorded.entry == entry
-        ):
+        expected, at = self._expected, self._expected_at
+        recorded = expected[at] if expected is not None and at < len(expected) else None
+        seq = self._seq + 1
+        if type(recorded) is ScheduleActivity and recorded.seq == seq and recorded.entry == entry:
             # Replaying a step the history has: the recorded command is the command (the
             # arguments may differ, as everywhere in replay), nothing to build or check.
-            expected.popleft()  # type: ignore[union-attr]
+            self._expected_at = at + 1
             self._commands.append(recorded)
-            seq = self._next_seq()
+            self._seq = seq
         else:
             self._validate_args(args, f"activity {entry!r}")
             merged = activity_options(*options)
-            seq = self._next_seq()
+            self._seq = seq
             self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
-        future = Future(self)
+        # The handle is the future the result resolves: one object per activity.
+        handle = WorkflowActivity(self, seq, entry)
         pending = self._pending
         if pending is _NONE:  # the hot path of ``_own``, inlined
             pending = self._pending = {}
-        pending[seq] = future
-        return WorkflowActivity(self, seq, future, entry)
+        pending[seq] = handle
+        return handle
 
     def cancel_activity(self, seq: int, entry: str) -> None:
         """Record the cancel of activity ``seq``; its waiters get a Canceled error now."""
@@ -559,7 +565,7 @@ class Driver(Chance, DriverBackend):
                 VersionMarker(seq=self._next_seq(), change_id=change_id, version=max_supported)
             )
             return max_supported
-        nxt = expected[0] if expected else None
+        nxt = self._next_recorded()
         if isinstance(nxt, VersionMarker) and nxt.change_id == change_id:
             self._issue(
                 VersionMarker(seq=self._next_seq(), change_id=change_id, version=nxt.version)

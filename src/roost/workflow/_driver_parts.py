@@ -234,10 +234,6 @@ class Future:
         raise StopIteration(self.value)
 
 
-# What a workflow coroutine may yield to its driver (anything else is a foreign awaitable).
-PARKS = (DriverWaiter, Future)
-
-
 def call_site() -> str:
     """file:line of the innermost frame outside roost (where the workflow issued a command)."""
     frame: types.FrameType | None = sys._getframe(2)
@@ -327,18 +323,24 @@ class Chance:
         return random.Random(self.rng().getrandbits(64))  # noqa: S311 - not crypto
 
 
-class WorkflowActivity:
-    """``funcs.start`` inside a workflow: await it for the result, or ``cancel()`` it."""
+class WorkflowActivity(Future):
+    """``funcs.start`` inside a workflow: await it for the result, or ``cancel()`` it.
 
-    __slots__ = ("_driver", "_entry", "_future", "_seq")
+    The handle is the future the activity's result resolves (one object per activity).
+    """
 
-    def __init__(self, driver: DriverView, seq: int, future: Future, entry: str) -> None:
-        self._driver, self._seq, self._future, self._entry = driver, seq, future, entry
+    __slots__ = ("_entry", "_seq")
+
+    def __init__(self, driver: DriverView, seq: int, entry: str) -> None:
+        # Future's fields set here: no chained ``__init__`` call on every activity.
+        self.driver, self.task, self.resolved = driver, None, False
+        self.value, self.error = None, None
+        self._seq, self._entry = seq, entry
 
     @property
     def done(self) -> bool:
         """Whether the result (or the error) is in."""
-        return bool(self._future.resolved)
+        return self.resolved
 
     def cancel(self) -> None:
         """Stop waiting for it; awaiting the handle then raises Canceled.
@@ -346,10 +348,11 @@ class WorkflowActivity:
         Its stored task is dropped and a running attempt is stopped. A no-op once the
         result is in.
         """
-        self._driver.cancel_activity(self._seq, self._entry)
+        self.driver.cancel_activity(self._seq, self._entry)
 
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._future  # type: ignore[return-value]  # an iterator: all ``await`` needs
+
+# What a workflow coroutine may yield to its driver (anything else is a foreign awaitable).
+PARKS: frozenset[type] = frozenset({DriverWaiter, Future, WorkflowActivity})
 
 
 class Status:

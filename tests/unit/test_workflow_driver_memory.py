@@ -12,13 +12,13 @@ from roost.workflow import _driver
 from roost.workflow._driver import Status
 from roost.workflow._history import ActivityResolved, Started
 
-ACTIVITIES = {"t:double": lambda x: x * 2, "t:fail": lambda: _fail()}
-
-VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_driver_memory", default="unset")
-
-
 def _fail():
     raise roost.Error("declined", kind=roost.ErrorKind.INVALID, retryable=False)
+
+
+ACTIVITIES = {"t:double": lambda x: x * 2, "t:fail": _fail}
+
+VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_driver_memory", default="unset")
 
 
 async def keeps_a_contextvar():

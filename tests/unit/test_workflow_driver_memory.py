@@ -12,6 +12,7 @@ from roost.workflow import _driver
 from roost.workflow._driver import Status
 from roost.workflow._history import ActivityResolved, Started
 
+
 def _fail():
     raise roost.Error("declined", kind=roost.ErrorKind.INVALID, retryable=False)
 

@@ -84,8 +84,8 @@ class RunPorts(Ports):
         """``started`` with the run record's own strings, PID and context where equal.
 
         The event the driver gets is decoded (from the store, or recoded as it will be
-        stored): its strings are copies of the record's. Kept for the run's life, they
-        were a fifth of an idle cached run.
+        stored): its strings are copies of the record's, and kept for the run's life they
+        would be about a fifth of what an idle cached run holds.
         """
         run = self.run
         record = run.record

@@ -10,7 +10,7 @@ import roost
 from roost import funcs, process, workflow
 from roost.workflow import _driver
 from roost.workflow._driver import Status
-from roost.workflow._history import ActivityResolved, Started
+from roost.workflow._history import ActivityResolved, MessageArrived, Started
 
 
 def _fail():
@@ -106,9 +106,43 @@ def test_a_command_issued_while_the_driver_discards_a_coroutine_is_dropped(caplo
     with caplog.at_level(logging.WARNING, logger="roost.workflow"):
         driver.close()  # the ``finally`` sends: no activation takes it, nothing raises
     assert caplog.records == []
+    assert len(_driver._BETWEEN_ACTIVATIONS) == 0  # the shared list keeps nothing
+    with pytest.raises(TypeError):
+        _driver._BETWEEN_ACTIVATIONS.extend([1])
     # The next activation of a (rebuilt) driver starts from an empty command list.
     again = make_driver(sends_as_it_is_discarded, roost.Pid("local", "t:workflows", "wf-1"))
     again.activate(T0, [started])
     last = again.activate(T0, [ActivityResolved(seq=1, value=2)])
     assert [type(c).__name__ for c in last] == ["SendMessage", "Complete"]
     assert again.status == Status.COMPLETED
+
+
+async def parks_on_a_signal_then_an_activity():
+    await process.listen("go").receive()
+    return await funcs.call("t:double", 2)
+
+
+def _await_chain(coro):
+    chain = []
+    while coro is not None:
+        chain.append(type(coro).__name__)
+        coro = getattr(coro, "cr_await", None)
+    return chain
+
+
+def test_a_parked_workflow_holds_its_frames_and_one_waiting_object():
+    driver = make_driver(parks_on_a_signal_then_an_activity, roost.Pid("local", "t:wf", "w"))
+    started = Started(workflow_id="w", run_id="r", workflow_type="t:wf", args=[], seed=1)
+    driver.activate(T0, [started])
+    (task,) = driver._tasks
+    # The workflow's coroutine, the channel's receive, and the waiter itself: no Park
+    # object or generator between them.
+    assert _await_chain(task.coro) == ["coroutine", "coroutine", "DriverWaiter"]
+    commands = driver.activate(T0, [MessageArrived(topic="go", payload=1, sender=None)])
+    (schedule,) = commands
+    # funcs.call awaits the activity's handle, which is the future its result resolves.
+    assert _await_chain(task.coro) == ["coroutine", "coroutine", "WorkflowActivity"]
+    assert task.coro.cr_await.cr_await is driver._pending[schedule.seq]
+    last = driver.activate(T0, [ActivityResolved(seq=schedule.seq, value=4)])
+    assert [type(c).__name__ for c in last] == ["Complete"]
+    assert driver.result == 4

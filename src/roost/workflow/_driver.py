@@ -121,6 +121,14 @@ class _Dropped(list[Any]):
     def append(self, command: Any) -> None:
         """Drop ``command``."""
 
+    def extend(self, commands: Any) -> None:
+        """Refused: the driver only appends (a guard for the shared object)."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def insert(self, index: Any, command: Any) -> None:
+        """Refused, as ``extend``."""
+        raise TypeError("commands between activations are dropped one by one")
+
 
 _BETWEEN_ACTIVATIONS = _Dropped()
 

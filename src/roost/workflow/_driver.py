@@ -25,6 +25,8 @@ from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
 from roost.workflow._driver_parts import (
+    BETWEEN_ACTIVATIONS,
+    NONE,
     PARKS,
     Chance,
     DriverBackend,
@@ -34,16 +36,15 @@ from roost.workflow._driver_parts import (
     Task,
     WorkflowActivity,
     call_site,
-    check_version_range,
     close_all,
     divergence,
     foreign_error,
     recordable_error,
     trio_misuse,
     unrecordable,
-    version_dropped,
     workflow_error,
 )
+from roost.workflow._driver_versions import DEFAULT_VERSION, Versions
 from roost.workflow._history import (
     ActivityResolved,
     CancelActivity,
@@ -62,7 +63,6 @@ from roost.workflow._history import (
     StopProcess,
     TimerFired,
     UpsertAttributes,
-    VersionMarker,
     same_command,
 )
 from roost.workflow._options import check_child_id, check_child_options
@@ -78,62 +78,17 @@ __all__ = [
 ]
 
 
-DEFAULT_VERSION = -1
 _NO_PIDS: frozenset[Pid] = frozenset()
 _EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
-class _NoEntries(dict[Any, Any]):
-    """The one empty dict every driver shares until it needs one of its own.
-
-    Reads (``get``, ``pop`` with a default, ``in``) work as on any empty dict; a write
-    raises, so a missed ``_own`` cannot leak entries into every run.
-    """
-
-    __slots__ = ()
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        raise TypeError("the shared empty dict of drivers is read-only")
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        raise TypeError("the shared empty dict of drivers is read-only")
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("the shared empty dict of drivers is read-only")
-
-
-# Most runs never make a call, wait on a child, start a ticker or ask for a version; and
-# an idle run has no command pending. Each empty dict is 64 bytes per cached run: they
-# start as this shared one (see ``Driver._own``).
-_NONE: Any = _NoEntries()
 RUNNING = Status.RUNNING
+# Names of the shared empties, as the driver uses them.
+_NONE = NONE
+_BETWEEN_ACTIVATIONS = BETWEEN_ACTIVATIONS
 
 
-class _Dropped(list[Any]):
-    """Where commands go between activations: nowhere.
-
-    Only a discarded coroutine runs then (a ``finally`` as ``close`` ends it), and what it
-    issues belongs to no activation. One shared object, not an idle list per cached run.
-    """
-
-    __slots__ = ()
-
-    def append(self, command: Any) -> None:
-        """Drop ``command``."""
-
-    def extend(self, commands: Any) -> None:
-        """Refused: the driver only appends (a guard for the shared object)."""
-        raise TypeError("commands between activations are dropped one by one")
-
-    def insert(self, index: Any, command: Any) -> None:
-        """Refused, as ``extend``."""
-        raise TypeError("commands between activations are dropped one by one")
-
-
-_BETWEEN_ACTIVATIONS = _Dropped()
-
-
-class Driver(Chance, DriverBackend):
+class Driver(Chance, DriverBackend, Versions):
     """Runs one workflow run deterministically, one activation at a time.
 
     Args:
@@ -547,39 +502,6 @@ class Driver(Chance, DriverBackend):
         self._own("_timers")[seq] = chan
         self._own("_tickers")[seq] = seconds
         self._issue(StartTimer(seq=seq, seconds=seconds))
-
-    def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
-        """Deterministic versioning (Temporal's GetVersion).
-
-        A new run records and returns ``max_supported``; a replay returns the recorded
-        version, or ``DEFAULT_VERSION`` (-1) for a history made before the change existed.
-        """
-        check_version_range(change_id, min_supported, max_supported)
-        chosen = self._versions.get(change_id)
-        if chosen is None:
-            chosen = self._choose_version(change_id, max_supported)
-            self._own("_versions")[change_id] = chosen
-        if not min_supported <= chosen <= max_supported:
-            # Only a replay can hit this: the code dropped support for this run. Like a
-            # divergence, it stops the replay (the run stays open until the code is fixed)
-            # instead of recording a failure into the run's history.
-            self._stop_replay(version_dropped(change_id, chosen, min_supported, max_supported))
-        return chosen
-
-    def _choose_version(self, change_id: str, max_supported: int) -> int:
-        expected = self._expected
-        if expected is None:
-            self._issue(
-                VersionMarker(seq=self._next_seq(), change_id=change_id, version=max_supported)
-            )
-            return max_supported
-        nxt = self._next_recorded()
-        if isinstance(nxt, VersionMarker) and nxt.change_id == change_id:
-            self._issue(
-                VersionMarker(seq=self._next_seq(), change_id=change_id, version=nxt.version)
-            )
-            return int(nxt.version)
-        return DEFAULT_VERSION  # replaying a history made before this change
 
     def upsert_attributes(self, search: dict[str, Any], memo: dict[str, Any]) -> None:
         """Record new search attributes / memo for this run."""

@@ -26,12 +26,16 @@ if TYPE_CHECKING:
     from roost.workflow._history import Started
 
 __all__ = [
+    "BETWEEN_ACTIVATIONS",
     "NONDETERMINISM_ADVICE",
+    "NONE",
     "PARKS",
     "Chance",
     "DriverBackend",
     "DriverView",
+    "Dropped",
     "Future",
+    "NoEntries",
     "Ports",
     "Status",
     "Task",
@@ -477,3 +481,55 @@ def version_dropped(change_id: str, chosen: int, low: int, high: int) -> Nondete
         "have finished",
         details={"change_id": change_id, "recorded": chosen, "location": call_site()},
     )
+
+
+# -- shared empties of the driver -------------------------------------------------------
+
+
+class NoEntries(dict[Any, Any]):
+    """The one empty dict every driver shares until it needs one of its own.
+
+    Reads (``get``, ``pop`` with a default, ``in``) work as on any empty dict; a write
+    raises, so a missed ``_own`` cannot leak entries into every run.
+    """
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+
+# Most runs never make a call, wait on a child, start a ticker or ask for a version; and
+# an idle run has no command pending. Each empty dict is 64 bytes per cached run: they
+# start as this shared one (see ``Driver._own``).
+NONE: Any = NoEntries()
+
+
+class Dropped(list[Any]):
+    """Where commands go between activations: nowhere.
+
+    Only a discarded coroutine runs then (a ``finally`` as ``close`` ends it), and what it
+    issues belongs to no activation. One shared object, not an idle list per cached run.
+    """
+
+    __slots__ = ()
+
+    def append(self, command: Any) -> None:
+        """Drop ``command``."""
+
+    def extend(self, commands: Any) -> None:
+        """Refused: the driver only appends (a guard for the shared object)."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def insert(self, index: Any, command: Any) -> None:
+        """Refused, as ``extend``."""
+        raise TypeError("commands between activations are dropped one by one")
+
+
+BETWEEN_ACTIVATIONS = Dropped()

@@ -14,6 +14,7 @@ from roost.actors._app import ENTRY_ATTR, extension_or_none
 from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._events import Event
 from roost.actors._process import (
+    Process,
     _current,
     activity_context,
     current_any,
@@ -430,9 +431,9 @@ def _activity_id(proc: Any, entry: Any) -> tuple[str, Mapping[str, Any]]:
     node = proc.node
     if node is not None:
         resolved = node.app.resolve(entry)
-        if resolved.kind.value != "activity":
+        if resolved.kind != "activity":  # a StrEnum: no ``.value`` lookup on every call
             raise invalid(f"funcs.call runs activities; {resolved.id!r} is a {resolved.kind.value}")
-        return str(resolved.id), resolved.options
+        return resolved.id, resolved.options
     entry_id = getattr(entry, ENTRY_ATTR, entry) if callable(entry) else entry
     if not isinstance(entry_id, str) or ":" not in entry_id:
         raise invalid(f"an activity is an id like 'app:charge' or its function, got {entry!r}")
@@ -581,11 +582,21 @@ def _activity_option_check() -> Callable[..., Any] | None:
     return extension_or_none("activity_options")
 
 
-async def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Awaitable[Any]:
+    """What ``funcs.call`` awaits: in a workflow the driver's handle itself.
+
+    A plain function, so a workflow waiting on an activity keeps no frame of it (nor of
+    the driver's): one coroutine (the caller's) and the handle, at every step.
+    """
     proc = current_any("funcs.call")
     if proc.workflow is not None:
         entry_id, defaults = _activity_id(proc, entry)
-        return await proc.workflow.call_activity(entry_id, args, (defaults, options))
+        handle: Awaitable[Any] = proc.workflow.start_activity(entry_id, args, (defaults, options))
+        return handle
+    return _call_local(proc, entry, args)
+
+
+async def _call_local(proc: Process, entry: Any, args: tuple[Any, ...]) -> Any:
     await trio.lowlevel.checkpoint()
     resolved = proc.node.app.resolve(entry)
     if resolved.kind.value != "activity":

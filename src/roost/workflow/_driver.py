@@ -15,7 +15,6 @@ into it as a clear error.
 from __future__ import annotations
 
 import datetime as dt
-from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -26,25 +25,26 @@ from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
 from roost.workflow._driver_parts import (
+    BETWEEN_ACTIVATIONS,
+    NONE,
+    PARKS,
     Chance,
     DriverBackend,
     Future,
-    Park,
     Ports,
     Status,
     Task,
     WorkflowActivity,
     call_site,
-    check_version_range,
     close_all,
     divergence,
     foreign_error,
     recordable_error,
     trio_misuse,
     unrecordable,
-    version_dropped,
     workflow_error,
 )
+from roost.workflow._driver_versions import DEFAULT_VERSION, Versions
 from roost.workflow._history import (
     ActivityResolved,
     CancelActivity,
@@ -63,7 +63,6 @@ from roost.workflow._history import (
     StopProcess,
     TimerFired,
     UpsertAttributes,
-    VersionMarker,
     same_command,
 )
 from roost.workflow._options import check_child_id, check_child_options
@@ -79,11 +78,17 @@ __all__ = [
 ]
 
 
-DEFAULT_VERSION = -1
 _NO_PIDS: frozenset[Pid] = frozenset()
+_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
 
 
-class Driver(Chance):
+RUNNING = Status.RUNNING
+# Names of the shared empties, as the driver uses them.
+_NONE = NONE
+_BETWEEN_ACTIVATIONS = BETWEEN_ACTIVATIONS
+
+
+class Driver(Chance, DriverBackend, Versions):
     """Runs one workflow run deterministically, one activation at a time.
 
     Args:
@@ -102,6 +107,7 @@ class Driver(Chance):
         "_events",
         "_events_size",
         "_expected",
+        "_expected_at",
         "_fn",
         "_length_base",
         "_pending",
@@ -114,15 +120,12 @@ class Driver(Chance):
         "_timers",
         "_versions",
         "activations",
-        "backend",
         "children",
         "error",
         "history_length",
         "mailbox",
-        "memo",
         "now",
         "result",
-        "search",
         "started",
         "status",
     )
@@ -130,29 +133,32 @@ class Driver(Chance):
     def __init__(self, fn: Callable[..., Coroutine[Any, Any, Any]], ports: Ports) -> None:
         self._fn = fn
         self._ports = ports
-        self._calls: dict[int, Channel[Message]] = {}
+        # The dicts start as the shared ``_NONE`` and are made on first write (``_own``).
+        self._calls: dict[int, Channel[Message]] = _NONE
         # Created on first use: most runs start none (a set is 216 bytes per cached run).
         self.children: set[Pid] | frozenset[Pid] = _NO_PIDS
-        self._child_waits: dict[Pid, Future] = {}
+        self._child_waits: dict[Pid, Future] = _NONE
         # A list read from the front by index (see activate), not a deque: a deque is 760
-        # bytes, and every cached run keeps its queue.
-        self._ready: list[tuple[Task, BaseException | None]] = []
+        # bytes, and every cached run keeps its queue. A coroutine to resume with an error
+        # carries it (``Task.throw``): no tuple per step.
+        self._ready: list[Task] = []
         self._tasks: list[Task] = []
-        self._pending: dict[int, Future] = {}
-        self._timers: dict[int, Channel[Any]] = {}
-        self._tickers: dict[int, float] = {}
-        self._versions: dict[str, int] = {}
-        self.search: dict[str, Any] = {}
-        self.memo: dict[str, Any] = {}
-        self._commands: list[Any] = []
-        self._expected: deque[Any] | None = None
+        self._pending: dict[int, Future] = _NONE
+        self._timers: dict[int, Channel[Any]] = _NONE
+        self._tickers: dict[int, float] = _NONE
+        self._versions: dict[str, int] = _NONE
+        self._commands: list[Any] = _BETWEEN_ACTIVATIONS
+        # On replay: the commands the history recorded for this activation (the caller's
+        # list, read in place), and the index of the next one the code must issue.
+        self._expected: Sequence[Any] | None = None
+        self._expected_at = 0
         self._seq = 0
         super().__init__()
         self._divergence: NondeterminismError | None = None
         self.mailbox = Mailbox()
         self.started: Started | None = None
-        self.now = dt.datetime.fromtimestamp(0, dt.UTC)
-        self.status = Status.RUNNING
+        self.now = _EPOCH
+        self.status = RUNNING
         self.result: Any = None
         self.error: Error | None = None
         self.activations = 0
@@ -164,7 +170,14 @@ class Driver(Chance):
         self._size_base = 0
         self._events: Sequence[Any] = ()
         self._events_size = 0
-        self.backend = DriverBackend(self)
+
+    def _own(self, name: str) -> dict[Any, Any]:
+        """This driver's own dict ``name``, made on first write (see ``_NONE``)."""
+        mine: dict[Any, Any] = getattr(self, name)
+        if mine is _NONE:
+            mine = {}
+            setattr(self, name, mine)
+        return mine
 
     # -- the activation ------------------------------------------------------------------
 
@@ -189,22 +202,23 @@ class Driver(Chance):
         self.activations += 1
         self.history_length = self._length_base + len(events)
         self._events, self._events_size = events, -1
-        self._expected = deque(expected) if expected is not None else None
+        self._expected, self._expected_at = expected, 0
+        self._commands = []
         for event in events:
             self._apply(event)
-        ready, taken = self._ready, 0
+        ready, taken, step = self._ready, 0, self._step
         try:
-            while taken < len(ready) and self.status == Status.RUNNING:
-                task, exc = ready[taken]
+            while taken < len(ready) and self.status == RUNNING:
+                task = ready[taken]
                 taken += 1
-                self._step(task, exc)
+                step(task)
                 if self._divergence is not None:  # raised even if workflow code caught it
                     raise self._divergence
         finally:
             del ready[:taken]
-        if self._expected:
-            self._diverged(None, self._expected[0], "<the workflow blocked instead>")
-        commands, self._commands = self._commands, []
+        if expected is not None and self._expected_at < len(expected):
+            self._diverged(None, expected[self._expected_at], "<the workflow blocked instead>")
+        commands, self._commands = self._commands, _BETWEEN_ACTIVATIONS
         self._length_base = self.history_length = self.history_length + len(commands)
         return commands
 
@@ -225,13 +239,14 @@ class Driver(Chance):
         self._events, self._events_size = (), 0
 
     def _apply(self, event: Any) -> None:
+        if type(event) is ActivityResolved:  # the most frequent event, without a match
+            waiting = self._pending.pop(event.seq, None)
+            if waiting is not None:  # None: cancelled by the workflow meanwhile
+                waiting.resolve(event.value, event.error)
+            return
         match event:
             case Started():
                 self._start(event)
-            case ActivityResolved(seq=seq, value=value, error=error):
-                waiting = self._pending.pop(seq, None)
-                if waiting is not None:  # None: cancelled by the workflow meanwhile
-                    waiting.resolve(value, error)
             case TimerFired(seq=seq):
                 self._timer_fired(seq)
             case MessageArrived(call=int() as seq, topic=topic, payload=payload, sender=sender):
@@ -276,7 +291,7 @@ class Driver(Chance):
         return children
 
     def _start(self, started: Started) -> None:
-        self.started = started
+        self.started = self._ports.kept_start(started)
         task = self._spawn(self._fn, tuple(started.args), "main")
         task.main = True
 
@@ -287,14 +302,16 @@ class Driver(Chance):
             raise invalid(f"{name} must be an async function, got {fn!r}")
         task = Task(coro, ctx, name)
         self._tasks.append(task)
-        self._ready.append((task, None))
+        self._ready.append(task)
         return task
 
-    def _step(self, task: Task, exc: BaseException | None) -> None:
+    def _step(self, task: Task) -> None:
+        exc = task.throw
         try:
             if exc is None:
                 yielded = task.ctx.run(task.coro.send, None)
             else:
+                task.throw = None
                 yielded = task.ctx.run(task.coro.throw, exc)
         except StopIteration as stop:
             self._tasks.remove(task)
@@ -315,10 +332,11 @@ class Driver(Chance):
             failure = trio_misuse(error) or workflow_error(error)
             self._finish(Fail(seq=self._next_seq(), error=failure), task)
         else:
-            if isinstance(yielded, Park):
-                yielded.waiter.task = task
+            if type(yielded) in PARKS:
+                yielded.task = task
             else:
-                self._ready.append((task, foreign_error(task, yielded)))
+                task.throw = foreign_error(task, yielded)
+                self._ready.append(task)
 
     def _finish(self, command: Complete | Fail | ContinueAsNew, task: Task) -> None:
         if isinstance(command, Complete):
@@ -378,10 +396,15 @@ class Driver(Chance):
         self._seq += 1
         return self._seq
 
+    def _next_recorded(self) -> Any:
+        """On replay, the recorded command the code must issue next (None: none is left)."""
+        expected, at = self._expected, self._expected_at
+        return expected[at] if expected is not None and at < len(expected) else None
+
     def _issue(self, command: Any) -> None:
-        expected = self._expected
-        if expected is not None:
-            recorded = expected.popleft() if expected else None
+        if self._expected is not None:
+            recorded = self._next_recorded()
+            self._expected_at += 1
             if recorded is None or not same_command(command, recorded):
                 self._diverged(command, recorded, call_site())
         self._commands.append(command)
@@ -401,39 +424,42 @@ class Driver(Chance):
             self._divergence = error
         raise error
 
-    async def call_activity(
+    def call_activity(
         self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
-    ) -> Any:
-        """Schedule an activity and wait for its result (or raise its error).
+    ) -> WorkflowActivity:
+        """Schedule an activity; await the result for its value (or its error raised).
 
         ``options`` are option sources (entry defaults, then per-call), merged in order.
+        The handle itself is the awaitable: no coroutine frame of the driver's is kept
+        while the workflow waits.
         """
-        return await self.start_activity(entry, args, options)
+        return self.start_activity(entry, args, options)
 
     def start_activity(
         self, entry: str, args: tuple[Any, ...], options: Sequence[Mapping[str, Any]] = ()
     ) -> WorkflowActivity:
         """Schedule an activity; the handle is awaited for its result, or cancelled."""
-        expected = self._expected
-        recorded = expected[0] if expected else None
-        if (
-            type(recorded) is ScheduleActivity
-            and recorded.seq == self._seq + 1
-            and recorded.entry == entry
-        ):
+        expected, at = self._expected, self._expected_at
+        recorded = expected[at] if expected is not None and at < len(expected) else None
+        seq = self._seq + 1
+        if type(recorded) is ScheduleActivity and recorded.seq == seq and recorded.entry == entry:
             # Replaying a step the history has: the recorded command is the command (the
             # arguments may differ, as everywhere in replay), nothing to build or check.
-            expected.popleft()  # type: ignore[union-attr]
+            self._expected_at = at + 1
             self._commands.append(recorded)
-            seq = self._next_seq()
+            self._seq = seq
         else:
             self._validate_args(args, f"activity {entry!r}")
             merged = activity_options(*options)
-            seq = self._next_seq()
+            self._seq = seq
             self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
-        future = Future(self)
-        self._pending[seq] = future
-        return WorkflowActivity(self, seq, future, entry)
+        # The handle is the future the result resolves: one object per activity.
+        handle = WorkflowActivity(self, seq, entry)
+        pending = self._pending
+        if pending is _NONE:  # the hot path of ``_own``, inlined
+            pending = self._pending = {}
+        pending[seq] = handle
+        return handle
 
     def cancel_activity(self, seq: int, entry: str) -> None:
         """Record the cancel of activity ``seq``; its waiters get a Canceled error now."""
@@ -453,7 +479,7 @@ class Driver(Chance):
         """A durable timer; returns when it fires."""
         seq = self._next_seq()
         future = Future(self)
-        self._pending[seq] = future
+        self._own("_pending")[seq] = future
         self._issue(StartTimer(seq=seq, seconds=seconds))
         await future
 
@@ -461,7 +487,7 @@ class Driver(Chance):
         """A durable timer as a channel (receives the workflow time when it fires)."""
         seq = self._next_seq()
         chan: Channel[dt.datetime] = Channel(1)
-        self._timers[seq] = chan
+        self._own("_timers")[seq] = chan
         self._issue(StartTimer(seq=seq, seconds=seconds))
         return chan
 
@@ -473,50 +499,17 @@ class Driver(Chance):
 
     def _rearm(self, chan: Channel[dt.datetime], seconds: float) -> None:
         seq = self._next_seq()
-        self._timers[seq] = chan
-        self._tickers[seq] = seconds
+        self._own("_timers")[seq] = chan
+        self._own("_tickers")[seq] = seconds
         self._issue(StartTimer(seq=seq, seconds=seconds))
-
-    def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
-        """Deterministic versioning (Temporal's GetVersion).
-
-        A new run records and returns ``max_supported``; a replay returns the recorded
-        version, or ``DEFAULT_VERSION`` (-1) for a history made before the change existed.
-        """
-        check_version_range(change_id, min_supported, max_supported)
-        chosen = self._versions.get(change_id)
-        if chosen is None:
-            chosen = self._choose_version(change_id, max_supported)
-            self._versions[change_id] = chosen
-        if not min_supported <= chosen <= max_supported:
-            # Only a replay can hit this: the code dropped support for this run. Like a
-            # divergence, it stops the replay (the run stays open until the code is fixed)
-            # instead of recording a failure into the run's history.
-            self._stop_replay(version_dropped(change_id, chosen, min_supported, max_supported))
-        return chosen
-
-    def _choose_version(self, change_id: str, max_supported: int) -> int:
-        expected = self._expected
-        if expected is None:
-            self._issue(
-                VersionMarker(seq=self._next_seq(), change_id=change_id, version=max_supported)
-            )
-            return max_supported
-        nxt = expected[0] if expected else None
-        if isinstance(nxt, VersionMarker) and nxt.change_id == change_id:
-            self._issue(
-                VersionMarker(seq=self._next_seq(), change_id=change_id, version=nxt.version)
-            )
-            return int(nxt.version)
-        return DEFAULT_VERSION  # replaying a history made before this change
 
     def upsert_attributes(self, search: dict[str, Any], memo: dict[str, Any]) -> None:
         """Record new search attributes / memo for this run."""
         self._validate(search, "search attributes")
         self._validate(memo, "memo")
+        # The run's record takes them from the command (see the planner): the driver
+        # keeps no copy.
         self._issue(UpsertAttributes(seq=self._next_seq(), search=search, memo=memo))
-        self.search.update(search)
-        self.memo.update(memo)
 
     def send(self, dest: Any, topic: str, payload: Any) -> None:
         """Record an outgoing message (delivered by the runtime after the commit)."""
@@ -533,7 +526,7 @@ class Driver(Chance):
         reply_to = self._ports.reply_pid(self._seq + 1)  # raises if this driver cannot
         seq = self._next_seq()
         replies: Channel[Message] = Channel(64)
-        self._calls[seq] = replies
+        self._own("_calls")[seq] = replies
         self._issue(
             SendMessage(seq=seq, dest=dest, topic=topic, payload=payload, reply_to=reply_to)
         )
@@ -597,7 +590,7 @@ class Driver(Chance):
         """Run a child workflow to its end: its result, or its error raised here."""
         pid = self.start_child(entry, args, options)
         future = Future(self)
-        self._child_waits[pid] = future
+        self._own("_child_waits")[pid] = future
         return await future
 
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

@@ -26,12 +26,16 @@ if TYPE_CHECKING:
     from roost.workflow._history import Started
 
 __all__ = [
+    "BETWEEN_ACTIVATIONS",
     "NONDETERMINISM_ADVICE",
+    "NONE",
+    "PARKS",
     "Chance",
     "DriverBackend",
     "DriverView",
+    "Dropped",
     "Future",
-    "Park",
+    "NoEntries",
     "Ports",
     "Status",
     "Task",
@@ -60,8 +64,12 @@ class DriverView(WorkflowOps, Protocol):
     coroutines and cancel activities; a port installs the driver's channel backend.
     """
 
-    backend: DriverBackend
-    _ready: list[tuple[Task, BaseException | None]]
+    @property
+    def backend(self) -> DriverBackend:
+        """The channel backend of the driver's workflow code."""
+        ...
+
+    _ready: list[Task]
 
     def cancel_activity(self, seq: int, entry: str) -> None:
         """Stop waiting for activity ``seq``."""
@@ -102,34 +110,40 @@ class Ports(abc.ABC):
         """Bytes ``value`` takes in the history (0 by default: sizes are not measured)."""
         return 0
 
+    def kept_start(self, started: Started) -> Started:
+        """The ``Started`` the driver keeps for the run's life (``started`` by default).
+
+        A host whose run record holds the same identity returns an equal event that shares
+        the record's strings: a decoded event's own copies would stay in memory with every
+        cached run.
+        """
+        return started
+
 
 def _cannot(what: str) -> Error:
     return Error(f"this driver cannot {what}", kind=ErrorKind.INVALID_STATE)
 
 
-class Park:
-    """The one thing workflow coroutines yield to the driver."""
-
-    __slots__ = ("waiter",)
-
-    def __init__(self, waiter: DriverWaiter) -> None:
-        self.waiter = waiter
-
-    def __await__(self) -> Generator[Any, None, None]:
-        yield self
-
-
 class Task:
-    __slots__ = ("coro", "ctx", "main", "name")
+    """One coroutine of a run; ``throw``: the error to resume it with, when queued so."""
+
+    __slots__ = ("coro", "ctx", "main", "name", "throw")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], ctx: contextvars.Context, name: str) -> None:
         self.coro = coro
         self.ctx = ctx
         self.name = name
         self.main = False
+        self.throw: BaseException | None = None
 
 
 class DriverWaiter(Waiter):
+    """A channel operation's parked coroutine; it is itself what the coroutine yields.
+
+    Its own awaitable (``__await__`` returns it, ``__next__`` yields it once), so parking
+    makes no ``Park`` object or generator: one object per wait, kept while a run is idle.
+    """
+
     __slots__ = ("driver", "task")
 
     def __init__(self, driver: DriverView) -> None:
@@ -138,8 +152,19 @@ class DriverWaiter(Waiter):
         self.task: Task | None = None
 
     def wake(self) -> None:
+        """Queue the parked coroutine on its driver."""
         assert self.task is not None
-        self.driver._ready.append((self.task, None))
+        self.driver._ready.append(self.task)
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self  # type: ignore[return-value]  # an iterator: all ``await`` needs
+
+    def __next__(self) -> DriverWaiter:
+        # Yielded once: the driver sets ``task`` on what it receives, and the next resume
+        # (after ``wake``) ends the await.
+        if self.task is None:
+            return self
+        raise StopIteration
 
 
 async def _no_yield() -> None:
@@ -147,10 +172,18 @@ async def _no_yield() -> None:
 
 
 class DriverBackend:
-    """Channel backend for workflow code: parking yields to the driver, checkpoints are free."""
+    """Channel backend for workflow code: parking yields to the driver, checkpoints are free.
 
-    def __init__(self, driver: DriverView) -> None:
-        self.driver = driver
+    A base of ``Driver`` (no object of its own per run): the driver is its own backend.
+    """
+
+    __slots__ = ()
+    _ready: list[Task]
+
+    @property
+    def backend(self) -> DriverBackend:
+        """The channel backend of this driver's workflow code: the driver itself."""
+        return self
 
     def checkpoint_if_cancelled(self) -> Coroutine[Any, Any, None]:
         """Workflows are never trio-cancelled: a no-op."""
@@ -162,22 +195,26 @@ class DriverBackend:
 
     def new_waiter(self) -> Waiter:
         """A waiter that requeues the parked coroutine on the driver."""
-        return DriverWaiter(self.driver)
+        return DriverWaiter(self)  # type: ignore[arg-type]  # a base of Driver only
 
     def park(self, waiter: Waiter) -> Awaitable[Any]:
-        """Yield to the driver until the waiter is woken."""
-        assert isinstance(waiter, DriverWaiter)
-        return Park(waiter)
+        """Yield to the driver until the waiter is woken (the waiter is the awaitable)."""
+        assert type(waiter) is DriverWaiter
+        return waiter
 
 
 class Future:
-    """A command's result: parked on until the matching event arrives."""
+    """A command's result: parked on until the matching event arrives.
 
-    __slots__ = ("driver", "error", "resolved", "value", "waiter")
+    Its own awaitable, like ``DriverWaiter``: awaiting yields the future itself to the
+    driver, which records the waiting coroutine in ``task``.
+    """
+
+    __slots__ = ("driver", "error", "resolved", "task", "value")
 
     def __init__(self, driver: DriverView) -> None:
         self.driver = driver
-        self.waiter: DriverWaiter | None = None
+        self.task: Task | None = None
         self.resolved = False
         self.value: Any = None
         self.error: Error | None = None
@@ -185,16 +222,20 @@ class Future:
     def resolve(self, value: Any, error: Error | None) -> None:
         self.resolved = True
         self.value, self.error = value, error
-        if self.waiter is not None:
-            self.waiter.wake()
+        task = self.task
+        if task is not None:
+            self.task = None
+            self.driver._ready.append(task)
 
     def __await__(self) -> Generator[Any, None, Any]:
+        return self  # type: ignore[return-value]  # an iterator: all ``await`` needs
+
+    def __next__(self) -> Future:
         if not self.resolved:
-            self.waiter = DriverWaiter(self.driver)
-            yield Park(self.waiter)
+            return self
         if self.error is not None:
             raise self.error.clone()
-        return self.value
+        raise StopIteration(self.value)
 
 
 def call_site() -> str:
@@ -286,18 +327,24 @@ class Chance:
         return random.Random(self.rng().getrandbits(64))  # noqa: S311 - not crypto
 
 
-class WorkflowActivity:
-    """``funcs.start`` inside a workflow: await it for the result, or ``cancel()`` it."""
+class WorkflowActivity(Future):
+    """``funcs.start`` inside a workflow: await it for the result, or ``cancel()`` it.
 
-    __slots__ = ("_driver", "_entry", "_future", "_seq")
+    The handle is the future the activity's result resolves (one object per activity).
+    """
 
-    def __init__(self, driver: DriverView, seq: int, future: Future, entry: str) -> None:
-        self._driver, self._seq, self._future, self._entry = driver, seq, future, entry
+    __slots__ = ("_entry", "_seq")
+
+    def __init__(self, driver: DriverView, seq: int, entry: str) -> None:
+        # Future's fields set here: no chained ``__init__`` call on every activity.
+        self.driver, self.task, self.resolved = driver, None, False
+        self.value, self.error = None, None
+        self._seq, self._entry = seq, entry
 
     @property
     def done(self) -> bool:
         """Whether the result (or the error) is in."""
-        return bool(self._future.resolved)
+        return self.resolved
 
     def cancel(self) -> None:
         """Stop waiting for it; awaiting the handle then raises Canceled.
@@ -305,10 +352,11 @@ class WorkflowActivity:
         Its stored task is dropped and a running attempt is stopped. A no-op once the
         result is in.
         """
-        self._driver.cancel_activity(self._seq, self._entry)
+        self.driver.cancel_activity(self._seq, self._entry)
 
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._future.__await__()
+
+# What a workflow coroutine may yield to its driver (anything else is a foreign awaitable).
+PARKS: frozenset[type] = frozenset({DriverWaiter, Future, WorkflowActivity})
 
 
 class Status:
@@ -433,3 +481,55 @@ def version_dropped(change_id: str, chosen: int, low: int, high: int) -> Nondete
         "have finished",
         details={"change_id": change_id, "recorded": chosen, "location": call_site()},
     )
+
+
+# -- shared empties of the driver -------------------------------------------------------
+
+
+class NoEntries(dict[Any, Any]):
+    """The one empty dict every driver shares until it needs one of its own.
+
+    Reads (``get``, ``pop`` with a default, ``in``) work as on any empty dict; a write
+    raises, so a missed ``_own`` cannot leak entries into every run.
+    """
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+
+# Most runs never make a call, wait on a child, start a ticker or ask for a version; and
+# an idle run has no command pending. Each empty dict is 64 bytes per cached run: they
+# start as this shared one (see ``Driver._own``).
+NONE: Any = NoEntries()
+
+
+class Dropped(list[Any]):
+    """Where commands go between activations: nowhere.
+
+    Only a discarded coroutine runs then (a ``finally`` as ``close`` ends it), and what it
+    issues belongs to no activation. One shared object, not an idle list per cached run.
+    """
+
+    __slots__ = ()
+
+    def append(self, command: Any) -> None:
+        """Drop ``command``."""
+
+    def extend(self, commands: Any) -> None:
+        """Refused: the driver only appends (a guard for the shared object)."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def insert(self, index: Any, command: Any) -> None:
+        """Refused, as ``extend``."""
+        raise TypeError("commands between activations are dropped one by one")
+
+
+BETWEEN_ACTIVATIONS = Dropped()

@@ -21,6 +21,9 @@ __all__ = ["Pending", "Run", "Settled"]
 # The shared empty value of a Run's sets until one is needed: most runs never get a link or
 # a reported exit, and an empty set costs 216 bytes (and a collector visit) per open run.
 _NONE: frozenset[Pid] = frozenset()
+# The context of every run started without context values (most): one shared dict, never
+# written (context values are only read, ``roost.ctx``), instead of an empty one per run.
+_NO_CONTEXT: dict[str, Any] = {}
 
 
 @attrs.frozen
@@ -69,6 +72,10 @@ class Run:
     closed_event: trio.Event | None = None
     arriving: int = 0  # messages being committed to it, not yet in ``pending`` (_unread)
     task_failures: int = 0  # consecutive failed tasks (the backoff grows with them)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.context:
+            self.context = _NO_CONTEXT
 
     def watch(self, pid: Pid) -> None:
         """``pid`` gets the run's EXIT."""

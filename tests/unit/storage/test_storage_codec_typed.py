@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from roost.workflow._history import (
     Started,
 )
 from roost.workflow._history_format import _KINDS, encode_activation
-from roost.workflow._records import RunRecord
+from roost.workflow._records import RunRecord, with_counters
 from roost.workflow._status import RunStatus
 
 CODEC = Codec()
@@ -176,7 +177,7 @@ def test_a_bad_payload_in_a_history_row_is_named_by_its_field() -> None:
         commands=[ScheduleActivity(seq=2, entry="app:step", args=[1, {"k": {3}}])],
     )
     error = refusal(encode_activation, CODEC, act)
-    assert error.message.startswith("activation.commands[0].args[1][\"k\"]: cannot encode"), (
+    assert error.message.startswith('activation.commands[0].args[1]["k"]: cannot encode'), (
         error.message
     )
 
@@ -187,3 +188,24 @@ def test_a_history_row_holds_payloads_of_the_full_payload_depth() -> None:
     )
     act = Activation(index=1, at=AT, events=[started], commands=[])
     assert CODEC.decode(encode_activation(CODEC, act))[3][0][4] == [nested(MAX_DEPTH)]
+
+
+@given(
+    rec=strategy_for(RunRecord),
+    children=st.lists(strategy_for(roost.Pid), max_size=2),
+    counters=st.tuples(*(st.integers(min_value=0) for _ in range(4))),
+)
+def test_the_run_records_generated_copy_is_evolve(
+    rec: RunRecord, children: list[roost.Pid], counters: tuple[int, int, int, int]
+) -> None:
+    activations, length, size, unread = counters
+    changes = {
+        "children": children,
+        "activations": activations,
+        "history_length": length,
+        "history_size": size,
+        "unread": unread,
+    }
+    copied = with_counters(rec, **changes)
+    assert copied == attrs.evolve(rec, **changes)
+    assert copied is not rec

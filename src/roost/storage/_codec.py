@@ -309,8 +309,11 @@ def _dump_typed(value: Any, walk: Walk, payloads: Iterable[Any], limit: int) -> 
     flat = walk.flat
     try:
         for v in payloads:
+            tp = type(v)
+            if tp in flat or (not v and (tp is dict or tp is list)):
+                continue
             # A payload at exactly the limit may hold a bignum: the full walk decides.
-            if type(v) not in flat and walk.depth(v, limit) >= limit:
+            if walk.depth(v, limit) >= limit:
                 return None
         return cbor2.dumps(value, default=walk)
     except (Refused, UnicodeEncodeError, Unencodable, cbor2.CBOREncodeError, RecursionError):

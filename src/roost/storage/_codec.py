@@ -26,9 +26,10 @@ than ``MAX_DEPTH`` levels: cbor2's decoder stops at a fixed depth, and the encod
 what the decoder could not read back, counting levels the same way.
 
 One walk over the value (``roost.storage._walk``) checks all of that, measures the depth
-and unstructures records; cbor2 then encodes it in one call, its ``default`` hook writing
-Pids, Errors and records under private semantic tags. Decoding relies on cbor2 6's
-``semantic_decoders`` (mutable tag contents), so cbor2 >= 6 is required.
+and unstructures records (of roost's own records only the fields that may hold payloads
+are walked, see ``roost.storage._schema``); cbor2 then encodes it in one call, its
+``default`` hook writing Pids, Errors and records under private semantic tags. Decoding
+relies on cbor2 6's ``semantic_decoders`` (mutable tag contents), so cbor2 >= 6 is required.
 """
 
 from __future__ import annotations

@@ -2,16 +2,16 @@
 
 A roost record (a run record, an activity task, a history event) carries user payloads
 (arguments, results, message payloads, memo, errors) in a few fields; every other field has
-a declared type roost itself fills (ids, counters, times, PIDs, enums). Those typed fields
-need none of the codec's checks: they cannot hold an unknown type, and their depth is fixed
-by their type. So the codec walks only the payload fields of such a record (``Codec.encode``),
-and a string with a lone surrogate anywhere still makes cbor2 refuse the record, which sends
-it down the full walk for the message.
+a declared type roost itself fills (ids, counters, PIDs, enums). The codec walks only the
+first kind (``Codec.encode``; a history row's items the same way, ``Codec.encode_typed``):
 
-A *leaf* field (``str``, ``int``, ``bool``, ``float``, ``bytes``, ``None``, ``Pid``, a ``str``
-or ``int`` enum, or a union of those) gets an exact type test, no walk: a value of another
-type (a bug) sends the record down the full walk, which refuses it. Every other field
-(``Any``, ``Error``, datetimes, containers, records) is walked as a payload is.
+- a *leaf* field (``str``, ``int``, ``bool``, ``float``, ``bytes``, ``None``, ``Pid``, a
+  ``str`` or ``int`` enum, or a union of those) gets one exact type test and no walk: its
+  depth is fixed by its type. A value of another type (a bug) sends the record down the
+  full walk, which refuses it; a lone surrogate in a leaf string makes cbor2 refuse the
+  record, which sends it down the full walk too, for the message;
+- every other field (``Any``, ``Error``, datetimes, containers, records) is walked as a
+  payload is.
 """
 
 from __future__ import annotations

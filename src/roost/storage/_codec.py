@@ -26,14 +26,15 @@ than ``MAX_DEPTH`` levels: cbor2's decoder stops at a fixed depth, and the encod
 what the decoder could not read back, counting levels the same way.
 
 One walk over the value (``roost.storage._walk``) checks all of that, measures the depth
-and unstructures records; cbor2 then encodes it in one call, its ``default`` hook writing
-Pids, Errors and records under private semantic tags. Decoding relies on cbor2 6's
-``semantic_decoders`` (mutable tag contents), so cbor2 >= 6 is required.
+and unstructures records (of roost's own records only the fields that may hold payloads
+are walked, see ``roost.storage._schema``); cbor2 then encodes it in one call, its
+``default`` hook writing Pids, Errors and records under private semantic tags. Decoding
+relies on cbor2 6's ``semantic_decoders`` (mutable tag contents), so cbor2 >= 6 is required.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import cbor2
@@ -141,7 +142,51 @@ class Codec:
             tp = type(value)
             rtype = None if tp is dict or tp is list else self._record_type(tp)
             envelope = rtype is not None and rtype.envelope
-        walk = self._walk(value, what, STORED_DEPTH if envelope else MAX_DEPTH)
+            if envelope:
+                assert rtype is not None
+                data = self._encode_typed(value, rtype)
+                if data is not None:
+                    return data
+        return self._encode_walked(value, what, STORED_DEPTH if envelope else MAX_DEPTH)
+
+    def encode_typed(
+        self, value: Any, payloads: Iterable[Any] | None, *, inner: int
+    ) -> bytes | None:
+        """Encode ``value``, walking only ``payloads``: the user payloads it holds.
+
+        For a stored row roost builds itself (a history row) whose parts other than
+        ``payloads`` are of types roost fills (see ``roost.storage._schema``): those parts
+        are not walked. Each payload is allowed ``STORED_DEPTH - inner`` levels, ``inner``
+        being the levels of the row above it, so the row fits the decoder's depth.
+
+        Returns:
+            The CBOR encoding, or None when a check or cbor2 refused something: then
+            :meth:`encode` of the same value (the full walk) names the problem. None
+            too when ``payloads`` is None (the caller found a part of the wrong type).
+        """
+        if payloads is None:
+            return None
+        walk = Walk(self._record_type)
+        return _dump_typed(value, walk, payloads, STORED_DEPTH - inner)
+
+    def _encode_typed(self, value: Any, rtype: _RecordType) -> bytes | None:
+        # One of roost's records: its typed fields are written as they are, its payload
+        # fields walked (each as deep as the full walk would allow it, below the record).
+        found = rtype.schema()
+        if found is None:
+            return None
+        try:
+            fields = rtype.unstructure(value)
+        except Exception:  # noqa: BLE001 - the full walk reports it
+            return None
+        if not found.check(fields):
+            return None
+        walk = Walk(self._record_type)
+        walk.records[id(value)] = (rtype, fields)
+        return _dump_typed(value, walk, [fields[n] for n in found.walked], STORED_DEPTH - 3)
+
+    def _encode_walked(self, value: Any, what: str, limit: int) -> bytes:
+        walk = self._walk(value, what, limit)
         try:
             return cbor2.dumps(value, default=walk)
         except UnicodeEncodeError:
@@ -258,6 +303,22 @@ class Codec:
         fast = rtype.fast_structure()
         if fast is not None:
             self._fast_tags[rtype.tag] = (rtype.version, fast)
+
+
+def _dump_typed(value: Any, walk: Walk, payloads: Iterable[Any], limit: int) -> bytes | None:
+    """cbor2's bytes of ``value`` once each of ``payloads`` is walked; None if refused."""
+    flat = walk.flat
+    try:
+        for v in payloads:
+            tp = type(v)
+            if tp in flat or (not v and (tp is dict or tp is list)):
+                continue
+            # A payload at exactly the limit may hold a bignum: the full walk decides.
+            if walk.depth(v, limit) >= limit:
+                return None
+        return cbor2.dumps(value, default=walk)
+    except (Refused, UnicodeEncodeError, Unencodable, cbor2.CBOREncodeError, RecursionError):
+        return None
 
 
 def _refusal(exc: Refused, what: str, limit: int, value: Any) -> Error:

@@ -21,6 +21,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost.storage._record_fns import fast_structure, fast_unstructure
+from roost.storage._schema import Schema, schema
 
 __all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Migrate", "record"]
 
@@ -91,6 +92,8 @@ class _RecordType:
     __slots__ = (
         "_fast",
         "_fast_built",
+        "_schema",
+        "_schema_built",
         "_structure",
         "_unstructure",
         "cls",
@@ -125,6 +128,8 @@ class _RecordType:
         # None when the class needs cattrs (see _record_fns).
         self._fast: Callable[[Mapping[str, Any]], Any] | None = None
         self._fast_built = False
+        self._schema: Schema | None = None
+        self._schema_built = False
 
     def unstructure(self, obj: Any) -> dict[str, Any]:
         """Return the field map of ``obj`` (nested records stay objects)."""
@@ -141,6 +146,16 @@ class _RecordType:
         if not self._fast_built:
             self._fast, self._fast_built = fast_structure(self.cls), True
         return self._fast
+
+    def schema(self) -> Schema | None:
+        """How the codec checks this record, if it is one of roost's own (see ``_schema``).
+
+        None for any other record: the codec walks all its fields.
+        """
+        if not self._schema_built:
+            self._schema = schema(self.cls) if self.envelope else None
+            self._schema_built = True
+        return self._schema
 
     def load(self, version: Any, fields: Mapping[str, Any]) -> Any:
         """Rebuild an instance from a stored field map, migrating older schema versions."""

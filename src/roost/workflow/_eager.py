@@ -29,6 +29,7 @@ from roost.storage import WriteTxn
 from roost.workflow._activation import EXECUTORS, PASS_LIMIT, StepFailed, finish, prepare
 from roost.workflow._drivers import new_driver, touch
 from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._recorded import recorded
 from roost.workflow._records import timer_key
 from roost.workflow._task_failure import fail_task, task_failure_error
 
@@ -77,14 +78,14 @@ async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
             memory.
     """
     # The workflow sees what will be recorded (a tuple comes back a list), as on replay.
-    recorded = [m.codec.decode(m.codec.encode(event)) for event in events]
+    events_in = [recorded(m.codec, event) for event in events]
     driver = run.driver = new_driver(m, run)
     touch(m, run)
     m.runs.move(run, PhaseEvent.TAKE)  # no executor takes it; events that arrive wait
     m.eager_in_flight += 1
     try:
         try:
-            step = prepare(m, run, driver, [], m.node.now(), events=recorded)
+            step = prepare(m, run, driver, [], m.node.now(), events=events_in)
         except StepFailed as failed:
             await _store_start_then_fail(m, run, events, failed.error, failed.cause)
             return

@@ -44,6 +44,7 @@ from roost.workflow._records import (
     history_key,
     task_key,
     timer_key,
+    with_counters,
 )
 from roost.workflow._run import Run, Settled
 from roost.workflow._unread import check_room, counts
@@ -243,7 +244,7 @@ class Effects:
             and not self.children
             and children == record.children
         )
-        self.record = record = attrs.evolve(
+        self.record = record = with_counters(
             record,
             children=children,
             activations=act.index,

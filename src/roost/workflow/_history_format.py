@@ -11,8 +11,9 @@ Format v2, the one written, is one CBOR array per row::
 (UTC); each event or command is an array ``[kind, field, ...]``: a small integer naming its
 class (``_KINDS``), then its fields in declaration order. No field names, no record tags,
 no datetime text. User payloads (arguments, results, signal payloads, errors, PIDs) sit in
-their fields as the codec writes them: the row is encoded in one ``Codec.encode`` call, so
-each payload goes through the codec's checks (types, depth, surrogates) exactly once.
+their fields as the codec writes them: the row is encoded in one cbor2 call that walks only
+those payload fields (``Codec.encode_typed``; the kind, seq, ids and PIDs are of types roost
+fills), and a refusal re-encodes the activation through the full walk for its message.
 
 A v1 row starts with the codec's record tag, a v2 row with an array: ``decode_activation``
 reads both, so data dirs written before v2 need no migration. An activation comes back
@@ -27,6 +28,7 @@ from typing import Any, Final
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.storage._codec import Codec
+from roost.storage._schema import schema
 from roost.workflow._history import (
     Activation,
     ActivityResolved,
@@ -122,6 +124,20 @@ def _generate() -> tuple[
 _PACK, _BUILD = _generate()
 
 
+def _schemas() -> dict[int, tuple[Callable[[list[Any]], bool], tuple[int, ...]]]:
+    """Per kind, the type test of its leaf fields and the positions of the walked ones."""
+    found: dict[int, tuple[Callable[[list[Any]], bool], tuple[int, ...]]] = {}
+    for cls, (kind, fields) in _KINDS.items():
+        checked = schema(cls, fields, by_index=True)
+        found[kind] = (checked.check, tuple(1 + fields.index(n) for n in checked.walked))
+    return found
+
+
+_SCHEMAS: Final = _schemas()
+# Levels of the row above a field of an event or command: the row, its list, the item.
+_ROW_LEVELS: Final = 3
+
+
 def encode_activation(codec: Codec, act: Activation) -> bytes:
     """The stored bytes of ``act``: a format v2 row, encoded (and checked) by ``codec``.
 
@@ -139,6 +155,9 @@ def encode_activation(codec: Codec, act: Activation) -> bytes:
         ) from None
     at = (act.at - _EPOCH) // _MICRO
     row = [FORMAT, act.index, at, events, commands]
+    data = codec.encode_typed(row, _walked(events, commands), inner=_ROW_LEVELS)
+    if data is not None:
+        return data
     try:
         return codec.encode(row, what="activation", envelope=True)
     except Error:
@@ -146,6 +165,18 @@ def encode_activation(codec: Codec, act: Activation) -> bytes:
         # "activation.events[0].payload", not by its position in the row.
         codec.encode(act, what="activation")
         raise
+
+
+def _walked(events: list[list[Any]], commands: list[list[Any]]) -> list[Any] | None:
+    """The fields of a row's items to walk, or None if a leaf field has a wrong type."""
+    schemas = _SCHEMAS
+    walked: list[Any] = []
+    for item in (*events, *commands):
+        check, positions = schemas[item[0]]
+        if not check(item):
+            return None
+        walked += [item[i] for i in positions]
+    return walked
 
 
 def read_activation(

@@ -20,7 +20,6 @@ import trio
 
 from roost._errors import Error, not_found
 from roost._pid import Pid
-from roost._text import has_utf8
 from roost.actors._app import Entry, EntryKind
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
@@ -34,16 +33,15 @@ from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._executors import Executors, freeze_startup_heap
 from roost.workflow._family import new_run, record_for_start
 from roost.workflow._history import (
-    ActivityResolved,
     CancelRequested,
     MessageArrived,
     ProcessExited,
     Started,
-    TimerFired,
 )
 from roost.workflow._history_format import decode_activation
 from roost.workflow._options import check_start_options
 from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._recorded import as_recorded
 from roost.workflow._records import (
     RunRecord,
     RunStatus,
@@ -65,21 +63,6 @@ __all__ = ["Run", "WorkflowManager"]
 
 
 log = logging.getLogger("roost.workflow")
-
-
-# Values that always encode, and decode as themselves (a str only with a UTF-8 form).
-_PLAIN: frozenset[type] = frozenset({type(None), bool, int, float, bytes})
-
-
-def as_recorded(event: Any) -> bool:
-    """Whether ``event`` is what recording it gives back (no need to round-trip it)."""
-    tp = type(event)
-    if tp is TimerFired:
-        return True
-    if tp is not ActivityResolved or event.error is not None:
-        return False
-    value = event.value
-    return type(value) in _PLAIN or (type(value) is str and has_utf8(value))
 
 
 class WorkflowManager:

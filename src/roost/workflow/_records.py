@@ -17,7 +17,8 @@ Tables (all keys built with ``roost.storage.key`` so byte order is logical order
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -42,6 +43,7 @@ __all__ = [
     "read_progress",
     "task_key",
     "timer_key",
+    "with_counters",
     "with_progress",
 ]
 
@@ -88,6 +90,26 @@ class RunRecord:
     # Messages delivered to the workflow and not read by it, as of its last activation
     # (what the unread-message limit counts while the run is not in memory).
     unread: int = 0
+
+
+def _replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
+    """A function building a copy of a ``cls`` instance with the ``changed`` fields given.
+
+    Generated: ``attrs.evolve`` looks every field up by name on each call, and the run
+    record is copied on every activation.
+    """
+    names = [f.name for f in attrs.fields(cls)]
+    values = ", ".join(f"{n}={n}" if n in changed else f"{n}=o.{n}" for n in names)
+    source = f"def replace(o, *, {', '.join(changed)}):\n    return _cls({values})\n"
+    namespace: dict[str, Any] = {"_cls": cls}
+    exec(compile(source, f"<roost replace {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the class's own field names
+    return cast("Callable[..., Any]", namespace["replace"])
+
+
+with_counters: Callable[..., RunRecord] = _replacer(
+    RunRecord, ("children", "activations", "history_length", "history_size", "unread")
+)
+"""``record`` with the fields an activation advances (keyword arguments, all required)."""
 
 
 @record("wf.progress")

@@ -210,7 +210,16 @@ class LmdbStore:
         req = Request(
             fn, task=trio.lowlevel.current_task(), token=trio.lowlevel.current_trio_token()
         )
-        writer.submit_soon(req)
+        if writer.submit_soon(req):
+            # The tick's first request: this task flushes the tick's batch at its next step
+            # (no flusher task to wake, and none to wake this one after an inline commit).
+            try:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            finally:  # even if a Ctrl-C lands here: the others staged behind it must go on
+                done = writer.flush(req)
+            if done:
+                assert req.result is not None
+                return cast(T, req.result.unwrap())
         return cast(T, await trio.lowlevel.wait_task_rescheduled(_abort_fails))
 
     def transact_sync(self, fn: Callable[[WriteTxn], T]) -> T:

@@ -10,6 +10,9 @@ Sync attempts ready in one pass go to the worker threads as one batch
 (``_activity_threads``), their deadlines kept in one heap by one timer task. Results
 that need no commit (a success for an open run) are handed to the workflow by the
 runner; failures, retries with their backoff, and rows of closed runs each get a task.
+When no executor is in a pass, the runner then runs the activations its results resumed
+itself (``Passes.take_pass``): one scheduler round trip less between a result and the
+activation it resumes.
 """
 
 from __future__ import annotations
@@ -134,16 +137,26 @@ class ActivityWorker:
     async def _run(self) -> None:
         """Drain the ready queue in passes; if an attempt suspends, become its task."""
         handed: tuple[Attempt, Coroutine[Any, Any, Any], Any] | None = None
+        executors = self.m.executors
         try:
             with trio.CancelScope() as scope:
                 while True:
                     if not self._ready:
                         await self._park()
-                    handed = self._pass()
+                    executors.hold()  # the runs this pass resumes wait for its end
+                    try:
+                        handed = self._pass()
+                    finally:
+                        here = executors.release(take=handed is None)
                     if handed is not None:
                         await self._rest_of(scope, *handed)
                         break
-                    await trio.lowlevel.checkpoint()  # once per pass, however many it settled
+                    if here:
+                        # No executor is in a pass: this task runs the activations its
+                        # results resumed (their commit is this pass's scheduler step).
+                        await executors.take_pass()
+                    else:
+                        await trio.lowlevel.checkpoint()  # once per pass, however many
         finally:
             if handed is None:
                 self._runner = False

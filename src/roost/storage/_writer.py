@@ -169,21 +169,22 @@ class Writer:
             return True
 
     @trio.lowlevel.enable_ki_protection  # a Ctrl-C waits: an inline commit runs to its end
-    def flush(self, req: Request) -> bool:
+    def flush(self, req: Request) -> int:
         """The tick's staged requests, ``req`` first among them: commit or hand on.
 
         Called by ``req``'s task (the tick's first submitter) one scheduler step after it
         staged ``req``: every task runnable then has run and staged its request too. If the
         writer thread is idle and no trio task is runnable, the batch commits right here
         (see ``_run_inline``); otherwise it goes to the writer thread, one wake-up for the
-        whole tick. Returns True if ``req``'s outcome is set (its caller takes it without
-        waiting): committed here, or failed by a close meanwhile.
+        whole tick. Returns how many requests' outcomes were set here, ``req``'s among them
+        (its caller takes it without waiting): the batch committed here, or ``req`` failed
+        by a close meanwhile; 0 when its caller is to wait for its outcome.
         """
         with self._cond:
             if self._flusher is req:
                 self._flusher = None
             if not self._staged or self._staged[0] is not req:
-                return req.result is not None  # a close took the batch meanwhile
+                return int(req.result is not None)  # a close took the batch meanwhile
             inline = (
                 self._idle
                 and not self._pending
@@ -199,9 +200,9 @@ class Writer:
                 self._pending += batch
                 if wake:
                     self._cond.notify()
-                return False
+                return 0
             self._inline = threading.get_ident()
-        return self._run_inline(batch)
+        return len(batch) if self._run_inline(batch) else 0
 
     def _run_inline(self, batch: list[Request]) -> bool:
         """Commit ``batch`` here, in the trio thread, because nothing else would run now.

@@ -77,16 +77,18 @@ class Executors:
     def release(self, *, take: bool) -> bool:
         """End ``hold``. Returns True if the caller is to run the held runs' pass itself.
 
-        That is when ``take`` allows it, runs are queued and no executor is in a pass: the
-        caller then calls ``take_pass`` at once. Otherwise an executor is woken for them.
+        That is when ``take`` allows it, the queued runs fit in one pass and no executor is
+        in a pass: the caller then calls ``take_pass`` at once. Otherwise as many executors
+        are woken as the queued runs fill passes, all in this tick, so that their commits
+        share one group transaction (one woken by another would commit on its own).
         """
         self._held = False
-        if not self._ready:
+        queued = len(self._ready)
+        if not queued:
             return False
-        if take and len(self._idle) == EXECUTORS:
+        if take and queued <= PASS_LIMIT and len(self._idle) == EXECUTORS:
             return True
-        if self._idle:
-            self._idle.unpark()
+        self._idle.unpark(count=min(len(self._idle), -(-queued // PASS_LIMIT)))
         return False
 
     async def take_pass(self) -> None:

@@ -216,10 +216,9 @@ class Writer:
         others' tasks rescheduled, and True.
         """
         results: list[outcome.Outcome[Any]] | None = None
-        committed = False
+        commits = self._stats.commits
         try:
             results = self._attempt(batch)
-            committed = True
         except (lmdb.MapFullError, lmdb.TxnFullError):
             results = None
         except (lmdb.Error, OSError) as exc:
@@ -244,7 +243,7 @@ class Writer:
         for req, result in zip(batch, results, strict=True):
             req.result = result
         self._stats.requests += len(batch)
-        self._stats.inline_commits += committed
+        self._stats.inline_commits += self._stats.commits - commits
         self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
         if len(batch) > 1:
             _reschedule_all(batch[1:])
@@ -315,6 +314,8 @@ class Writer:
                 return [outcome.Error(failure.clone()) for _ in batch]
 
     def _attempt(self, batch: list[Request]) -> list[outcome.Outcome[Any]]:
+        if len(batch) == 1:
+            return [self._attempt_alone(batch[0].fn)]
         parent = self._env.begin(write=True)
         try:
             results = [self._run_one(parent, req.fn) for req in batch]
@@ -324,6 +325,33 @@ class Writer:
             raise
         self._stats.commits += 1
         return results
+
+    def _attempt_alone(self, fn: Callable[[WriteTxn], Any]) -> outcome.Outcome[Any]:
+        """A batch of one request: no child transaction, and no commit if ``fn`` raises.
+
+        Its own transaction isolates it as a child would; one that raises is aborted, so
+        nothing of it is written and no fsync is spent on an empty commit.
+        """
+        lmdb_txn = self._env.begin(write=True)
+        try:
+            txn = LmdbWriteTxn(lmdb_txn, self._dbs)
+            result: outcome.Outcome[Any] = outcome.capture(fn, txn)
+            txn.finish()
+        except BaseException:
+            abort_quietly(lmdb_txn)
+            raise
+        if txn.fatal is not None or isinstance(result, outcome.Error):
+            abort_quietly(lmdb_txn)
+            if txn.fatal is not None:  # out of map or page room: the caller grows or splits
+                raise txn.fatal
+            return result
+        try:
+            self._commit(lmdb_txn)
+        except BaseException:
+            abort_quietly(lmdb_txn)
+            raise
+        self._stats.commits += 1
+        return result
 
     def _run_one(
         self, parent: lmdb.Transaction[bytes], fn: Callable[[WriteTxn], Any]

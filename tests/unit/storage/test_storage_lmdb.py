@@ -371,11 +371,19 @@ async def test_an_inline_transact_function_cannot_call_the_store(db: LmdbStore, 
         "read": lambda: db.read().__enter__(),
         "close": db.close,
     }
+    ran_in: list[int] = []
+
+    def fn(txn: WriteTxn) -> None:
+        ran_in.append(threading.get_ident())
+        calls[call]()
+
     with pytest.raises(Error, match="from inside a transact function") as info:
-        await db.transact(lambda txn: calls[call]())
+        await db.transact(fn)
     assert info.value.kind is ErrorKind.INVALID_STATE
     assert not db.closed
-    assert db.stats.inline_commits == 1  # the function ran inline (and its error was its own)
+    assert ran_in == [threading.get_ident()]  # it ran inline, and its error was its own
+    # A transaction alone in its batch that raised is aborted: no commit, no fsync.
+    assert (db.stats.requests, db.stats.commits, db.stats.inline_commits) == (1, 0, 0)
 
 
 # -- a full map, read-only stores ---------------------------------------------------------------

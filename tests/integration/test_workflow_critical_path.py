@@ -15,6 +15,7 @@ import trio
 
 import roost
 from roost import funcs, process
+from roost.workflow import _executors
 
 app = roost.App("critical")
 seen: dict[str, Any] = {"tasks": [], "committed": [], "node": None}
@@ -91,3 +92,29 @@ async def test_each_activity_starts_after_the_commit_that_scheduled_it(tmp_path:
     assert exit_event.value == 23
     # Activity k runs once activation k (which scheduled it) is committed, never before.
     assert seen["committed"] == [1, 2, 3]
+
+
+@app.workflow
+async def one_step(x: int) -> int:
+    return await funcs.call(step, x)
+
+
+async def test_runs_resumed_together_commit_in_one_group_across_executors(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    _reset()
+    monkeypatch.setattr(_executors, "PASS_LIMIT", 5)
+    async with roost.open_node(app, tmp_path, durability="fast") as node:
+        stats = node._node.store.stats
+        async with trio.open_nursery() as nursery:
+            for n in range(20):
+                nursery.start_soon(process.spawn_monitored, one_step, n)
+        # The 20 starts committed together; their activities' results come back in one
+        # runner pass and make 20 runs ready at once: 4 passes of 5.
+        before = (stats.requests, stats.commits)
+        exits = [await process.events().receive() for _ in range(20)]
+        after = (stats.requests, stats.commits)
+    assert sorted(e.value for e in exits) == list(range(1, 21))
+    # Every executor the 4 passes need is woken in one tick, so the 4 passes' requests
+    # share one group commit (an executor woken by another would commit on its own).
+    assert (after[0] - before[0], after[1] - before[1]) == (4, 1)

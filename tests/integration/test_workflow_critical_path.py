@@ -8,6 +8,7 @@ them); each activity still starts only after the commit that scheduled it. Real 
 MockClock makes the node commit through the writer thread (see ``Node.transact``).
 """
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,24 @@ async def test_runs_resumed_together_commit_in_one_group_across_executors(
     # Every executor the 4 passes need is woken in one tick, so the 4 passes' requests
     # share one group commit (an executor woken by another would commit on its own).
     assert (after[0] - before[0], after[1] - before[1]) == (4, 1)
+
+
+@app.activity
+async def collector_enabled() -> bool:
+    return gc.isenabled()
+
+
+@app.workflow
+async def asks_for_the_collector() -> list[bool]:
+    return [await funcs.call(collector_enabled), gc.isenabled()]
+
+
+async def test_no_collection_inside_a_runner_pass(tmp_path: Path) -> None:
+    async with roost.open_node(app, tmp_path, durability="fast"):
+        pid = await process.spawn_monitored(asks_for_the_collector)
+        exit_event = await process.events().receive()
+        assert exit_event.pid == pid
+        assert gc.isenabled()  # restored after the passes
+    # As in an executor's pass (where the workflow code ran), the collector is paused while
+    # the runner starts attempts and hands their results on.
+    assert exit_event.value == [False, False]

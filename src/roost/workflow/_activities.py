@@ -47,6 +47,7 @@ from roost.workflow._activity_attempt import (
 from roost.workflow._activity_info import ActivityInfo, activity_info, enter, heartbeat
 from roost.workflow._activity_log import KEPT_ERRORS, log_failure
 from roost.workflow._activity_threads import SyncJob, ThreadPool
+from roost.workflow._drivers import paused_gc
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
 from roost.workflow._retry import next_retry
@@ -145,7 +146,11 @@ class ActivityWorker:
                         await self._park()
                     executors.hold()  # the runs this pass resumes wait for its end
                     try:
-                        handed = self._pass()
+                        # As in an executor's pass: what a pass allocates mostly lives on
+                        # (attempts, the results handed on), so young collections inside it
+                        # would find little to free and hasten the full ones.
+                        with paused_gc():
+                            handed = self._pass()
                     finally:
                         here = executors.release(take=handed is None)
                     if handed is not None:

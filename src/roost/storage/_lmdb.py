@@ -3,10 +3,12 @@
 Write path. ``transact_sync`` puts a request on the writer's queue; ``transact`` stages it,
 and at the end of the current trio scheduler tick every request staged during that tick moves
 to the queue at once (one thread wake-up per tick rather than per request, so the two threads
-do not trade the GIL back and forth). If at that moment the writer thread is idle and no trio
-task is runnable, the tick's batch is committed right there in the trio thread instead, in
-the same way: the loop had nothing to do until the commit anyway, and two thread wake-ups
-are saved (see docs/design-notes.md). The writer thread takes *every* pending request at once,
+do not trade the GIL back and forth). The tick's first caller does that itself: it yields
+one scheduler step (the tasks runnable then stage theirs) and flushes. If at that moment the
+writer thread is idle and no trio task is runnable, the tick's batch is committed right there,
+in that caller's task, instead, in the same way: the loop had nothing to do until the commit
+anyway, two thread wake-ups are saved, and the caller goes on without waiting to be woken
+(see docs/design-notes.md). The writer thread takes *every* pending request at once,
 runs each request's function in its own child transaction of one parent transaction (so a
 function that raises is rolled back alone), and commits the parent once: one fsync covers the
 whole batch. It then wakes the batch's waiters: trio tasks with one
@@ -210,7 +212,20 @@ class LmdbStore:
         req = Request(
             fn, task=trio.lowlevel.current_task(), token=trio.lowlevel.current_trio_token()
         )
-        writer.submit_soon(req)
+        if writer.submit_soon(req):
+            # The tick's first request: this task flushes the tick's batch at its next step
+            # (no flusher task to wake, and none to wake this one after an inline commit).
+            try:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            finally:  # even if a Ctrl-C lands here: the others staged behind it must go on
+                done = writer.flush(req)
+            if done:
+                if done > 1:
+                    # The others of the batch resume at the next step: so does this one, so
+                    # that whatever they all do next lands in one tick (one group commit).
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                assert req.result is not None
+                return cast(T, req.result.unwrap())
         return cast(T, await trio.lowlevel.wait_task_rescheduled(_abort_fails))
 
     def transact_sync(self, fn: Callable[[WriteTxn], T]) -> T:

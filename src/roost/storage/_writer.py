@@ -72,10 +72,6 @@ def _all_of_this_run(requests: list[Request]) -> bool:
     return all(req.token is token for req in requests)
 
 
-def _abort_succeeds(_raise_cancel: Any) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.SUCCEEDED
-
-
 def _is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, lmdb.DiskError):
         return True
@@ -128,11 +124,9 @@ class Writer:
         self._idle = False
         # The thread running a batch inline (see _flush_staged), else None.
         self._inline: int | None = None
-        # A system task of the trio run using this store that flushes _staged at the end of
-        # each tick (see _schedule_flush), and whether it is parked waiting for work.
-        self._flusher: trio.lowlevel.Task | None = None
-        self._flusher_token: trio.lowlevel.TrioToken | None = None
-        self._flusher_parked = False
+        # The request of the task that flushes _staged (the tick's first submitter, see
+        # ``submit_soon``) while that task waits for its next step; None otherwise.
+        self._flusher: Request | None = None
         self._thread = threading.Thread(target=self._run, name=f"roost-writer:{self._path}")
         # A daemon, so a store the program forgot to close cannot hang interpreter exit;
         # LMDB's commit protocol keeps the data consistent even then.
@@ -156,8 +150,12 @@ class Writer:
             if len(self._pending) == 1:
                 self._cond.notify()
 
-    def submit_soon(self, req: Request) -> None:
-        """Queue a trio request at the end of the current trio tick (see ``_staged``)."""
+    def submit_soon(self, req: Request) -> bool:
+        """Stage a trio request for the end of the current scheduler tick (see ``_staged``).
+
+        Returns True if ``req`` is the tick's first: then its caller flushes the tick's
+        requests (``flush``) at its next step, after the tasks runnable now have run.
+        """
         assert req.token is not None
         if self.running_here():
             raise reentrant_error()
@@ -165,50 +163,28 @@ class Writer:
             if self._closing:
                 raise closed_error()
             self._staged.append(req)
-            first = len(self._staged) == 1
-        if first:
-            self._schedule_flush(req.token)
+            if len(self._staged) > 1:
+                return False
+            self._flusher = req
+            return True
 
-    def _schedule_flush(self, token: trio.lowlevel.TrioToken) -> None:
-        """Have ``_flush_staged`` run once the tasks runnable now have run.
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C waits: an inline commit runs to its end
+    def flush(self, req: Request) -> int:
+        """The tick's staged requests, ``req`` first among them: commit or hand on.
 
-        By rescheduling a parked system task rather than ``run_sync_soon``, which goes
-        through the run's wake-up socket: about 60 µs less per commit on a small VM.
+        Called by ``req``'s task (the tick's first submitter) one scheduler step after it
+        staged ``req``: every task runnable then has run and staged its request too. If the
+        writer thread is idle and no trio task is runnable, the batch commits right here
+        (see ``_run_inline``); otherwise it goes to the writer thread, one wake-up for the
+        whole tick. Returns how many requests' outcomes were set here, ``req``'s among them
+        (its caller takes it without waiting): the batch committed here, or ``req`` failed
+        by a close meanwhile; 0 when its caller is to wait for its outcome.
         """
-        if self._flusher_token is token and self._flusher is not None:
-            if self._flusher_parked:
-                self._flusher_parked = False
-                trio.lowlevel.reschedule(self._flusher)
-            return
-        if self._flusher_token is None:
-            with contextlib.suppress(RuntimeError):  # the run is shutting down
-                self._flusher = trio.lowlevel.spawn_system_task(
-                    self._flush_loop, name=f"roost-writer-flush:{self._path}"
-                )
-                self._flusher_token = token
-                return
-        token.run_sync_soon(self._flush_staged)  # another trio run (or none to spawn in)
-
-    async def _flush_loop(self) -> None:
-        try:
-            while True:
-                self._flush_staged()
-                self._flusher_parked = True
-                await trio.lowlevel.wait_task_rescheduled(_abort_succeeds)
-        finally:
-            self._flusher, self._flusher_token, self._flusher_parked = None, None, False
-            with self._cond:  # the run ends: whatever is staged goes to the thread
-                if self._staged and not self._closing:
-                    wake = not self._pending
-                    self._pending += self._staged
-                    self._staged.clear()
-                    if wake:
-                        self._cond.notify()
-
-    def _flush_staged(self) -> None:
         with self._cond:
-            if not self._staged:
-                return
+            if self._flusher is req:
+                self._flusher = None
+            if not self._staged or self._staged[0] is not req:
+                return int(req.result is not None)  # a close took the batch meanwhile
             inline = (
                 self._idle
                 and not self._pending
@@ -217,41 +193,40 @@ class Writer:
                 and trio.lowlevel.current_statistics().tasks_runnable == 0
                 and _all_of_this_run(self._staged)  # their tasks are rescheduled from here
             )
-            if inline:
-                batch = list(self._staged)
-                self._inline = threading.get_ident()
-            else:
-                wake = not self._pending
-                self._pending += self._staged
+            batch = list(self._staged)
             self._staged.clear()
             if not inline:
+                wake = not self._pending
+                self._pending += batch
                 if wake:
                     self._cond.notify()
-                return
-        self._run_inline(batch)
+                return 0
+            self._inline = threading.get_ident()
+        return len(batch) if self._run_inline(batch) else 0
 
-    def _run_inline(self, batch: list[Request]) -> None:
+    def _run_inline(self, batch: list[Request]) -> bool:
         """Commit ``batch`` here, in the trio thread, because nothing else would run now.
 
         When the writer thread is idle and no trio task is runnable, handing the batch to
         the thread only adds two thread wake-ups (about 0.3 ms on a small VM) to the
         commit's latency: the loop would sit idle until the commit is durable either way.
         A batch that needs the map grown or split goes to the thread after all (growing
-        waits for read snapshots, which must not block the loop).
+        waits for read snapshots, which must not block the loop): then False. Otherwise
+        every request's outcome is set, the first (the caller's own) returned as is and the
+        others' tasks rescheduled, and True.
         """
         results: list[outcome.Outcome[Any]] | None = None
-        committed = False
+        commits = self._stats.commits
         try:
             results = self._attempt(batch)
-            committed = True
         except (lmdb.MapFullError, lmdb.TxnFullError):
             results = None
         except (lmdb.Error, OSError) as exc:
             failure = _commit_failed(exc, self._path)
             results = [outcome.Error(failure.clone()) for _ in batch]
         except BaseException as exc:  # noqa: BLE001 - as on the thread: fail the batch
-            # (A system task is KI-protected and no task_timeout guard is armed here, so
-            # this is a bug in a transact function or in roost, never a Ctrl-C.)
+            # (No task_timeout guard is armed here, so this is a bug in a transact
+            # function or in roost, never a Ctrl-C.)
             bug = Error.from_exception(exc)
             results = [outcome.Error(bug.clone()) for _ in batch]
         finally:
@@ -259,15 +234,20 @@ class Writer:
                 self._inline = None
                 if results is None:
                     self._pending[:0] = batch  # first: they were staged before the rest
-                self._cond.notify_all()  # the thread, if work waits; a close, if one does
+                if self._pending or self._closing:
+                    # The thread, if work waits; a close, if one does. Not otherwise: a
+                    # wake-up for nothing costs the trio thread the GIL.
+                    self._cond.notify_all()
         if results is None:
-            return
+            return False
         for req, result in zip(batch, results, strict=True):
             req.result = result
         self._stats.requests += len(batch)
-        self._stats.inline_commits += committed
+        self._stats.inline_commits += self._stats.commits - commits
         self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
-        _reschedule_all(batch)
+        if len(batch) > 1:
+            _reschedule_all(batch[1:])
+        return True
 
     def close(self) -> None:
         """Stop taking requests, fail the queued ones, and wait for the current batch."""
@@ -277,10 +257,12 @@ class Writer:
                 self._cond.wait()
             left, self._pending = self._pending + self._staged, []
             self._staged.clear()
+            # The flushing task is not parked: it finds its outcome when it flushes.
+            flusher, self._flusher = self._flusher, None
             self._cond.notify()
         for req in left:
             req.result = outcome.Error(closed_error())
-        deliver(left)
+        deliver([req for req in left if req is not flusher])
         if threading.get_ident() != self._thread.ident:
             self._thread.join()
 
@@ -332,6 +314,8 @@ class Writer:
                 return [outcome.Error(failure.clone()) for _ in batch]
 
     def _attempt(self, batch: list[Request]) -> list[outcome.Outcome[Any]]:
+        if len(batch) == 1:
+            return [self._attempt_alone(batch[0].fn)]
         parent = self._env.begin(write=True)
         try:
             results = [self._run_one(parent, req.fn) for req in batch]
@@ -341,6 +325,33 @@ class Writer:
             raise
         self._stats.commits += 1
         return results
+
+    def _attempt_alone(self, fn: Callable[[WriteTxn], Any]) -> outcome.Outcome[Any]:
+        """A batch of one request: no child transaction, and no commit if ``fn`` raises.
+
+        Its own transaction isolates it as a child would; one that raises is aborted, so
+        nothing of it is written and no fsync is spent on an empty commit.
+        """
+        lmdb_txn = self._env.begin(write=True)
+        try:
+            txn = LmdbWriteTxn(lmdb_txn, self._dbs)
+            result: outcome.Outcome[Any] = outcome.capture(fn, txn)
+            txn.finish()
+        except BaseException:
+            abort_quietly(lmdb_txn)
+            raise
+        if txn.fatal is not None or isinstance(result, outcome.Error):
+            abort_quietly(lmdb_txn)
+            if txn.fatal is not None:  # out of map or page room: the caller grows or splits
+                raise txn.fatal
+            return result
+        try:
+            self._commit(lmdb_txn)
+        except BaseException:
+            abort_quietly(lmdb_txn)
+            raise
+        self._stats.commits += 1
+        return result
 
     def _run_one(
         self, parent: lmdb.Transaction[bytes], fn: Callable[[WriteTxn], Any]

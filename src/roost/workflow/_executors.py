@@ -4,6 +4,12 @@ A run with pending events is queued (``RunHost.ready``). An idle executor takes
 every queued run (up to ``PASS_LIMIT``), runs their activations back to back, commits them
 in one group transaction (``commit_steps``) and then dispatches their effects. While it
 waits for that commit, another executor takes the runs that became ready meanwhile.
+
+The activity runner hands results on in passes of its own; the runs they make ready are
+held until its pass ends (``hold``/``release``). If then no executor is in a pass, the
+runner takes those runs' pass itself, as an executor would (same taking, commit and
+release): the node is idle but for this chain of steps, and waking an executor would only
+add a scheduler round trip between an activity's result and the activation it resumes.
 """
 
 from __future__ import annotations
@@ -45,12 +51,13 @@ def freeze_startup_heap() -> None:
 class Executors:
     """The ready queue of one node's workflow runtime and the tasks that drain it."""
 
-    __slots__ = ("_idle", "_ready", "m")
+    __slots__ = ("_held", "_idle", "_ready", "m")
 
     def __init__(self, m: RunHost) -> None:
         self.m = m
         self._ready: deque[Run] = deque()  # queued for an executor's next pass
         self._idle = trio.lowlevel.ParkingLot()  # executors waiting for a queued run
+        self._held = False  # queued runs wait for ``run_held`` (no executor is woken)
 
     def start(self, nursery: trio.Nursery) -> None:
         """Start the executor tasks in ``nursery``."""
@@ -60,30 +67,59 @@ class Executors:
     def queue(self, run: Run) -> None:
         """``run`` (just moved to QUEUED) waits for the next pass."""
         self._ready.append(run)
-        if self._idle:
+        if self._idle and not self._held:
             self._idle.unpark()
 
+    def hold(self) -> None:
+        """Runs queued from now on wait for ``release`` (a caller's synchronous pass)."""
+        self._held = True
+
+    def release(self, *, take: bool) -> bool:
+        """End ``hold``. Returns True if the caller is to run the held runs' pass itself.
+
+        That is when ``take`` allows it, the queued runs fit in one pass and no executor is
+        in a pass: the caller then calls ``take_pass`` at once. Otherwise as many executors
+        are woken as the queued runs fill passes, all in this tick, so that their commits
+        share one group transaction (one woken by another would commit on its own).
+        """
+        self._held = False
+        queued = len(self._ready)
+        if not queued:
+            return False
+        if take and queued <= PASS_LIMIT and len(self._idle) == EXECUTORS:
+            return True
+        self._idle.unpark(count=min(len(self._idle), -(-queued // PASS_LIMIT)))
+        return False
+
+    async def take_pass(self) -> None:
+        """Take the queued runs (up to PASS_LIMIT) and run their pass in this task."""
+        await self._take_pass()
+
     async def _executor(self) -> None:
-        ready, table = self._ready, self.m.runs
+        ready, idle = self._ready, self._idle
         while True:
             while not ready:
-                await self._idle.park()
-            runs: list[Run] = []
-            while ready and len(runs) < PASS_LIMIT:
-                run = ready.popleft()
-                if run.phase is not RunPhase.QUEUED or not table.is_current(run):
-                    continue  # closed or set aside since it was queued
-                table.move(run, PhaseEvent.TAKE)
-                runs.append(run)
-            if ready and self._idle:
-                self._idle.unpark()  # more than one pass is ready
-            try:
-                await self._pass(runs)
-            finally:
-                for run in runs:
-                    table.move(run, PhaseEvent.DONE)  # a close from outside waits for this
-                for run in runs:
-                    self.m.ready(run)
+                await idle.park()
+            await self._take_pass()
+
+    async def _take_pass(self) -> None:
+        ready, table = self._ready, self.m.runs
+        runs: list[Run] = []
+        while ready and len(runs) < PASS_LIMIT:
+            run = ready.popleft()
+            if run.phase is not RunPhase.QUEUED or not table.is_current(run):
+                continue  # closed or set aside since it was queued
+            table.move(run, PhaseEvent.TAKE)
+            runs.append(run)
+        if ready and self._idle:
+            self._idle.unpark()  # more than one pass is ready
+        try:
+            await self._pass(runs)
+        finally:
+            for run in runs:
+                table.move(run, PhaseEvent.DONE)  # a close from outside waits for this
+            for run in runs:
+                self.m.ready(run)
 
     async def _pass(self, runs: list[Run]) -> None:
         """One pass: every run's activation, one group commit, their effects."""

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from roost.workflow._run import Pending, Run
     from roost.workflow._runs import RunTable
 
-__all__ = ["ActivityExecution", "DurableTimers", "RunHost", "StartWrites", "Storage"]
+__all__ = ["ActivityExecution", "DurableTimers", "Passes", "RunHost", "StartWrites", "Storage"]
 
 
 class Storage(Protocol):
@@ -79,6 +79,22 @@ class ActivityExecution(Protocol):
 
     def cancel(self, run_id: str, seq: int) -> None:
         """Stop working on a task the workflow cancelled (its row is deleted already)."""
+        ...
+
+
+class Passes(Protocol):
+    """The executors, as a task that hands results on in passes of its own sees them."""
+
+    def hold(self) -> None:
+        """Runs queued from now on wait for ``release`` (no executor is woken for them)."""
+        ...
+
+    def release(self, *, take: bool) -> bool:
+        """End ``hold``; True if the caller is to run the held runs' pass (``take_pass``)."""
+        ...
+
+    async def take_pass(self) -> None:
+        """Take the queued runs and run their pass (activations, commit, effects) here."""
         ...
 
 
@@ -161,6 +177,11 @@ class RunHost(Protocol):
     @property
     def activities(self) -> ActivityExecution:
         """Activity execution."""
+        ...
+
+    @property
+    def executors(self) -> Passes:
+        """The tasks that run queued runs' activations in passes."""
         ...
 
     @property

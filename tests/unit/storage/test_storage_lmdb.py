@@ -248,6 +248,65 @@ async def test_an_idle_store_commits_a_trio_request_in_the_trio_thread(db: LmdbS
         assert txn.get("state", b"k") == b"v"
 
 
+async def test_an_idle_store_commits_in_the_callers_own_task(
+    db: LmdbStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran_in: list[trio.lowlevel.Task] = []
+    woken: list[str] = []
+    cond = db._writer._cond  # type: ignore[union-attr]
+    for name in ("notify", "notify_all"):
+        real = getattr(cond, name)
+        monkeypatch.setattr(
+            cond, name, lambda *a, real=real, name=name: (woken.append(name), real(*a))
+        )
+
+    def put(txn: WriteTxn) -> None:
+        ran_in.append(trio.lowlevel.current_task())
+        txn.put("state", b"k", b"v")
+
+    for _ in range(5):
+        await db.transact(put)
+    # No flusher task between the caller and its commit, and no wake-up of the idle writer
+    # thread (which would cost the trio thread the GIL) for a batch it does not run.
+    assert ran_in == [trio.lowlevel.current_task()] * 5
+    assert woken == []
+    assert (db.stats.inline_commits, db.stats.commits, db.stats.requests) == (5, 5, 5)
+
+
+async def test_the_requests_of_one_scheduler_tick_commit_together_inline(db: LmdbStore) -> None:
+    results: dict[int, int] = {}
+
+    async def one(i: int) -> None:
+        def put(txn: WriteTxn) -> int:
+            txn.put("histories", key(b"wf", i), b"e")
+            return i * 2
+
+        results[i] = await db.transact(put)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(20):
+            nursery.start_soon(one, i)
+    # The tick's first caller flushes the batch after the others of its tick staged theirs.
+    assert results == {i: i * 2 for i in range(20)}
+    assert (db.stats.inline_commits, db.stats.commits, db.stats.requests) == (1, 1, 20)
+
+
+async def test_a_close_before_the_first_caller_flushes_fails_its_tick(db: LmdbStore) -> None:
+    writer = db._writer
+    assert writer is not None
+    token = trio.lowlevel.current_trio_token()
+    first = _writer.Request(lambda txn: None, task=trio.lowlevel.current_task(), token=token)
+    assert writer.submit_soon(first)  # this task is to flush the tick
+    db.close()
+    # Its outcome is set by the close and it is not rescheduled (it is not parked).
+    assert writer.flush(first) == 1
+    assert first.result is not None
+    with pytest.raises(Error, match="store closed") as info:
+        first.result.unwrap()
+    assert info.value.kind is ErrorKind.UNAVAILABLE
+    await trio.testing.wait_all_tasks_blocked()
+
+
 async def test_a_busy_writer_takes_trio_requests_on_its_thread(db: LmdbStore) -> None:
     block = WriterBlock()
     results: dict[str, Any] = {}
@@ -312,11 +371,19 @@ async def test_an_inline_transact_function_cannot_call_the_store(db: LmdbStore, 
         "read": lambda: db.read().__enter__(),
         "close": db.close,
     }
+    ran_in: list[int] = []
+
+    def fn(txn: WriteTxn) -> None:
+        ran_in.append(threading.get_ident())
+        calls[call]()
+
     with pytest.raises(Error, match="from inside a transact function") as info:
-        await db.transact(lambda txn: calls[call]())
+        await db.transact(fn)
     assert info.value.kind is ErrorKind.INVALID_STATE
     assert not db.closed
-    assert db.stats.inline_commits == 1  # the function ran inline (and its error was its own)
+    assert ran_in == [threading.get_ident()]  # it ran inline, and its error was its own
+    # A transaction alone in its batch that raised is aborted: no commit, no fsync.
+    assert (db.stats.requests, db.stats.commits, db.stats.inline_commits) == (1, 0, 0)
 
 
 # -- a full map, read-only stores ---------------------------------------------------------------

@@ -189,3 +189,61 @@ async def test_a_cancel_from_a_workflow_is_stored_with_its_step(
         assert node.describe("target")["status"] == "canceled"
         assert node.describe("target")["result"] == "cancelled: from a workflow"
         assert target.id == "target"
+
+
+@app.workflow
+async def terminates(target: str | None) -> str:
+    await process.listen("go").receive()
+    if target is None:  # a child started in this same step
+        pid = await process.with_options(id="kid", parent_close_policy="abandon").spawn(
+            "races:child", "kid"
+        )
+    else:
+        pid = roost.Pid("local", "races:workflows", target)
+    process.terminate(pid)
+    return "sent"
+
+
+@pytest.mark.parametrize("target", ["target", None], ids=["open-workflow", "same-step-child"])
+async def test_a_terminate_from_a_workflow_is_stored_with_its_step(
+    target: str | None, autojump_clock: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As for a cancel: nothing of the terminator's step is carried out after its commit
+    # (as if the node died right then); after a restart the target is terminated.
+    async with open_test_node(app, data_dir=tmp_path) as node:
+        if target is not None:
+            await process.with_options(id=target).spawn(child, "target")
+        terminator = await process.with_options(id="terminator").spawn(terminates, target)
+        await node.wait_until_blocked()
+        dispatch = Effects.dispatch
+
+        def lost_for_the_terminator(effects: Effects) -> None:
+            if effects.run.pid != terminator:
+                dispatch(effects)
+
+        monkeypatch.setattr(Effects, "dispatch", lost_for_the_terminator)
+        process.send(terminator, "go", 1)
+        await node.wait_until_blocked()
+        stopped = target or "kid"
+        assert node.describe(stopped)["status"] == "running"  # stored, not yet applied
+        monkeypatch.setattr(Effects, "dispatch", dispatch)
+        await node.restart()
+        await node.wait_until_blocked()
+        info = node.describe(stopped)
+        assert info["status"] == "terminated"
+        assert info["error"].kind is roost.ErrorKind.CANCELED
+        with node._node.store.read() as txn:
+            assert list(txn.range("inbox")) == []  # the request went with the close
+        assert node.describe("terminator")["status"] == "completed"
+
+
+async def test_a_terminate_from_a_workflow_leaves_no_request_row(autojump_clock: Any) -> None:
+    async with open_test_node(app) as node:
+        await process.with_options(id="target").spawn(child, "target")
+        terminator = await process.with_options(id="terminator").spawn(terminates, "target")
+        await node.wait_until_blocked()
+        process.send(terminator, "go", 1)
+        await node.wait_until_blocked()
+        assert node.describe("target")["status"] == "terminated"
+        with node._node.store.read() as txn:
+            assert list(txn.range("inbox")) == []

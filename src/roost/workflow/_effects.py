@@ -40,6 +40,7 @@ from roost.workflow._records import (
     PROGRESS_TABLE,
     ActivityTask,
     RunProgress,
+    TerminateRequest,
     TimerTask,
     history_key,
     task_key,
@@ -69,6 +70,7 @@ class Effects:
         self.stops: list[StopProcess] = []
         self.cancelled: list[int] = []  # activity seqs the workflow stopped waiting for
         self.spawns: list[SpawnProcess] = []
+        self.terminate_rows: list[tuple[bytes, bytes]] = []  # TerminateRequest inbox rows
         # Events for workflows (messages, cancels, a refused child's EXIT), committed in
         # this step.
         self.workflow_sends: list[tuple[Run, bytes, bytes, Any]] = []
@@ -178,6 +180,11 @@ class Effects:
             self.workflow_sends.append((found, k, v, event))
         else:  # a terminate (of a staged child too: once it is registered) runs in dispatch
             self.stops.append(stop)
+        target = (child or self._open_workflow(stop.dest)) if stop.hard else None
+        if target is not None:  # stored too, for a restart before the terminate's close
+            k, v = self.m.stage(target, TerminateRequest())
+            del self.m._staged[k]  # never accepted as an event: only recovery reads it
+            self.terminate_rows.append((k, v))
 
     def _open_workflow(self, dest: object) -> Run | None:
         """The open run ``dest`` names, if it is a workflow's own PID."""
@@ -288,7 +295,7 @@ class Effects:
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in own]
         unarmed = self.m.timers.rows(self.run) if plan is not None and plan.drop_timers else []
         purge = plan.purge if plan is not None else ()
-        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
+        sends = [(k, v) for _, k, v, _ in self.workflow_sends] + self.terminate_rows
         child_rows = [
             (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
             for c in self.children

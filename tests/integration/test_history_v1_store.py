@@ -201,7 +201,8 @@ async def test_roost_replay_replays_histories_read_from_a_v1_store(v1_dir: Path,
     "row",
     [
         [FORMAT, 2, 0, [[99, 1]], []],  # a kind no version wrote
-        [FORMAT, 2, 0, [[2, 1]], []],  # an ActivityResolved without its value and error
+        [FORMAT, 2, 0, [[2]], []],  # an ActivityResolved without its seq (no default)
+        [FORMAT, 2, 0, [[2, 1, None, None, 0]], []],  # a field more than its kind has
         [FORMAT, 2, "noon", [], []],
     ],
 )

@@ -15,6 +15,8 @@ from roost.workflow import _history as h
 from roost.workflow._history_format import (
     _KINDS,
     FORMAT,
+    _generate,
+    _malformed,
     decode_activation,
     encode_activation,
     read_activation,
@@ -191,3 +193,77 @@ def test_the_microseconds_round_trip(us):
     at = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us)
     act = h.Activation(index=1, at=at, events=[], commands=[])
     assert decode_activation(CODEC, encode_activation(CODEC, act)).at == at
+
+
+@attrs.frozen(kw_only=True)
+class Evolved:
+    """A command class as a later version has it: ``extra`` added at the end, defaulted."""
+
+    seq: int
+    topic: str
+    extra: tuple[int, ...] = (1, 2)
+
+
+def test_a_stored_row_of_a_kind_that_gained_a_field_reads_with_its_default():
+    # Rows written before ``extra`` existed hold two fields; they read, ``extra`` defaulted.
+    pack, build = _generate({Evolved: (99, ("seq", "topic", "extra"))})
+    assert pack[Evolved](Evolved(seq=1, topic="t", extra=(3,))) == [99, 1, "t", (3,)]
+    assert build[99]([99, 1, "t"]) == Evolved(seq=1, topic="t", extra=(1, 2))
+    assert build[99]([99, 1, "t", [3]]) == Evolved(seq=1, topic="t", extra=[3])
+
+
+def test_a_stored_row_with_more_fields_than_its_kind_is_refused_clearly():
+    _, build = _generate({Evolved: (99, ("seq", "topic", "extra"))})
+    with pytest.raises(roost.Error) as info:
+        build[99]([99, 1, "t", (3,), "later"])
+    assert info.value.kind is roost.ErrorKind.INTERNAL
+    assert "Evolved (kind 99) stored with 4 fields, this version knows 3" in info.value.message
+    assert "written by a newer roost" in info.value.message
+    assert info.value.details == {"kind": 99, "class": "Evolved", "stored": 4, "known": 3}
+
+
+def test_a_stored_row_missing_a_field_without_default_is_refused_clearly():
+    _, build = _generate({Evolved: (99, ("seq", "topic", "extra"))})
+    with pytest.raises(roost.Error) as info:
+        build[99]([99, 1])
+    assert info.value.kind is roost.ErrorKind.INTERNAL
+    assert "stored without field(s) topic, which have no default" in info.value.message
+
+
+def test_shorter_stored_events_and_commands_read_through_read_activation():
+    # A message and a stop stored without their trailing defaulted fields (as a version
+    # before those fields existed wrote them), and a timer's int seconds (v1: a float).
+    row = [FORMAT, 2, 0, [[4, "t"], [4, "t", 7, PID]], [[20, 1, PID], [18, 2, 5]]]
+    index, _, events, commands = read_activation(CODEC, CODEC.encode(row, envelope=True))
+    assert index == 2
+    assert events == [
+        h.MessageArrived(topic="t"),
+        h.MessageArrived(topic="t", payload=7, sender=PID),
+    ]
+    assert commands == [h.StopProcess(seq=1, dest=PID), h.StartTimer(seq=2, seconds=5.0)]
+    assert type(commands[1].seconds) is float
+
+
+def test_a_longer_stored_event_is_an_internal_error_naming_its_kind():
+    row = [FORMAT, 1, 0, [[3, 1, 2]], []]  # TimerFired with a field it does not know
+    with pytest.raises(roost.Error) as info:
+        read_activation(CODEC, CODEC.encode(row, envelope=True))
+    assert info.value.kind is roost.ErrorKind.INTERNAL
+    assert "TimerFired (kind 3) stored with 2 fields, this version knows 1" in info.value.message
+
+
+def test_a_malformed_row_is_shown_briefly_without_its_whole_repr():
+    class Loud:
+        calls = 0
+
+        def __repr__(self) -> str:
+            Loud.calls += 1
+            return "x" * 10_000
+
+    huge = ["y" * 1_000_000, list(range(100_000)), {i: i for i in range(10_000)}]
+    error = _malformed(huge)
+    assert error.kind is roost.ErrorKind.INTERNAL
+    assert len(error.message) < 250
+    assert "yyy" in error.message
+    error = _malformed([[Loud()] * 1000])  # reprs only the few it shows
+    assert Loud.calls <= 4

@@ -498,6 +498,17 @@ def test_a_child_start_takes_no_id_policy():
     assert quarantined.kind is ErrorKind.INVALID_STATE
 
 
+def test_a_child_id_another_uncommitted_step_starts_is_refused():
+    # Another step of the same pass (or an eager start in flight) stages a child of that id.
+    staged = plan_child_start("c", taken=False, quarantined=False, staged=True)
+    assert staged is not None
+    assert staged.kind is ErrorKind.ALREADY_EXISTS
+    assert staged.details == {"workflow_id": "c"}
+    quarantined = plan_child_start("c", taken=False, quarantined=True, staged=True)
+    assert quarantined is not None
+    assert quarantined.kind is ErrorKind.INVALID_STATE
+
+
 EXISTING = st.one_of(
     st.none(),
     st.just(ExistingRun.running(OPEN_PID)),

@@ -26,7 +26,8 @@ LEGAL = {
     (P.CLOSED, E.DONE): P.CLOSED,
     (P.CLOSED, E.CLOSE): P.CLOSED,
     **{(p, E.CLOSE): P.CLOSING for p in (P.IDLE, P.QUEUED, P.HELD, P.BACKOFF)},
-    **{(p, E.CLOSED): P.CLOSED for p in set(P) - {P.CLOSED}},
+    # CLOSED too: a run announced twice (its own close and one from outside) stays closed.
+    **{(p, E.CLOSED): P.CLOSED for p in P},
 }
 
 
@@ -53,6 +54,7 @@ def test_no_activation_starts_once_a_close_is_asked_for():
 
 def test_a_closed_run_never_reopens():
     assert next_phase(P.CLOSED, E.DONE) is next_phase(P.CLOSED, E.CLOSE) is P.CLOSED
+    assert next_phase(P.CLOSED, E.CLOSED) is P.CLOSED  # a second announce
     for event in (E.QUEUE, E.TAKE, E.RETRY, E.RELEASE, E.FAIL):
         with pytest.raises(IllegalTransition):
             next_phase(P.CLOSED, event)

@@ -28,6 +28,7 @@ from roost.workflow._driver import Driver
 from roost.workflow._drivers import ReplayFailed, Stored, rebuild, touch
 from roost.workflow._effects import Effects
 from roost.workflow._history import Activation
+from roost.workflow._phases import RunPhase
 from roost.workflow._quarantine import RunQuarantined
 from roost.workflow._run import Pending, Run
 from roost.workflow._task_failure import (
@@ -216,6 +217,12 @@ def finish(m: RunHost, step: Step) -> None:
     run's state is rebuilt from the store when it is next activated.
     """
     run, driver, effects = step.run, step.driver, step.effects
+    if run.phase is RunPhase.CLOSED:
+        # A close commits only once no activation of the run is in flight: a closed run
+        # here is a bug. Its closing record stays what it is; nothing of the step is run.
+        log.error("workflow %r: activation %d finished on a closed run", run.pid.id, step.act.index)
+        effects.discard()
+        return
     run.next_index += 1
     run.record = effects.record
     run.task_failures = 0
@@ -231,3 +238,5 @@ def finish(m: RunHost, step: Step) -> None:
         )
         if run.driver is driver:
             m.runs.forget_driver(run)
+        for child in effects.children:  # whatever of the dispatch ran, free their ids
+            m.runs.unstage_child(child.record.workflow_id)

@@ -66,12 +66,17 @@ async def close_from_outside(m: RunHost, run: Run, status: RunStatus, error: Err
 
 async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     m.runs.move(run, PhaseEvent.CLOSE)  # no activation after the one in flight
-    await m.runs.wait_drained(run)
-    current = m.runs.get(run.record.workflow_id)
-    if current is not None and current is not run and status is RunStatus.TERMINATED:
-        run = current  # it continued as new meanwhile: terminate stops the new run
+    while True:
+        await m.runs.wait_drained(run)
+        current = m.runs.get(run.record.workflow_id)
+        if current is None or current is run or status is not RunStatus.TERMINATED:
+            break
+        # It continued as new meanwhile: terminate stops the new run, once the activation
+        # an executor may have begun on it is over (its timers and tasks are stored then,
+        # and this close deletes them); that one may have continued as new again.
+        run = current
         m.runs.move(run, PhaseEvent.CLOSE)
-    elif run.record.status is not RunStatus.RUNNING:
+    if run.record.status is not RunStatus.RUNNING:
         return  # its own last activation closed it meanwhile
     at = m.node.now()
     plan = plan_close(run_state(run.record, run.pending), CloseOutcome.outside(status, error), at)

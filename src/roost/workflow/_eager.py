@@ -96,6 +96,9 @@ async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
             error = task_failure_error(run, 1, exc, stage="commit")
             await _store_start_then_fail(m, run, events, error, exc)
             return
+        except BaseException:  # cancelled (the node stops): nothing of it is kept
+            step.effects.discard()
+            raise
         m.arm(run)
         finish(m, step)
     finally:

@@ -40,6 +40,7 @@ from roost.workflow._records import (
     PROGRESS_TABLE,
     ActivityTask,
     RunProgress,
+    TerminateRequest,
     TimerTask,
     history_key,
     task_key,
@@ -70,8 +71,10 @@ class Effects:
         self.stops: list[StopProcess] = []
         self.cancelled: list[int] = []  # activity seqs the workflow stopped waiting for
         self.spawns: list[SpawnProcess] = []
-        # Events for workflows (messages, a refused child's EXIT), committed in this step.
-        self.workflow_sends: list[tuple[Run, bytes, bytes, MessageArrived | ProcessExited]] = []
+        self.terminate_rows: list[tuple[bytes, bytes]] = []  # TerminateRequest inbox rows
+        # Events for workflows (messages, cancels, a refused child's EXIT), committed in
+        # this step.
+        self.workflow_sends: list[tuple[Run, bytes, bytes, Any]] = []
         self.sent_to: dict[int, int] = {}  # id(run) -> messages to it in this step
         self.record = run.record
         if any(isinstance(e, CancelRequested) for e in events):
@@ -138,6 +141,7 @@ class Effects:
             self._refused_child(child_id, child)
             return
         self.children.append(child)
+        self.m.runs.stage_child(child_id)  # until this step commits or is discarded
         record = self.record
         self.record = attrs.evolve(
             record,
@@ -169,8 +173,26 @@ class Effects:
         child = self._staged_child(stop.dest)
         if child is not None and not stop.hard:
             self._to_child(child, CancelRequested(reason=stop.reason))
-        else:  # a terminate of a staged child runs once it is registered (dispatch)
+            return
+        found = None if stop.hard else self._open_workflow(stop.dest)
+        if found is not None:  # a cancel of an open workflow: into its inbox, same commit
+            event = CancelRequested(reason=stop.reason)
+            k, v = self.m.stage(found, event)
+            self.workflow_sends.append((found, k, v, event))
+        else:  # a terminate (of a staged child too: once it is registered) runs in dispatch
             self.stops.append(stop)
+        target = (child or self._open_workflow(stop.dest)) if stop.hard else None
+        if target is not None:  # stored too, for a restart before the terminate's close
+            k, v = self.m.stage(target, TerminateRequest())
+            del self.m._staged[k]  # never accepted as an event: only recovery reads it
+            self.terminate_rows.append((k, v))
+
+    def _open_workflow(self, dest: object) -> Run | None:
+        """The open run ``dest`` names, if it is a workflow's own PID."""
+        if not isinstance(dest, Pid) or dest.host != self.m.host:
+            return None
+        found = self.m.route(dest)
+        return found[0] if found is not None else None
 
     def _send(self, send: SendMessage) -> None:
         dest = send.dest
@@ -274,7 +296,7 @@ class Effects:
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in own]
         unarmed = self.m.timers.rows(self.run) if plan is not None and plan.drop_timers else []
         purge = plan.purge if plan is not None else ()
-        sends = [(k, v) for _, k, v, _ in self.workflow_sends]
+        sends = [(k, v) for _, k, v, _ in self.workflow_sends] + self.terminate_rows
         child_rows = [
             (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
             for c in self.children
@@ -336,6 +358,7 @@ class Effects:
         for _, k, _, _ in self.workflow_sends:
             staged.pop(k, None)
         for child in self.children:
+            self.m.runs.unstage_child(child.record.workflow_id)
             for k, _, _ in child.pending_start:
                 staged.pop(k, None)
         if self.continued is not None:
@@ -362,6 +385,7 @@ class Effects:
         for child in self.children:
             self.run.forget_exit(child.pid)  # an id may be run again
             m.runs.add(child)
+            m.runs.unstage_child(child.record.workflow_id)  # open now: the id is taken
             m.arm(child)
             start, child.pending_start = child.pending_start, ()
             m.accept(child, [(k, event) for k, _, event in start])

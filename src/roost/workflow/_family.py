@@ -209,13 +209,15 @@ def start_child(
 ) -> Run | Error:
     """A child run for ``command``, or the error that keeps it from starting.
 
-    ``taken`` holds the ids of children started earlier in the same step (not yet running).
+    ``taken`` holds the ids of children started earlier in the same step (not yet running);
+    ``m.runs.child_staged`` tells of those that other uncommitted steps start.
     """
     pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
     refused = plan_child_start(
         command.workflow_id,
         taken=command.workflow_id in m.runs or command.workflow_id in taken,
         quarantined=command.workflow_id in m.quarantined,
+        staged=m.runs.child_staged(command.workflow_id),
     )
     if refused is not None:
         return refused

@@ -18,13 +18,24 @@ fills), and a refusal re-encodes the activation through the full walk for its me
 A v1 row starts with the codec's record tag, a v2 row with an array: ``decode_activation``
 reads both, so data dirs written before v2 need no migration. An activation comes back
 with ``at`` in UTC (``datetime.timezone.utc``), as v1 rows do.
+
+Evolution rule (the rows stored stay readable by every later version): a new field of an
+event or command class goes only at the END of its field list in ``_KINDS`` (and of the
+class), with a default. A stored array shorter than the class's fields is read with the
+defaults of its missing trailing fields; a longer one (written by a newer version) is
+refused with an Internal error naming the kind. Removing, renaming, retyping or
+reordering a field is not an evolution of the kind: it needs a new class with a new kind
+number (the old number stays readable, never reused).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import reprlib
 from collections.abc import Callable
 from typing import Any, Final
+
+import attrs
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.storage._codec import Codec
@@ -96,32 +107,74 @@ _KINDS: Final[dict[type, tuple[int, tuple[str, ...]]]] = {
 }
 
 
-def _generate() -> tuple[
-    dict[type, Callable[[Any], list[Any]]], dict[int, Callable[[list[Any]], Any]]
-]:
-    """Per class, the function writing its array and the one rebuilding it (generated once).
+def _generate(
+    kinds: dict[type, tuple[int, tuple[str, ...]]],
+) -> tuple[dict[type, Callable[[Any], list[Any]]], dict[int, Callable[[list[Any]], Any]]]:
+    """Per class of ``kinds``, the function writing its array and the one rebuilding it.
 
     Generated rather than driven by a field loop: this runs for every event of every
     replayed activation, and a call with the fields spelled out is several times cheaper.
     """
     packers: dict[type, Callable[[Any], list[Any]]] = {}
     builders: dict[int, Callable[[list[Any]], Any]] = {}
-    for cls, (kind, fields) in _KINDS.items():
+    for cls, (kind, fields) in kinds.items():
         # float(): a timer's seconds may have been given as an int; v1 stored it as a float.
         conv = {"seconds": "float(seconds)"}
+        # The stored length checked first: a row of an older shape takes the slow path.
         source = (
             f"def pack(o):\n    return [{kind}, {', '.join(f'o.{f}' for f in fields)}]\n"
-            f"def build(row):\n    _, {', '.join(fields)} = row\n"
+            f"def build(row):\n"
+            f"    if len(row) != {len(fields) + 1}:\n"
+            f"        return _other_length(_cls, {kind}, _fields, row)\n"
+            f"    _, {', '.join(fields)} = row\n"
             f"    return _cls({', '.join(f'{f}={conv.get(f, f)}' for f in fields)})\n"
         )
-        namespace: dict[str, Any] = {"_cls": cls}
+        namespace: dict[str, Any] = {
+            "_cls": cls,
+            "_fields": fields,
+            "_other_length": _other_length,
+        }
         exec(compile(source, f"<roost history v2 {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the fixed field lists above
         packers[cls] = namespace["pack"]
         builders[kind] = namespace["build"]
     return packers, builders
 
 
-_PACK, _BUILD = _generate()
+def _other_length(cls: type, kind: int, fields: tuple[str, ...], row: list[Any]) -> Any:
+    """A stored event or command array not of the class's length (see the evolution rule).
+
+    Raises:
+        roost.Error: kind Internal when the array has more fields than the class (written
+            by a newer version), or misses a field that has no default.
+    """
+    stored = len(row) - 1
+    name = cls.__name__
+    if stored > len(fields):
+        raise Error(
+            f"cannot decode stored activation: a {name} (kind {kind}) stored with {stored} "
+            f"fields, this version knows {len(fields)}; it was written by a newer roost: "
+            "run that version on this data dir",
+            kind=ErrorKind.INTERNAL,
+            retryable=False,
+            details={"kind": kind, "class": name, "stored": stored, "known": len(fields)},
+        )
+    defaults = {a.name: a.default for a in attrs.fields(cls)}
+    missing = [f for f in fields[stored:] if defaults.get(f, attrs.NOTHING) is attrs.NOTHING]
+    if missing:
+        raise Error(
+            f"cannot decode stored activation: a {name} (kind {kind}) stored without "
+            f"field(s) {', '.join(missing)}, which have no default",
+            kind=ErrorKind.INTERNAL,
+            retryable=False,
+            details={"kind": kind, "class": name, "missing": missing},
+        )
+    values = dict(zip(fields, row[1:], strict=False))
+    if "seconds" in values:
+        values["seconds"] = float(values["seconds"])
+    return cls(**values)  # the missing trailing fields take their defaults
+
+
+_PACK, _BUILD = _generate(_KINDS)  # once, at import
 
 
 def _schemas() -> dict[int, tuple[Callable[[list[Any]], bool], tuple[int, ...]]]:
@@ -198,6 +251,8 @@ def read_activation(
                 [build[e[0]](e) for e in events],
                 [build[c[0]](c) for c in commands],
             )
+        except Error:  # a kind of another length that cannot be read: says why
+            raise
         except Exception:  # noqa: BLE001 - a wrong shape anywhere: the row is unreadable
             raise _malformed(value) from None
     if type(value) is Activation:  # format v1
@@ -215,10 +270,21 @@ def decode_activation(codec: Codec, data: bytes | bytearray | memoryview) -> Act
     return Activation(index=index, at=at, events=events, commands=commands)
 
 
+# Shows the start of a malformed row without building the repr of all of it (a row may
+# hold megabytes of payloads).
+_SHORT_REPR: Final = reprlib.Repr()
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxtuple = _SHORT_REPR.maxlist = _SHORT_REPR.maxdict = _SHORT_REPR.maxset = 4
+_SHORT_REPR.maxstring = _SHORT_REPR.maxlong = _SHORT_REPR.maxother = 40
+
+
 def _malformed(value: Any) -> Error:
+    try:
+        shown = _SHORT_REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a decoded record's repr is the codec's, still guarded
+        shown = f"<{type(value).__name__}>"
     return Error(
-        f"cannot decode stored activation: not a history row of format 1 or {FORMAT} "
-        f"({value!r:.80})",
+        f"cannot decode stored activation: not a history row of format 1 or {FORMAT} ({shown:.80})",
         kind=ErrorKind.INTERNAL,
         retryable=False,
     )

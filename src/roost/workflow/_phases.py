@@ -72,6 +72,7 @@ _TRANSITIONS: dict[tuple[RunPhase, PhaseEvent], RunPhase] = {
     (_P.CLOSING, _E.DONE): _P.CLOSING,
     (_P.CLOSED, _E.DONE): _P.CLOSED,
     (_P.CLOSED, _E.CLOSE): _P.CLOSED,  # closed by its own last activation meanwhile
+    (_P.CLOSED, _E.CLOSED): _P.CLOSED,  # announced twice (its own close and one from outside)
     # Its own last activation closed it (ACTIVE), or a close from outside did.
     **{(phase, _E.CLOSED): _P.CLOSED for phase in (*_OPEN, _P.ACTIVE, _P.DRAINING)},
     (_P.CLOSING, _E.CLOSED): _P.CLOSED,

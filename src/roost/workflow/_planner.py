@@ -522,15 +522,19 @@ def _plan_reuse(existing: ExistingRun, workflow_id: str, options: Mapping[str, A
     return StartPlan(action="refuse", error=already_error(workflow_id, None, why))
 
 
-def plan_child_start(workflow_id: str, *, taken: bool, quarantined: bool) -> Error | None:
+def plan_child_start(
+    workflow_id: str, *, taken: bool, quarantined: bool, staged: bool = False
+) -> Error | None:
     """Why a child cannot start under ``workflow_id``, or None if it can.
 
     A child takes no id policies: an id open already (or given to a sibling started in the
-    same step, ``taken``) is refused, and so is a quarantined one.
+    same step, ``taken``) is refused, and so is a quarantined one. So is an id that a child
+    of another step not yet committed takes (``staged``: a step of the same executor pass,
+    or an eager first activation in flight): both would otherwise store a run under it.
     """
     if quarantined:
         return quarantined_error(workflow_id)
-    if taken:
+    if taken or staged:
         return Error(
             f"child workflow id {workflow_id!r} is already running",
             kind=ErrorKind.ALREADY_EXISTS,

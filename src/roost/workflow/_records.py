@@ -37,6 +37,7 @@ __all__ = [
     "RunProgress",
     "RunRecord",
     "RunStatus",
+    "TerminateRequest",
     "TimerTask",
     "history_key",
     "inbox_key",
@@ -187,6 +188,17 @@ class TimerTask:
     seq: int
     due: dt.datetime
     kind: str = "timer"
+
+
+@record("wf.terminate_request")
+@attrs.frozen(kw_only=True)
+class TerminateRequest:
+    """A committed step of another workflow terminated this run: an inbox row of the run.
+
+    Never recorded in a history: the terminate runs right after that step's commit, and
+    its close deletes the row with the run's inbox; a run recovered with one is
+    terminated at open (the node stopped before that close committed).
+    """
 
 
 def history_key(run_id: str, index: int) -> bytes:

@@ -31,6 +31,7 @@ from roost.workflow._records import (
     PROGRESS_TABLE,
     RunRecord,
     RunStatus,
+    TerminateRequest,
     TimerTask,
     with_progress,
 )
@@ -202,6 +203,9 @@ def recover(m: RunHost) -> None:
         _unload(m, workflow_id)
     commit_quarantines(m, bad.entries())
     for run in list(m.runs.values()):
+        if any(type(event) is TerminateRequest for _, event in run.pending):
+            m.terminate(run.pid)  # committed by another workflow; its close was not
+            continue
         m.ready(run)
         _report_children(m, run)
     for task in tasks:

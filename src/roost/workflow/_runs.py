@@ -27,7 +27,7 @@ __all__ = ["RunTable"]
 class RunTable:
     """The open runs of one node, the runs being closed from outside, and the driver cache."""
 
-    __slots__ = ("_cached", "_closing", "_open", "cache_size", "get")
+    __slots__ = ("_cached", "_closing", "_open", "_staged_children", "cache_size", "get")
 
     def __init__(self, cache_size: int) -> None:
         self._open: dict[str, Run] = {}
@@ -38,6 +38,10 @@ class RunTable:
         # the oldest idle one is evicted and rebuilt by replay when its next event comes.
         self._cached: OrderedDict[str, Run] = OrderedDict()
         self.cache_size = cache_size
+        # Ids of children that prepared steps start, until those steps commit or are
+        # discarded: another step of the same pass, or a start from outside, must not take
+        # the id meanwhile (the event, once made, wakes whoever waits for the id).
+        self._staged_children: dict[str, trio.Event | None] = {}
         # The open run of a workflow id, if any (the dict's own method: the hottest read).
         self.get: Callable[[str], Run | None] = self._open.get
 
@@ -108,6 +112,31 @@ class RunTable:
             if run.drained is None:
                 run.drained = trio.Event()
             await run.drained.wait()
+
+    # -- children of steps not yet committed ---------------------------------------------
+
+    def child_staged(self, workflow_id: str) -> bool:
+        """Whether a prepared, uncommitted step starts a child under ``workflow_id``."""
+        return workflow_id in self._staged_children
+
+    def stage_child(self, workflow_id: str) -> None:
+        """A prepared step starts a child under ``workflow_id`` when it commits."""
+        self._staged_children[workflow_id] = None
+
+    def unstage_child(self, workflow_id: str) -> None:
+        """The step starting that child committed (the child is open) or was discarded."""
+        if workflow_id in self._staged_children:
+            event = self._staged_children.pop(workflow_id)
+            if event is not None:
+                event.set()
+
+    async def wait_unstaged(self, workflow_id: str) -> None:
+        """Wait until no uncommitted step starts a child under ``workflow_id``."""
+        while workflow_id in self._staged_children:
+            event = self._staged_children[workflow_id]
+            if event is None:
+                event = self._staged_children[workflow_id] = trio.Event()
+            await event.wait()
 
     # -- the driver cache ----------------------------------------------------------------
 

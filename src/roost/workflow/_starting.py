@@ -30,8 +30,7 @@ async def make_room(
     replaced = False
     while True:
         if workflow_id not in m.quarantined:
-            while (closing := m.runs.closing(workflow_id)) is not None:  # a terminate commits
-                await closing.wait_closed()
+            await _settled(m, workflow_id)
         plan = plan_start(
             _existing(m, workflow_id, opts, replaced=replaced),
             workflow_id=workflow_id,
@@ -53,6 +52,16 @@ async def make_room(
         m.terminate(existing.pid)
         await existing.wait_closed()
         replaced = True
+
+
+async def _settled(m: RunHost, workflow_id: str) -> None:
+    """Wait until no close of ``workflow_id`` commits and no uncommitted step's child takes it."""
+    while True:
+        while (closing := m.runs.closing(workflow_id)) is not None:  # a terminate commits
+            await closing.wait_closed()
+        if not m.runs.child_staged(workflow_id):
+            return
+        await m.runs.wait_unstaged(workflow_id)  # then plan with that child open
 
 
 def _existing(

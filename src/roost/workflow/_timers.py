@@ -62,7 +62,9 @@ class DurableTimers:
             self._scope.deadline = heap[0][0]
 
     def _owner(self, timer: TimerTask) -> Run | None:
-        run = self.m.runs.get(timer.workflow_id)
+        # A run whose close from outside waits for its activation in flight owns the timers
+        # that activation arms: the close deletes their rows.
+        run = self.m.runs.open_or_closing(timer.workflow_id)
         return run if run is not None and run.record.run_id == timer.run_id else None
 
     @staticmethod

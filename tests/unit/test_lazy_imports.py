@@ -102,10 +102,28 @@ def test_after_a_bare_import_the_app_and_the_node_get_every_layer():
 
 # Every subpackage and module that was an attribute of roost after ``import roost`` (when
 # the package init imported them eagerly).
-_SUBMODULES = (
-    "actors channel coroutine ctx funcs http mailbox process queues state storage supervisor "
-    "workflow _backoff _cron _duration _errors _interrupt _pid _text"
-).split()
+_SUBMODULES = [
+    "actors",
+    "channel",
+    "coroutine",
+    "ctx",
+    "funcs",
+    "http",
+    "mailbox",
+    "process",
+    "queues",
+    "state",
+    "storage",
+    "supervisor",
+    "workflow",
+    "_backoff",
+    "_cron",
+    "_duration",
+    "_errors",
+    "_interrupt",
+    "_pid",
+    "_text",
+]
 
 
 @pytest.mark.parametrize("name", ["queues", "mailbox", "actors", "storage", "_duration"])

@@ -43,7 +43,7 @@ from roost.workflow._activity_attempt import (
 )
 from roost.workflow._activity_info import ActivityInfo, activity_info, enter, heartbeat
 from roost.workflow._activity_log import KEPT_ERRORS, log_failure
-from roost.workflow._activity_threads import SyncJob, ThreadPool
+from roost.workflow._activity_threads import SyncJob, ThreadPool, never_raising
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
 from roost.workflow._retry import next_retry
@@ -76,6 +76,16 @@ class ActivityWorker:
         self._timing = False
         self._timed = 0  # sync attempts in the threads with a live deadline
         self.stats = {"inline": 0, "suspended": 0, "threaded": 0}
+        # Set once the nursery is ending: a sync activity's thread may outlive the node,
+        # and what it hands back then (a result, a beat) must start nothing in it.
+        self.closed = False
+        nursery.start_soon(self._until_closed, name="roost.activities closed")
+
+    async def _until_closed(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.closed = self._pool.closed = True
 
     @property
     def thread_hops(self) -> int:
@@ -338,9 +348,10 @@ class ActivityWorker:
         every = float(work.every or 0)
         token = trio.lowlevel.current_trio_token()
 
+        @never_raising
         def extend() -> None:
-            if work.done or work.task.attempt != attempt:
-                return  # a beat from an attempt that has ended
+            if self.closed or work.done or work.task.attempt != attempt:
+                return  # a beat from an attempt that has ended, or after the node stopped
             work.deadline = min(trio.current_time() + every, work.limit)
             if work.scope is not None:
                 work.scope.deadline = work.deadline

@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from roost._duration import deadline_after
-from roost._errors import Error, ErrorKind
+from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost.actors._app import Entry, EntryKind
 from roost.workflow._activity_attempt import (
     RESULT_PATH,
@@ -298,6 +298,8 @@ class ActivityWorker:
                 settled = self.m.settle_now(*self._settling(task, work.value, None))
             except Unstorable as exc:  # nothing was written: the attempt failed
                 work.finish(None, result_error(task, exc.error))
+            except Exception as exc:  # noqa: BLE001 - the value's methods: the attempt's failure
+                work.finish(None, result_error(task, _unreadable(exc)))
             else:
                 if settled:
                     self.running.pop(ident, None)
@@ -565,6 +567,8 @@ class ActivityWorker:
             self.m.codec.check(value, what=RESULT_PATH)
         except Error as exc:
             raise Unstorable(exc) from None
+        except Exception as exc:  # the value's own methods raised
+            raise Unstorable(_unreadable(exc)) from exc
 
     def _settling(
         self, task: ActivityTask, value: Any, error: Error | None
@@ -597,3 +601,12 @@ class ActivityWorker:
 
         await self.m.transact(write)
         return task
+
+
+def _unreadable(exc: Exception) -> Error:
+    """The refusal of a result whose own methods raised while it was read."""
+    return invalid(
+        f"{RESULT_PATH}: reading the value raised {type_name(exc)}: {safe_text(exc, 1000)}",
+        path=RESULT_PATH,
+        exception=type_name(exc),
+    )

@@ -78,6 +78,18 @@ _NAMES = {
     "uuid4": "roost.actors._chance",
     "uuid7": "roost.actors._chance",
     "workflow": "roost.workflow",
+    # Subpackages and modules reachable as attributes after ``import roost`` (loaded lazily).
+    "_backoff": "roost._backoff",
+    "_cron": "roost._cron",
+    "_duration": "roost._duration",
+    "_errors": "roost._errors",
+    "_interrupt": "roost._interrupt",
+    "_pid": "roost._pid",
+    "_text": "roost._text",
+    "actors": "roost.actors",
+    "mailbox": "roost.mailbox",
+    "queues": "roost.queues",
+    "storage": "roost.storage",
 }
 __getattr__, __dir__ = _lazy.attach(__name__, _NAMES)
 

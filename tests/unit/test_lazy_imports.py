@@ -98,3 +98,61 @@ def test_after_a_bare_import_the_app_and_the_node_get_every_layer():
         """
     )
     assert out.splitlines() == ["Invalid", "41"]
+
+
+# Every subpackage and module that was an attribute of roost after ``import roost`` (when
+# the package init imported them eagerly).
+_SUBMODULES = [
+    "actors",
+    "channel",
+    "coroutine",
+    "ctx",
+    "funcs",
+    "http",
+    "mailbox",
+    "process",
+    "queues",
+    "state",
+    "storage",
+    "supervisor",
+    "workflow",
+    "_backoff",
+    "_cron",
+    "_duration",
+    "_errors",
+    "_interrupt",
+    "_pid",
+    "_text",
+]
+
+
+@pytest.mark.parametrize("name", ["queues", "mailbox", "actors", "storage", "_duration"])
+def test_a_subpackage_is_an_attribute_of_roost_as_its_first_use(name):
+    out = _run(
+        """
+        import sys, types
+        import roost
+        module = getattr(roost, sys.argv[1])
+        assert isinstance(module, types.ModuleType), module
+        print(module.__name__)
+        """,
+        name,
+    )
+    assert out == f"roost.{name}"
+
+
+def test_every_submodule_is_listed_and_reachable_without_importing_trio():
+    out = _run(
+        """
+        import sys, types
+        import roost
+        names = sys.argv[1:]
+        assert set(names) <= set(dir(roost)), set(names) - set(dir(roost))
+        assert "trio" not in sys.modules, "import roost imported trio"
+        for name in names:
+            assert isinstance(getattr(roost, name), types.ModuleType), name
+        print("ok")
+        """,
+        *_SUBMODULES,
+    )
+    assert out == "ok"

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import cbor2
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost._pid import Pid
 from roost._text import surrogate_error
 from roost.storage._registry import (
@@ -197,6 +197,10 @@ class Codec:
             raise surrogate_error(f"{what}{path}", text) from None
         except (Unencodable, cbor2.CBOREncodeError, RecursionError) as exc:
             raise invalid(f"{what}: cannot encode the value ({type(exc).__name__})") from exc
+        except (Error, MemoryError):
+            raise
+        except (Exception, SystemExit, GeneratorExit) as exc:  # the value's own methods raised
+            raise _reading_failed(what, exc) from exc
 
     def check(self, value: Any, *, what: str = "payload") -> None:
         """Check that ``value`` is a storable payload, without encoding it.
@@ -218,6 +222,10 @@ class Codec:
                 Walk(lookup, strict=True).depth(value, limit)
         except Refused as exc:
             raise _refusal(exc, what, limit, value) from None
+        except (Error, MemoryError):
+            raise
+        except (Exception, SystemExit, GeneratorExit) as exc:  # the value's own methods raised
+            raise _reading_failed(what, exc) from exc
         return walk
 
     def decode(self, data: bytes | bytearray | memoryview) -> Any:
@@ -345,6 +353,19 @@ def _refusal(exc: Refused, what: str, limit: int, value: Any) -> Error:
         )
     path = _show_path(what, steps)
     return invalid(f"{path}: {exc.reason}", path=path, type=exc.type_name)
+
+
+def _reading_failed(what: str, exc: BaseException) -> Error:
+    """The refusal of a value whose own methods (``__len__``, ``__iter__``, ...) raised."""
+    kind = type_name(exc)
+    text = safe_text(exc, 1000)
+    return invalid(
+        f"{what}: reading the value raised {kind}: {text} (a list, dict or other container "
+        f"subclass whose methods fail cannot be stored; pass plain data)",
+        path=what,
+        exception=kind,
+        raised=text,
+    )
 
 
 def _show_path(what: str, steps: list[str]) -> str:

@@ -269,7 +269,9 @@ class LmdbStore:
 
     async def aclose(self) -> None:
         """Close the store from trio without blocking the event loop."""
-        await trio.to_thread.run_sync(self.close)
+        # A limiter of its own: user threads (abandoned sync activities) may hold every
+        # token of trio's default one, and the node's shutdown waits for this close.
+        await trio.to_thread.run_sync(self.close, limiter=trio.CapacityLimiter(1))
 
 
 def open_lmdb_store(

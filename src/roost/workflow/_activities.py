@@ -32,7 +32,7 @@ import attrs
 import trio
 
 from roost._duration import deadline_after
-from roost._errors import Error, ErrorKind
+from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost.actors._app import Entry, EntryKind
 from roost.workflow._activity_attempt import (
     RESULT_PATH,
@@ -46,7 +46,7 @@ from roost.workflow._activity_attempt import (
 )
 from roost.workflow._activity_info import ActivityInfo, activity_info, enter, heartbeat
 from roost.workflow._activity_log import KEPT_ERRORS, log_failure
-from roost.workflow._activity_threads import SyncJob, ThreadPool
+from roost.workflow._activity_threads import SyncJob, ThreadPool, never_raising
 from roost.workflow._drivers import paused_gc
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask, task_key
@@ -80,6 +80,16 @@ class ActivityWorker:
         self._timing = False
         self._timed = 0  # sync attempts in the threads with a live deadline
         self.stats = {"inline": 0, "suspended": 0, "threaded": 0}
+        # Set once the nursery is ending: a sync activity's thread may outlive the node,
+        # and what it hands back then (a result, a beat) must start nothing in it.
+        self.closed = False
+        nursery.start_soon(self._until_closed, name="roost.activities closed")
+
+    async def _until_closed(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.closed = self._pool.closed = True
 
     @property
     def thread_hops(self) -> int:
@@ -306,6 +316,8 @@ class ActivityWorker:
                 settled = self.m.settle_now(*self._settling(task, work.value, None))
             except Unstorable as exc:  # nothing was written: the attempt failed
                 work.finish(None, result_error(task, exc.error))
+            except Exception as exc:  # noqa: BLE001 - the value's methods: the attempt's failure
+                work.finish(None, result_error(task, _unreadable(exc)))
             else:
                 if settled:
                     self.running.pop(ident, None)
@@ -356,9 +368,10 @@ class ActivityWorker:
         every = float(work.every or 0)
         token = trio.lowlevel.current_trio_token()
 
+        @never_raising
         def extend() -> None:
-            if work.done or work.task.attempt != attempt:
-                return  # a beat from an attempt that has ended
+            if self.closed or work.done or work.task.attempt != attempt:
+                return  # a beat from an attempt that has ended, or after the node stopped
             work.deadline = min(trio.current_time() + every, work.limit)
             if work.scope is not None:
                 work.scope.deadline = work.deadline
@@ -572,6 +585,8 @@ class ActivityWorker:
             self.m.codec.check(value, what=RESULT_PATH)
         except Error as exc:
             raise Unstorable(exc) from None
+        except Exception as exc:  # the value's own methods raised
+            raise Unstorable(_unreadable(exc)) from exc
 
     def _settling(
         self, task: ActivityTask, value: Any, error: Error | None
@@ -604,3 +619,12 @@ class ActivityWorker:
 
         await self.m.transact(write)
         return task
+
+
+def _unreadable(exc: Exception) -> Error:
+    """The refusal of a result whose own methods raised while it was read."""
+    return invalid(
+        f"{RESULT_PATH}: reading the value raised {type_name(exc)}: {safe_text(exc, 1000)}",
+        path=RESULT_PATH,
+        exception=type_name(exc),
+    )

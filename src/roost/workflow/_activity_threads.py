@@ -11,11 +11,19 @@ Results come back to the trio thread in bursts: a thread finishing a job posts o
 delivery (``run_sync_soon``) unless one is already pending, and that delivery takes every
 job finished meanwhile. A job the runtime drops (timed out, cancelled) is never started if
 it is still queued; if it is running, its thread is abandoned (it runs to its end, its
-result is discarded, and it leaves the pool) and the pool may grow past it.
+result is discarded, and it leaves the pool) and the pool may grow past it. The pool's
+threads take no tokens of trio's default limiter: abandoned threads would keep theirs,
+and once they held all of them neither the pool nor the store could start a thread.
+
+A thread may outlive its node: once the pool is closed (its nursery ended), what a
+thread hands back is dropped, and no callback on the trio thread ever raises (it would
+crash the host program's trio run).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -26,9 +34,11 @@ import trio
 
 from roost.actors._contain import in_worker_thread
 
-__all__ = ["GROW_AFTER", "MAX_THREADS", "SyncJob", "ThreadPool"]
+__all__ = ["GROW_AFTER", "MAX_THREADS", "SyncJob", "ThreadPool", "never_raising"]
 
-# As many sync activities may block at once as trio's default thread limiter allows.
+log = logging.getLogger("roost.activity")
+
+# How many threads the pool keeps at once (abandoned threads have left it).
 MAX_THREADS: Final = 40
 # How long queued jobs wait on busy threads before more threads join (seconds): longer
 # than the GIL's switch interval (5 ms), or a thread merely waiting for it looks blocked.
@@ -37,6 +47,24 @@ GROW_AFTER: Final = 0.02
 LINGER: Final = 0.05
 
 QUEUED, RUNNING, DONE, DROPPED = range(4)
+
+
+def never_raising(fn: Callable[..., None]) -> Callable[..., None]:
+    """``fn`` as a ``run_sync_soon`` callback: what it raises is logged, never propagated.
+
+    trio treats an exception from such a callback as its own bug and crashes the whole
+    run, the host program's included.
+    """
+
+    def callback(*args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("roost: a callback from an activity thread failed; ignored")
+
+    callback.__name__ = fn.__name__
+    callback.__doc__ = fn.__doc__
+    return callback
 
 
 class SyncJob:
@@ -70,6 +98,10 @@ class ThreadPool:
         self._started = 0  # jobs started so far (the growth check watches it)
         self._watching = False
         self.hops = 0  # thread hops made (trio.to_thread.run_sync calls)
+        # The pool bounds its own threads (MAX_THREADS); abandoned ones, which still run,
+        # must not keep new ones from starting, so the limiter itself never blocks.
+        self._limiter = trio.CapacityLimiter(math.inf)
+        self.closed = False  # the nursery has ended: nothing is delivered or started
 
     @property
     def threads(self) -> int:
@@ -78,6 +110,8 @@ class ThreadPool:
 
     def submit(self, jobs: list[SyncJob]) -> None:
         """Queue ``jobs`` (from the trio thread): one batch for the pool."""
+        if self.closed:
+            return
         with self._cond:
             self._queue.extend(jobs)
             start = self._threads == 0
@@ -105,7 +139,7 @@ class ThreadPool:
 
     async def _thread(self) -> None:
         # Cancelled (the node stops), the thread is abandoned: it leaves once idle.
-        await trio.to_thread.run_sync(self._drain, abandon_on_cancel=True)
+        await trio.to_thread.run_sync(self._drain, abandon_on_cancel=True, limiter=self._limiter)
 
     async def _watch(self) -> None:
         """While jobs wait, add a thread whenever none started for GROW_AFTER."""
@@ -161,12 +195,13 @@ class ThreadPool:
                 try:
                     self._token.run_sync_soon(self._hand_back)
                 except trio.RunFinishedError:
-                    return  # the node has stopped: nobody wants the result
+                    return  # the trio run has ended: nobody wants the result
 
+    @never_raising
     def _hand_back(self) -> None:
         """On the trio thread: hand every job finished meanwhile to ``deliver``."""
         with self._cond:
             done, self._done = self._done, []
             self._posted = False
-        if done:
+        if done and not self.closed:  # a closed pool's node has stopped: results dropped
             self._deliver(done)

@@ -35,12 +35,13 @@ _FROZEN: list[bool] = []
 
 
 def freeze_startup_heap() -> None:
-    """Move the objects alive after the first node's start-up out of the collector's view.
+    """Move what is alive as the first node's workflow runtime starts out of the collector's view.
 
-    The modules, classes and functions imported so far live as long as the interpreter:
-    every full collection walked them again (a third of the tracked heap of a node with
-    few open runs). ``gc.freeze`` moves them to the permanent generation, once per
-    interpreter (a later node's start-up heap is its own, and may die with it).
+    It runs before any run is loaded or recovered. The modules, classes and functions
+    imported by then live as long as the interpreter: every full collection walked them
+    again (a third of the tracked heap of a node with few open runs). ``gc.freeze`` moves
+    them to the permanent generation, once per interpreter. Runs, their drivers and what
+    later nodes load stay collectable (frozen, their cycles would never be freed).
     """
     if not _FROZEN:
         _FROZEN.append(True)

@@ -102,6 +102,8 @@ class WorkflowManager:
         """The node service: create the runtime for ``node`` and recover its runs."""
         if node.store is None:
             return
+        # Before any run is loaded: a recovered run is garbage once it closes.
+        freeze_startup_heap()
         manager = cls(node, node.store, nursery)
         node.virtual[manager.host] = manager
         node.virtual[manager.replies.host] = manager.replies
@@ -115,7 +117,6 @@ class WorkflowManager:
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
         self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
         recover(self)
-        freeze_startup_heap()
 
     # -- starting ------------------------------------------------------------------------
 

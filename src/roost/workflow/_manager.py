@@ -160,7 +160,7 @@ class WorkflowManager:
         run, started = new_run(
             entry=entry,
             pid=pid,
-            args=list(args),
+            args=args,
             context={**parent.context, **context},
             at=at,
             **record_for_start(opts, parent=parent.pid, at=at),

@@ -99,6 +99,15 @@ class RunPorts(Ports):
         """
         run = self.run
         record = run.record
+        if (  # the event new_run built, handed over as it is (see _recorded): kept already
+            started.workflow_id is record.workflow_id
+            and started.run_id is record.run_id
+            and started.workflow_type is record.workflow_type
+            and started.context is run.context
+            and started.task_queue is record.task_queue
+            and started.parent is record.parent
+        ):
+            return started
         return Started(
             workflow_id=_shared(started.workflow_id, record.workflow_id),
             run_id=_shared(started.run_id, record.run_id),

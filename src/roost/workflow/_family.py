@@ -88,7 +88,9 @@ def new_run(
     ]
     if plan.held:
         run.phase = RunPhase.HELD  # before it enters the table
-    return run, Started(**plan.started)
+    started = plan.started
+    started["context"] = run.context  # the run's mapping (the shared empty one if none)
+    return run, Started(**started)
 
 
 def run_state(record: RunRecord, pending: Sequence[Pending] = ()) -> RunState:

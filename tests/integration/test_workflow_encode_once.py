@@ -134,6 +134,38 @@ async def test_a_bad_start_argument_is_invalid_at_the_call_and_nothing_is_stored
         assert missing.value.kind == roost.ErrorKind.NOT_FOUND
 
 
+@pytest.mark.parametrize(
+    ("spawner", "args", "named"),
+    [
+        (
+            process.with_options(id="once-8"),
+            ("\ud800",),
+            "workflow 'encode-once:three_steps' input args[0]",
+        ),
+        (process.with_options(id="once-8"), (1, b"x", "ok", "\udfff"), "input args[3]"),
+        (
+            process.with_options(id="once-8").with_message("go", "\ud800"),
+            (1,),
+            "start message 'go'",
+        ),
+        (process.with_options(id="once-8", memo={"m": "\ud800"}), (1,), "memo"),
+    ],
+)
+async def test_a_lone_surrogate_in_a_start_is_invalid_at_the_call_and_nothing_is_stored(
+    autojump_clock, spawner, args, named
+):
+    # A plain value needs no check at the start; a str is plain only with a UTF-8 form.
+    async with roost.open_node(app) as node:
+        with pytest.raises(roost.Error) as info:
+            await spawner.spawn(three_steps, *args)
+        assert info.value.kind == roost.ErrorKind.INVALID
+        assert named in info.value.message, info.value.message
+        with pytest.raises(roost.Error) as missing:
+            node.history("once-8")
+        assert missing.value.kind == roost.ErrorKind.NOT_FOUND
+        assert node.list_workflows() == []
+
+
 async def test_a_workflow_gets_its_input_as_recorded(autojump_clock):
     async with roost.open_node(app):
         assert await run(sees, (1, 2), workflow_id="once-5") == "list"  # round-tripped

@@ -18,6 +18,7 @@ from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import Started
 from roost.workflow._history_format import read_activation
 from roost.workflow._quarantine import RunQuarantined
+from roost.workflow._recorded import is_plain
 from roost.workflow._records import history_key
 from roost.workflow._run import Run
 
@@ -70,7 +71,8 @@ class RunPorts(Ports):
 
     def check(self, value: object, what: str) -> None:
         """Encode ``value`` with the node's codec (raises Invalid if it cannot be)."""
-        self.m.codec.encode(value, what=what)
+        if not is_plain(value):  # a plain value always encodes
+            self.m.codec.encode(value, what=what)
 
     def spawn_pid(self, seq: int) -> Pid:
         """Deterministic, so replay returns the same PID; unique per run and seq."""

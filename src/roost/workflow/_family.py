@@ -88,9 +88,8 @@ def new_run(
     ]
     if plan.held:
         run.phase = RunPhase.HELD  # before it enters the table
-    started = plan.started
-    started["context"] = run.context  # the run's mapping (the shared empty one if none)
-    return run, Started(**started)
+    # The event holds the run's mapping (the shared empty one if none).
+    return run, Started(**{**plan.started, "context": run.context})
 
 
 def run_state(record: RunRecord, pending: Sequence[Pending] = ()) -> RunState:

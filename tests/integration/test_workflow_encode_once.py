@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 import roost
 from roost import funcs, process
@@ -54,6 +55,17 @@ async def calls_returns_a_set():
     except roost.Error as exc:
         return {"kind": exc.kind.value, "message": exc.message}
     return None
+
+
+@app.workflow
+async def echoes_each():
+    out = []
+    for value in (1, "ok", "a\udfffb"):  # the last one has no UTF-8 form
+        try:
+            out.append(await funcs.call(echo, value))
+        except roost.Error as exc:
+            out.append({"kind": exc.kind.value, "message": exc.message})
+    return out
 
 
 @app.workflow
@@ -164,6 +176,17 @@ async def test_a_lone_surrogate_in_a_start_is_invalid_at_the_call_and_nothing_is
             node.history("once-8")
         assert missing.value.kind == roost.ErrorKind.NOT_FOUND
         assert node.list_workflows() == []
+
+
+async def test_an_activity_argument_without_a_utf8_form_is_invalid_at_the_call(autojump_clock):
+    # Plain arguments need no check when an activity is scheduled; a str is plain only
+    # with a UTF-8 form, so a lone surrogate still fails the call (and nothing runs).
+    async with roost.open_node(app):
+        with trio.fail_after(60):  # an unchecked one would fail the task, retried forever
+            got = await run(echoes_each, workflow_id="once-9")
+    assert got[:2] == [1, "ok"]
+    assert got[2]["kind"] == roost.ErrorKind.INVALID.value
+    assert got[2]["message"].startswith("activity 'encode-once:echo' args[0]"), got[2]
 
 
 async def test_a_workflow_gets_its_input_as_recorded(autojump_clock):

@@ -108,7 +108,8 @@ def _own_info(x):
         "seq": info.seq,
         "attempt": info.attempt,
         "key": info.idempotency_key,
-        "aware": isinstance(info.scheduled_at, dt.datetime) and info.scheduled_at.tzinfo is not None,
+        "aware": isinstance(info.scheduled_at, dt.datetime)
+        and info.scheduled_at.tzinfo is not None,
         "tenant": ctx.get("tenant"),
         "values": ctx.all(),
     }

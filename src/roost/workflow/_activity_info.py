@@ -62,9 +62,7 @@ class Known:
         return info
 
 
-_info: contextvars.ContextVar[Known | None] = contextvars.ContextVar(
-    "roost_activity", default=None
-)
+_info: contextvars.ContextVar[Known | None] = contextvars.ContextVar("roost_activity", default=None)
 
 
 def activity_info() -> ActivityInfo | None:

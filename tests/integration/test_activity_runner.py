@@ -5,6 +5,8 @@ the thread tests wait for threading events, never for wall time, except where an
 activity's own duration is what a timeout measures.
 """
 
+import contextvars
+import datetime as dt
 import threading
 
 import pytest
@@ -88,6 +90,39 @@ async def never_suspends(x):
         "process": _no_process(),
         "now": roost.now() is not None,
     }
+
+
+# Set by the activities below: an attempt that sets it must not leak it into the next one.
+leak: contextvars.ContextVar[int | None] = contextvars.ContextVar("runner_leak", default=None)
+
+
+def _own_info(x):
+    seen = leak.get()
+    leak.set(x)
+    info = roost.activity_info()
+    return {
+        "seen": seen,
+        "same": info is roost.activity_info(),  # one record for the attempt, however asked
+        "workflow_id": info.workflow_id,
+        "run_id": info.run_id,
+        "seq": info.seq,
+        "attempt": info.attempt,
+        "key": info.idempotency_key,
+        "aware": isinstance(info.scheduled_at, dt.datetime)
+        and info.scheduled_at.tzinfo is not None,
+        "tenant": ctx.get("tenant"),
+        "values": ctx.all(),
+    }
+
+
+@app.activity
+async def own_info(x):
+    return _own_info(x)
+
+
+@app.activity
+def own_info_in_a_thread(x):
+    return _own_info(x)
 
 
 @app.activity(start_to_close_timeout="5s", retry_policy=ONE_TRY)
@@ -204,6 +239,48 @@ async def test_an_async_activity_that_never_suspends_runs_inline_in_its_own_cont
         stats = worker(node).stats
         assert stats["inline"] - before["inline"] == 3  # no trio task each
         assert stats["suspended"] == before["suspended"]
+
+
+def _expected_info(run_id, n):
+    return [
+        {
+            "seen": None,
+            "same": True,
+            "workflow_id": "info",
+            "run_id": run_id,
+            "seq": i + 1,
+            "attempt": 1,
+            "key": f"info/{run_id}/{i + 1}",
+            "aware": True,
+            "tenant": "acme",
+            "values": {"tenant": "acme"},
+        }
+        for i in range(n)
+    ]
+
+
+async def _own_info_of(node, entry):
+    pid = (
+        await process.with_options(id="info")
+        .with_context({"tenant": "acme"})
+        .spawn(fan_out, entry, 3)
+    )
+    process.monitor(pid)
+    exit_event = await process.events().receive()
+    return exit_event.value, node.describe("info")["run_id"]
+
+
+async def test_each_attempt_has_its_own_info_and_context_inline(autojump_clock):
+    async with open_test_node(app) as node:
+        got, run_id = await _own_info_of(node, "runner:own_info")
+        assert got == _expected_info(run_id, 3)
+        assert leak.get() is None  # nor into the runtime's
+
+
+async def test_each_sync_attempt_in_a_thread_has_its_own_info_and_context():
+    async with roost.open_node(app) as node:
+        got, run_id = await _own_info_of(node, "runner:own_info_in_a_thread")
+        assert got == _expected_info(run_id, 3)
 
 
 async def test_an_async_activity_that_suspends_keeps_its_context_and_timeout(autojump_clock):

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 import roost
 from roost import funcs, process
@@ -54,6 +55,17 @@ async def calls_returns_a_set():
     except roost.Error as exc:
         return {"kind": exc.kind.value, "message": exc.message}
     return None
+
+
+@app.workflow
+async def echoes_each():
+    out = []
+    for value in (1, "ok", "a\udfffb"):  # the last one has no UTF-8 form
+        try:
+            out.append(await funcs.call(echo, value))
+        except roost.Error as exc:
+            out.append({"kind": exc.kind.value, "message": exc.message})
+    return out
 
 
 @app.workflow
@@ -132,6 +144,49 @@ async def test_a_bad_start_argument_is_invalid_at_the_call_and_nothing_is_stored
         with pytest.raises(roost.Error) as missing:
             node.history("once-4")
         assert missing.value.kind == roost.ErrorKind.NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("spawner", "args", "named"),
+    [
+        (
+            process.with_options(id="once-8"),
+            ("\ud800",),
+            "workflow 'encode-once:three_steps' input args[0]",
+        ),
+        (process.with_options(id="once-8"), (1, b"x", "ok", "\udfff"), "input args[3]"),
+        (
+            process.with_options(id="once-8").with_message("go", "\ud800"),
+            (1,),
+            "start message 'go'",
+        ),
+        (process.with_options(id="once-8", memo={"m": "\ud800"}), (1,), "memo"),
+    ],
+)
+async def test_a_lone_surrogate_in_a_start_is_invalid_at_the_call_and_nothing_is_stored(
+    autojump_clock, spawner, args, named
+):
+    # A plain value needs no check at the start; a str is plain only with a UTF-8 form.
+    async with roost.open_node(app) as node:
+        with pytest.raises(roost.Error) as info:
+            await spawner.spawn(three_steps, *args)
+        assert info.value.kind == roost.ErrorKind.INVALID
+        assert named in info.value.message, info.value.message
+        with pytest.raises(roost.Error) as missing:
+            node.history("once-8")
+        assert missing.value.kind == roost.ErrorKind.NOT_FOUND
+        assert node.list_workflows() == []
+
+
+async def test_an_activity_argument_without_a_utf8_form_is_invalid_at_the_call(autojump_clock):
+    # Plain arguments need no check when an activity is scheduled; a str is plain only
+    # with a UTF-8 form, so a lone surrogate still fails the call (and nothing runs).
+    async with roost.open_node(app):
+        with trio.fail_after(60):  # an unchecked one would fail the task, retried forever
+            got = await run(echoes_each, workflow_id="once-9")
+    assert got[:2] == [1, "ok"]
+    assert got[2]["kind"] == roost.ErrorKind.INVALID.value
+    assert got[2]["message"].startswith("activity 'encode-once:echo' args[0]"), got[2]
 
 
 async def test_a_workflow_gets_its_input_as_recorded(autojump_clock):

@@ -25,7 +25,7 @@ import itertools
 import math
 import types
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -44,7 +44,14 @@ from roost.workflow._activity_attempt import (
     result_error,
     resume,
 )
-from roost.workflow._activity_info import ActivityInfo, activity_info, enter, heartbeat
+from roost.workflow._activity_info import (
+    ActivityInfo,
+    Known,
+    activity_info,
+    enter,
+    heartbeat,
+    prepare_base,
+)
 from roost.workflow._activity_log import KEPT_ERRORS, log_failure
 from roost.workflow._activity_threads import SyncJob, ThreadPool, never_raising
 from roost.workflow._drivers import paused_gc
@@ -58,6 +65,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
+_NO_VALUES: Mapping[str, Any] = types.MappingProxyType({})  # a task whose run is gone
+
 
 class ActivityWorker:
     """Runs each submitted task until it resolves: attempts in passes of one runner task."""
@@ -66,8 +75,10 @@ class ActivityWorker:
         self.m = manager
         self._nursery = nursery
         self.running: dict[tuple[str, int], Attempt] = {}
-        # What every attempt's context starts from: the runtime's own, never a caller's.
+        # What every attempt's context starts from: the runtime's own, never a caller's,
+        # with no current process and the node bound (see prepare_base).
         self._base = contextvars.copy_context()
+        self._base.run(prepare_base, manager.node)
         self._ready: deque[Attempt] = deque()  # attempts to start, and outcomes to hand on
         self._runner = False  # a runner task exists (draining _ready, or parked)
         self._parked: trio.lowlevel.Task | None = None  # the runner, waiting for work
@@ -329,23 +340,15 @@ class ActivityWorker:
     def _context(self, work: Attempt) -> contextvars.Context:
         # An activity is a function, not a process: it sees its workflow's context values
         # (ctx.get) and its own info (roost.activity_info()), and no current process.
+        # The run's context values are shared, never copied: nothing changes them in place
+        # (the workflow's own process reads the same mapping).
         task = work.task
         run = self.m.runs.get(task.workflow_id)
-        info = ActivityInfo(
-            workflow_id=task.workflow_id,
-            run_id=task.run_id,
-            seq=task.seq,
-            entry=task.entry,
-            attempt=task.attempt,
-            idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
-            scheduled_at=task.scheduled_at,
-        )
         ctx = self._base.copy()
         ctx.run(
             enter,
-            self.m.node,
-            dict(run.context) if run is not None else {},
-            info,
+            run.context if run is not None else _NO_VALUES,
+            Known(task),
             self._beater(work) if work.every else None,
         )
         return ctx

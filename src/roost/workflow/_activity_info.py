@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -12,7 +12,7 @@ import attrs
 from roost._errors import Error, ErrorKind
 from roost.actors._process import activity_context, bind_node, set_current
 
-__all__ = ["ActivityInfo", "activity_info", "enter", "heartbeat"]
+__all__ = ["ActivityInfo", "Known", "activity_info", "enter", "heartbeat", "prepare_base"]
 
 
 @attrs.frozen(kw_only=True)
@@ -32,14 +32,43 @@ class ActivityInfo:
     scheduled_at: dt.datetime
 
 
-_info: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
-    "roost_activity", default=None
-)
+class Known:
+    """What an attempt's context knows of it; its ``ActivityInfo`` is built when first asked.
+
+    ``task`` is the attempt's ActivityTask (anything with its fields): most activities
+    never call ``activity_info()``, so an attempt's start builds no record for it.
+    """
+
+    __slots__ = ("info", "task")
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.info: ActivityInfo | None = None
+
+    def get(self) -> ActivityInfo:
+        """The attempt's info (the same object on every call)."""
+        info = self.info
+        if info is None:
+            task = self.task
+            info = self.info = ActivityInfo(
+                workflow_id=task.workflow_id,
+                run_id=task.run_id,
+                seq=task.seq,
+                entry=task.entry,
+                attempt=task.attempt,
+                idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
+                scheduled_at=task.scheduled_at,
+            )
+        return info
+
+
+_info: contextvars.ContextVar[Known | None] = contextvars.ContextVar("roost_activity", default=None)
 
 
 def activity_info() -> ActivityInfo | None:
     """The running activity's info, or None outside an activity run by a workflow."""
-    return _info.get()
+    known = _info.get()
+    return known.get() if known is not None else None
 
 
 _beat: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar(
@@ -67,12 +96,14 @@ def heartbeat(details: Any = None) -> None:
     beat(details)
 
 
-def enter(
-    node: Any, context: dict[str, Any], info: ActivityInfo, beat: Callable[[Any], None] | None
-) -> None:
-    """Set up the calling context (an attempt's own copy) for an activity attempt."""
+def prepare_base(node: Any) -> None:
+    """Set up the calling context (the base every attempt's context copies) for ``node``."""
     set_current(None)
     bind_node(node)  # roost.state works here though no process is current
+
+
+def enter(context: Mapping[str, Any], known: Known, beat: Callable[[Any], None] | None) -> None:
+    """Set up the calling context (an attempt's own copy of the base) for an attempt."""
     activity_context.set(context)
-    _info.set(info)
+    _info.set(known)
     _beat.set(beat)

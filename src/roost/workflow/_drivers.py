@@ -18,6 +18,7 @@ from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import Started
 from roost.workflow._history_format import read_activation
 from roost.workflow._quarantine import RunQuarantined
+from roost.workflow._recorded import is_plain
 from roost.workflow._records import history_key
 from roost.workflow._run import Run
 
@@ -70,7 +71,8 @@ class RunPorts(Ports):
 
     def check(self, value: object, what: str) -> None:
         """Encode ``value`` with the node's codec (raises Invalid if it cannot be)."""
-        self.m.codec.encode(value, what=what)
+        if not is_plain(value):  # a plain value always encodes
+            self.m.codec.encode(value, what=what)
 
     def spawn_pid(self, seq: int) -> Pid:
         """Deterministic, so replay returns the same PID; unique per run and seq."""
@@ -99,6 +101,15 @@ class RunPorts(Ports):
         """
         run = self.run
         record = run.record
+        if (  # the event new_run built, handed over as it is (see _recorded): kept already
+            started.workflow_id is record.workflow_id
+            and started.run_id is record.run_id
+            and started.workflow_type is record.workflow_type
+            and started.context is run.context
+            and started.task_queue is record.task_queue
+            and started.parent is record.parent
+        ):
+            return started
         return Started(
             workflow_id=_shared(started.workflow_id, record.workflow_id),
             run_id=_shared(started.run_id, record.run_id),

@@ -51,7 +51,7 @@ def new_run(
     *,
     entry: Entry,
     pid: Pid,
-    args: list[Any],
+    args: Sequence[Any],
     context: dict[str, Any],
     at: dt.datetime,
     inherit: RunRecord | None = None,
@@ -64,11 +64,12 @@ def new_run(
     ``inherit`` is the previous run of the same id, whose lasting settings carry over;
     ``fields`` set ``RunRecord`` fields.
     """
+    rand = os.urandom(16)  # one read for both: the run id's 8 bytes, then the seed's
     plan = plan_new_run(
         workflow_id=pid.id,
         workflow_type=entry.id,
-        run_id=os.urandom(8).hex(),
-        seed=int.from_bytes(os.urandom(8), "big"),
+        run_id=rand[:8].hex(),
+        seed=int.from_bytes(rand[8:], "big"),
         args=args,
         context=context,
         at=at,
@@ -76,7 +77,9 @@ def new_run(
         fields=fields,
     )
     record = RunRecord(**plan.record)
-    run = Run(record=record, entry=entry, pid=pid, context=dict(context))
+    # The run and its Started event share one copy of the context values (nothing
+    # changes them in place; the driver keeps the run's, see RunPorts.kept_start).
+    run = Run(record=record, entry=entry, pid=pid, context=plan.started["context"])
     run.timers = [
         TimerTask(
             workflow_id=record.workflow_id, run_id=record.run_id, seq=t.seq, due=t.due, kind=t.kind
@@ -85,7 +88,8 @@ def new_run(
     ]
     if plan.held:
         run.phase = RunPhase.HELD  # before it enters the table
-    return run, Started(**plan.started)
+    # The event holds the run's mapping (the shared empty one if none).
+    return run, Started(**{**plan.started, "context": run.context})
 
 
 def run_state(record: RunRecord, pending: Sequence[Pending] = ()) -> RunState:

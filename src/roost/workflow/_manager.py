@@ -54,7 +54,7 @@ from roost.workflow._recovery import recover
 from roost.workflow._replies import ReplyHost
 from roost.workflow._run import Pending, Run, Settled
 from roost.workflow._runs import RunTable
-from roost.workflow._starting import claim_name, make_room
+from roost.workflow._starting import check_input, claim_name, make_room
 from roost.workflow._task_failure import task_backoff
 from roost.workflow._timers import DurableTimers
 from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room, counts
@@ -143,11 +143,7 @@ class WorkflowManager:
             workflow_id = f"{self.node.app.name}-{os.urandom(8).hex()}"
         # Every input check comes first: bad input changes nothing, not even a running
         # workflow that terminate_existing would replace.
-        for i, arg in enumerate(args):  # each argument is a payload, with the payload depth
-            self.codec.encode(arg, what=f"workflow {entry.id!r} input args[{i}]")
-        self.codec.encode(opts.get("memo", {}), what="memo")
-        for topic, payload in messages:
-            self.codec.encode(payload, what=f"start message {topic!r}")
+        check_input(self.codec, entry.id, args, opts, messages)
         pid = await make_room(
             self, workflow_id, explicit=explicit, opts=opts, messages=messages, sender=parent.pid
         )
@@ -161,7 +157,7 @@ class WorkflowManager:
         run, started = new_run(
             entry=entry,
             pid=pid,
-            args=list(args),
+            args=args,
             context={**parent.context, **context},
             at=at,
             **record_for_start(opts, parent=parent.pid, at=at),

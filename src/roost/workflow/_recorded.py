@@ -14,15 +14,19 @@ from roost._text import has_utf8
 from roost.storage import Codec
 from roost.workflow._history import ActivityResolved, MessageArrived, Started, TimerFired
 
-__all__ = ["as_recorded", "recorded"]
+__all__ = ["as_recorded", "is_plain", "recorded"]
 
 # Values that always encode, and decode as themselves (a str only with a UTF-8 form).
 _PLAIN: Final[frozenset[type]] = frozenset({type(None), bool, int, float, bytes})
 
 
-def _plain(value: Any) -> bool:
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` always encodes, and decodes as itself (no need to check it)."""
     tp = type(value)
     return tp in _PLAIN or (tp is str and has_utf8(value))
+
+
+_plain = is_plain
 
 
 def as_recorded(event: Any) -> bool:

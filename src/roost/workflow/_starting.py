@@ -6,11 +6,38 @@ from typing import TYPE_CHECKING, Any
 
 from roost._pid import Pid
 from roost.workflow._planner import ExistingRun, plan_start, start_reads_closed_run
+from roost.workflow._recorded import is_plain
 
 if TYPE_CHECKING:
+    from roost.storage import Codec
     from roost.workflow._host import RunHost
 
-__all__ = ["claim_name", "make_room"]
+__all__ = ["check_input", "claim_name", "make_room"]
+
+
+def check_input(
+    codec: Codec,
+    entry_id: str,
+    args: tuple[Any, ...],
+    opts: dict[str, Any],
+    messages: tuple[tuple[str, Any], ...],
+) -> None:
+    """Check that a start's input, memo and start messages can be stored.
+
+    A plain value (None, bool, int, float, bytes, a UTF-8 str) always encodes: only the
+    others are tried, each as a payload with the payload depth.
+
+    Raises:
+        roost.Error: kind Invalid naming the value that cannot be encoded.
+    """
+    for i, arg in enumerate(args):
+        if not is_plain(arg):
+            codec.encode(arg, what=f"workflow {entry_id!r} input args[{i}]")
+    if "memo" in opts:
+        codec.encode(opts["memo"], what="memo")
+    for topic, payload in messages:
+        if not is_plain(payload):
+            codec.encode(payload, what=f"start message {topic!r}")
 
 
 async def make_room(

@@ -400,18 +400,23 @@ def _signal_results(size: dict[str, Any]) -> list[Result]:
     ]
 
 
+def _best_interleaved(
+    n: int, size: dict[str, Any], **variant: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The concurrent N-series and its ``variant``, taking turns: the best run of each."""
+    runs: list[list[dict[str, Any]]] = [[], []]
+    for _ in range(_repeat(n, size)):
+        runs[0].append(throughput(n, concurrent=True))
+        runs[1].append(throughput(n, concurrent=True, **variant))
+    plain, changed = (min(side, key=lambda r: r["seconds"]) for side in runs)
+    return plain, changed
+
+
 def _sync_activity_results(size: dict[str, Any]) -> list[Result]:
     """The N-series workflow with sync activities, next to async ones in the same run."""
     results = []
     for n in size["serial"]:
-        sync = asyn = None
-        for _ in range(_repeat(n, size)):  # interleaved, best of each
-            a = throughput(n, concurrent=True)
-            b = throughput(n, concurrent=True, sync_activities=True)
-            asyn = a if asyn is None or a["seconds"] < asyn["seconds"] else asyn
-            sync = b if sync is None or b["seconds"] < sync["seconds"] else sync
-        assert sync is not None
-        assert asyn is not None
+        asyn, sync = _best_interleaved(n, size, sync_activities=True)
         results.append(
             Result(
                 SUITE,
@@ -432,14 +437,7 @@ def _tuned_gc_results(size: dict[str, Any]) -> list[Result]:
     """The N-series' cost of the cyclic collector: the same run with TUNED_GC thresholds."""
     results = []
     for n in size["tuned"]:
-        plain = tuned = None
-        for _ in range(_repeat(n, size)):  # interleaved, best of each
-            a = throughput(n, concurrent=True)
-            b = throughput(n, concurrent=True, gc_threshold=TUNED_GC)
-            plain = a if plain is None or a["seconds"] < plain["seconds"] else plain
-            tuned = b if tuned is None or b["seconds"] < tuned["seconds"] else tuned
-        assert plain is not None
-        assert tuned is not None
+        plain, tuned = _best_interleaved(n, size, gc_threshold=TUNED_GC)
         results.append(
             Result(
                 SUITE,

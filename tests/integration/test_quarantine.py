@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +19,12 @@ import cbor2
 import lmdb
 import pytest
 import trio.testing
+from raw_store import raw
 
 import roost
 from roost import Error, ErrorKind, process
 from roost.queues._records import QueueMessage, message_key
-from roost.storage import TABLES, Codec, key, open_lmdb_store, quarantined, unpack_key
+from roost.storage import Codec, key, open_lmdb_store, quarantined, unpack_key
 from roost.storage._codec import TAG_RECORD
 from roost.workflow._inspect import list_workflows
 
@@ -62,18 +61,6 @@ async def sleeper(opener: str, label: str) -> str:
 
 WAITERS = ["good-1", "good-2", "bad-history", "bad-inbox", "bad-task-owner"]
 SLEEPERS = ["bad-run", "bad-timer"]
-
-
-@contextmanager
-def raw(data: Path) -> Iterator[tuple[lmdb.Transaction[bytes], dict[str, Any]]]:
-    """A write transaction on the stopped data directory, bypassing roost."""
-    env = lmdb.open(str(data), max_dbs=128)
-    try:
-        dbs = {name: env.open_db(name.encode()) for name in TABLES}
-        with env.begin(write=True) as txn:
-            yield txn, dbs
-    finally:
-        env.close()
 
 
 async def _start_all(data: Path) -> None:

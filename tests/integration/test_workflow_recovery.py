@@ -10,8 +10,6 @@ activation.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,11 @@ import cbor2
 import lmdb
 import pytest
 import trio.testing
+from raw_store import raw
 
 import roost
 from roost import process
-from roost.storage import TABLES, Codec, key, unpack_key
+from roost.storage import Codec, key, unpack_key
 from roost.storage._codec import TAG_RECORD
 from roost.workflow import _executors
 from roost.workflow._history import MessageArrived, TimerFired, WorkflowTask
@@ -54,18 +53,6 @@ async def _start(data: Path, labels: list[str]) -> None:
         for label in labels:
             await process.with_options(id=label).spawn(napper, str(node.pid), label, LONG)
         assert {await armed.receive() for _ in labels} == set(labels)
-
-
-@contextmanager
-def raw(data: Path) -> Iterator[tuple[lmdb.Transaction[bytes], dict[str, Any]]]:
-    """A write transaction on the stopped data directory, bypassing roost."""
-    env = lmdb.open(str(data), max_dbs=128)
-    try:
-        dbs = {name: env.open_db(name.encode()) for name in TABLES}
-        with env.begin(write=True) as txn:
-            yield txn, dbs
-    finally:
-        env.close()
 
 
 def _run_ids(txn: lmdb.Transaction[bytes], dbs: dict[str, Any]) -> dict[str, str]:

@@ -257,11 +257,13 @@ class Writer:
                 self._cond.wait()
             left, self._pending = self._pending + self._staged, []
             self._staged.clear()
-            # The flushing task is not parked: it finds its outcome when it flushes.
+            # The flushing task is not parked: it finds its outcome when it flushes, so
+            # the outcomes are set before the lock is released (a flush after this sees
+            # its own).
             flusher, self._flusher = self._flusher, None
+            for req in left:
+                req.result = outcome.Error(closed_error())
             self._cond.notify()
-        for req in left:
-            req.result = outcome.Error(closed_error())
         deliver([req for req in left if req is not flusher])
         if threading.get_ident() != self._thread.ident:
             self._thread.join()

@@ -319,13 +319,13 @@ def _dump_typed(value: Any, walk: Walk, payloads: Iterable[Any], limit: int) -> 
     try:
         for v in payloads:
             tp = type(v)
-            if tp in flat or (not v and (tp is dict or tp is list)):
+            if tp in flat or ((tp is dict or tp is list) and not v):  # never a user __bool__
                 continue
             # A payload at exactly the limit may hold a bignum: the full walk decides.
             if walk.depth(v, limit) >= limit:
                 return None
         return cbor2.dumps(value, default=walk)
-    except (Refused, UnicodeEncodeError, Unencodable, cbor2.CBOREncodeError, RecursionError):
+    except Exception:  # noqa: BLE001 - any refusal, or a value's own method raising: the full walk names it
         return None
 
 

@@ -181,6 +181,24 @@ def test_a_bad_payload_in_a_history_row_is_named_by_its_field() -> None:
     )
 
 
+class _TruthRaises(dict[str, int]):
+    def __bool__(self) -> bool:
+        raise ValueError("no truth")
+
+
+class _LengthRaises(list[int]):
+    def __len__(self) -> int:
+        raise ValueError("no length")
+
+
+@pytest.mark.parametrize("value", [_TruthRaises(a=1), _LengthRaises([1])], ids=["bool", "len"])
+def test_a_payload_whose_own_methods_raise_in_a_history_row_is_invalid(value: Any) -> None:
+    act = Activation(index=2, at=AT, events=[ActivityResolved(seq=1, value=value)], commands=[])
+    error = refusal(encode_activation, CODEC, act)
+    assert error.kind == roost.ErrorKind.INVALID
+    assert "reading the value raised ValueError: no " in error.message, error.message
+
+
 def test_a_history_row_holds_payloads_of_the_full_payload_depth() -> None:
     started = Started(
         workflow_id="w", run_id="r", workflow_type="app:flow", args=[nested(MAX_DEPTH)], seed=1

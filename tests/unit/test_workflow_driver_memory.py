@@ -68,6 +68,10 @@ def test_drivers_make_their_dicts_on_first_write_and_the_shared_empty_stays_empt
         _driver._NONE.update({1: "leak"})
     with pytest.raises(TypeError, match="read-only"):
         _driver._NONE.setdefault(1, "leak")
+    shared = _driver._NONE
+    with pytest.raises(TypeError, match="read-only"):
+        shared |= {1: "leak"}
+    assert len(_driver._NONE) == 0
 
 
 async def awaits_the_handle_twice():
@@ -109,6 +113,12 @@ def test_a_command_issued_while_the_driver_discards_a_coroutine_is_dropped(caplo
     assert len(_driver._BETWEEN_ACTIVATIONS) == 0  # the shared list keeps nothing
     with pytest.raises(TypeError):
         _driver._BETWEEN_ACTIVATIONS.extend([1])
+    dropped = _driver._BETWEEN_ACTIVATIONS
+    with pytest.raises(TypeError):
+        dropped += [1]
+    with pytest.raises(TypeError):
+        dropped[:0] = [1]
+    assert len(_driver._BETWEEN_ACTIVATIONS) == 0
     # The next activation of a (rebuilt) driver starts from an empty command list.
     again = make_driver(sends_as_it_is_discarded, roost.Pid("local", "t:workflows", "wf-1"))
     again.activate(T0, [started])

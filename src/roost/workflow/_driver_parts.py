@@ -504,6 +504,9 @@ class NoEntries(dict[Any, Any]):
     def update(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("the shared empty dict of drivers is read-only")
 
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]  # refuses, returns nothing
+        raise TypeError("the shared empty dict of drivers is read-only")
+
 
 # Most runs never make a call, wait on a child, start a ticker or ask for a version; and
 # an idle run has no command pending. Each empty dict is 64 bytes per cached run: they
@@ -529,6 +532,14 @@ class Dropped(list[Any]):
 
     def insert(self, index: Any, command: Any) -> None:
         """Refused, as ``extend``."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def __iadd__(self, commands: Any) -> Any:  # type: ignore[misc]  # refuses, returns nothing
+        """Refused, as ``extend``."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def __setitem__(self, index: Any, commands: Any) -> None:
+        """Refused, as ``extend`` (the shared list stays empty)."""
         raise TypeError("commands between activations are dropped one by one")
 
 

@@ -6,8 +6,8 @@ import contextlib
 import enum
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar, overload
 
 import attrs
 
@@ -18,6 +18,11 @@ __all__ = ["App", "Entry", "EntryKind", "HostSpec"]
 
 _NAME_FORBIDDEN = frozenset("{}|@: ")
 ENTRY_ATTR = "__roost_entry__"
+
+# The decorators return the function unchanged, so they are typed to hand its exact type
+# (signature, return type, name) back to type checkers.
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+_AsyncFn = TypeVar("_AsyncFn", bound=Callable[..., Coroutine[Any, Any, Any]])
 
 
 class EntryKind(enum.StrEnum):
@@ -181,6 +186,14 @@ class App:
         self._hosts[spec.id] = spec
         return spec
 
+    @overload
+    def process(self, fn: _AsyncFn, /, *, name: str | None = None) -> _AsyncFn: ...
+
+    @overload
+    def process(
+        self, fn: None = None, /, *, name: str | None = None
+    ) -> Callable[[_AsyncFn], _AsyncFn]: ...
+
     def process(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
         """Register an ``async def`` as a plain (in-memory) process entry.
 
@@ -188,6 +201,14 @@ class App:
         function is returned unchanged.
         """
         return self._decorate(fn, EntryKind.PROCESS, name, {}, need_async=True)
+
+    @overload
+    def activity(self, fn: _Fn, /, *, name: str | None = None, **options: Any) -> _Fn: ...
+
+    @overload
+    def activity(
+        self, fn: None = None, /, *, name: str | None = None, **options: Any
+    ) -> Callable[[_Fn], _Fn]: ...
 
     def activity(
         self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **options: Any
@@ -201,6 +222,14 @@ class App:
         if check is not None:
             check(options)  # raises Invalid for a bad option
         return self._decorate(fn, EntryKind.ACTIVITY, name, options, need_async=False)
+
+    @overload
+    def workflow(self, fn: _AsyncFn, /, *, name: str | None = None) -> _AsyncFn: ...
+
+    @overload
+    def workflow(
+        self, fn: None = None, /, *, name: str | None = None
+    ) -> Callable[[_AsyncFn], _AsyncFn]: ...
 
     def workflow(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
         """Register an ``async def`` as a durable workflow entry."""

@@ -1,0 +1,142 @@
+"""Every Python code block of README.md and docs/*.md runs (or, marked a fragment, compiles).
+
+A block is a whole program unless the line before its fence is ``<!-- fragment -->``: then it
+is a piece of a larger program (it awaits at the top level, uses names defined elsewhere) and
+is only compiled, as the body of an ``async def``. A program block runs as a script would:
+in a fresh namespace, from a temporary working directory, with its output captured. A block
+followed by an ``<!-- output -->`` marked ``text`` block must print exactly that text.
+Programs wait on ``roost.testing.open_test_node``'s clock, so long sleeps cost no real time.
+The ``test_*`` functions a program defines are then called as pytest would call them (an
+async one under trio, with pytest-trio's ``autojump_clock`` when it asks for it; a
+hypothesis one with few examples).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import hypothesis
+import pytest
+import trio
+import trio.testing
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FRAGMENT = "<!-- fragment -->"
+OUTPUT = "<!-- output -->"
+_FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
+
+
+@attrs.frozen
+class Block:
+    """One fenced code block of a markdown file."""
+
+    path: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    code: str
+    marker: str | None  # the HTML comment on the line before the fence, if any
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def blocks(path: Path) -> Iterator[Block]:
+    """The fenced blocks of ``path``, in order (fences may be indented, as in lists)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        match = _FENCE.match(lines[i])
+        if match is None:
+            i += 1
+            continue
+        indent = match["indent"]
+        start = i
+        i += 1
+        body: list[str] = []
+        while i < len(lines) and lines[i].rstrip() != f"{indent}```":
+            body.append(lines[i])
+            i += 1
+        previous = next((ln.strip() for ln in reversed(lines[:start]) if ln.strip()), "")
+        marker = previous if previous.startswith("<!--") else None
+        yield Block(path, start + 1, match["lang"], textwrap.dedent("\n".join(body)), marker)
+        i += 1
+
+
+ALL = [block for path in DOCS for block in blocks(path)]
+PYTHON = [block for block in ALL if block.lang == "python"]
+PROGRAMS = [block for block in PYTHON if block.marker != FRAGMENT]
+FRAGMENTS = [block for block in PYTHON if block.marker == FRAGMENT]
+
+
+def expected_output(block: Block) -> str | None:
+    """The text of the ``<!-- output -->`` block right after ``block``, if there is one."""
+    later = [b for b in ALL if b.path == block.path and b.line > block.line]
+    if later and later[0].marker == OUTPUT:
+        return later[0].code.strip("\n")
+    return None
+
+
+def test_the_docs_have_programs_and_fragments() -> None:
+    # The extraction itself works: the guides do hold blocks of both kinds.
+    assert len(PROGRAMS) >= 10
+    assert len(FRAGMENTS) >= 10
+    assert {b.path.name for b in PROGRAMS} >= {"README.md", "workflows.md", "orchestration.md"}
+
+
+def test_markers_sit_on_blocks_they_apply_to() -> None:
+    for block in ALL:
+        if block.marker == FRAGMENT:
+            assert block.lang == "python", f"{block.name}: a fragment marker on a {block.lang}"
+        if block.marker == OUTPUT:
+            assert block.lang == "text", f"{block.name}: an output marker on a {block.lang}"
+        if block.marker is not None:
+            assert block.marker in (FRAGMENT, OUTPUT), f"{block.name}: {block.marker}"
+
+
+@pytest.mark.parametrize("block", FRAGMENTS, ids=lambda b: b.name)
+def test_fragment_compiles(block: Block) -> None:
+    wrapped = "async def __fragment__():\n" + textwrap.indent(block.code or "pass", "    ")
+    compile(wrapped, block.name, "exec")
+
+
+@pytest.mark.parametrize("block", PROGRAMS, ids=lambda b: b.name)
+def test_program_runs(
+    block: Block,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = compile(block.code, block.name, "exec")
+    namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(tmp_path / "s.py")}
+    exec(code, namespace)  # running the doc's own code is the point
+    tests = [fn for name, fn in namespace.items() if name.startswith("test_") and callable(fn)]
+    for fn in tests:
+        call_like_pytest(fn)
+    printed = capsys.readouterr().out.strip("\n")
+    want = expected_output(block)
+    if want is not None:
+        assert printed == want
+
+
+def call_like_pytest(fn: Callable[..., Any]) -> None:
+    """Call a test function the doc defines, as pytest (with pytest-trio) would."""
+    if hasattr(fn, "hypothesis"):
+        fn = hypothesis.settings(max_examples=3, database=None)(fn)
+    if not inspect.iscoroutinefunction(fn):
+        fn()
+        return
+    params = inspect.signature(fn).parameters
+    if "autojump_clock" in params:
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        trio.run(lambda: fn(autojump_clock=clock), clock=clock)
+    else:
+        trio.run(fn)

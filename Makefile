@@ -6,14 +6,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench bench-quick clean
 
+# One line says what the install does; pip's own output goes to $(VENV)/install.log and is
+# shown only when the install fails.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "Installing roost and its dev tools into $(VENV) (editable; pip's log: $(VENV)/install.log)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[dev]'; } \
+		> $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; echo "the install failed (log above)"; exit 1; }
+	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/order_fulfillment.py
+	@echo "Running examples/order_fulfillment.py: the order pipeline, with a SIGKILL mid-way"
+	@$(PY) examples/order_fulfillment.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks

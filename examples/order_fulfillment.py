@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -151,10 +152,14 @@ async def on_fulfilled(event: dict[str, Any]) -> None:
     # Durable subscribers are fed at least once: keyed by order, a second delivery after a
     # crash changes nothing.
     order_id = event["order_id"]
-    log(f"order.fulfilled: {order_id} (a durable subscriber: it would email the customer)")
+    sent = await state.get("mail", "sent")
+    if sent is not None and sent["orders"].get(order_id):
+        log(f"order.fulfilled: {order_id} delivered again; already emailed, nothing to do")
+        return
     await state.update(
         "mail", "sent", [{"type": "set", "path": ["orders", order_id], "value": True}]
     )
+    log(f"order.fulfilled: {order_id} (a durable subscriber: it would email the customer)")
 
 
 @app.activity
@@ -197,29 +202,62 @@ def call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]
 
 
 class Node:
-    """The node as a child process we can SIGKILL."""
+    """The node as a child process we can SIGKILL.
+
+    Its output is relayed as it comes (its log records to stderr, prefixed), so the
+    narration shows the node's lines in the order things happen.
+    """
 
     def __init__(self, data_dir: str) -> None:
         env = {**os.environ, "SHOP_DIR": data_dir, "PYTHONWARNINGS": "error"}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", data_dir],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=env,
         )
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # recovered work may log before the URL line
+        self.url = ""
+        self._lines: list[str] = []
+        self._seen = threading.Condition()
+        self._relays = [
+            threading.Thread(target=self._relay, args=(self.proc.stdout, sys.stdout, "")),
+            threading.Thread(target=self._relay, args=(self.proc.stderr, sys.stderr, "  [log] ")),
+        ]
+        for relay in self._relays:
+            relay.start()
+        with self._seen:  # recovered work may print before the URL line
+            self._seen.wait_for(lambda: self.url or self.proc.poll() is not None, timeout=30)
+        if not self.url:
+            self.kill()
+            raise SystemExit("the node did not start")
+
+    def _relay(self, stream: Any, out: Any, prefix: str) -> None:
+        for line in stream:
             if line.startswith("URL "):
                 self.url = line.split()[1]
-                break
-            print(line, end="", flush=True)
-        else:
-            raise SystemExit("the node did not start")
+            else:
+                out.write(prefix + line)
+                out.flush()
+            with self._seen:
+                self._lines.append(line)
+                self._seen.notify_all()
+        stream.close()
+        with self._seen:
+            self._seen.notify_all()
+
+    def wait_for_line(self, fragment: str, limit: float = 20.0) -> None:
+        """Wait until the node has printed a line containing ``fragment``."""
+        with self._seen:
+            if not self._seen.wait_for(
+                lambda: any(fragment in line for line in self._lines), timeout=limit
+            ):
+                raise SystemExit(f"the node never printed {fragment!r}")
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        self._drain()
+        self._join()
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -228,13 +266,11 @@ class Node:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._drain()
+        self._join()
 
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout.read().splitlines():
-            print(line, flush=True)
-        self.proc.stdout.close()
+    def _join(self) -> None:
+        for relay in self._relays:
+            relay.join()
 
 
 def wait_for(base: str, order_id: str, want: str, limit: float = 20.0) -> dict[str, Any]:
@@ -270,8 +306,17 @@ def demo() -> None:
             print(f"   POST /orders o-{n} -> {status}, queued as {body['receipt_id'][:8]}")
             orders.append(body["order_id"])
         wait_for(node.url, "o-1", "fulfilled")
-        _, o2 = call(node.url, "GET", "/orders/o-2")
-        print(f"   o-1 fulfilled; o-2 is at {o2['current_step']} ({o2['status']})")
+        node.wait_for_line("charge o-1: charged")
+        where = []
+        for order_id in orders[1:]:
+            _, order = call(node.url, "GET", f"/orders/{order_id}")
+            status, step = order["status"], order["current_step"]
+            where.append(
+                f"{order_id} {status}"
+                if status == "fulfilled"
+                else f"{order_id} at {step} ({status})"
+            )
+        print(f"   o-1 fulfilled; {', '.join(where)}")
 
         print("2. SIGKILL the node in the middle of the pipeline, start it again")
         node.kill()
@@ -283,6 +328,7 @@ def demo() -> None:
 
         print("3. o-4's card is declined: 6 attempts, then the DLQ; fix the card and redrive")
         o4 = wait_for(node.url, "o-4", "failed")  # the DLQ'd step's last status
+        node.wait_for_line("charge o-4 attempt 6: card declined")
         print(
             f"   o-4: {o4['current_step']} {o4['status']} after {o4['attempts']['charge']} attempts"
         )
@@ -291,6 +337,7 @@ def demo() -> None:
         redrive_payments(data_dir)
         node = Node(data_dir)
         order = wait_for(node.url, "o-4", "fulfilled")
+        node.wait_for_line("order.fulfilled: o-4")
         print(f"   o-4 after the redrive: {order['status']}, tracking {order['tracking']}")
         node.stop()
 

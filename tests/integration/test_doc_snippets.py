@@ -2,7 +2,8 @@
 
 A block is a whole program unless the line before its fence is ``<!-- fragment -->``: then it
 is a piece of a larger program (it awaits at the top level, uses names defined elsewhere) and
-is only compiled, as the body of an ``async def``. A program block runs as a script would:
+is compiled, as the body of an ``async def``, and every ``process.x`` / ``roost.x`` / ...
+name it uses must exist. A program block runs as a script would:
 in a fresh namespace, from a temporary working directory, with its output captured. A block
 followed by an ``<!-- output -->`` marked ``text`` block must print exactly that text.
 Programs wait on ``roost.testing.open_test_node``'s clock, so long sleeps cost no real time.
@@ -13,6 +14,8 @@ hypothesis one with few examples).
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
 import re
 import textwrap
@@ -101,10 +104,49 @@ def test_markers_sit_on_blocks_they_apply_to() -> None:
             assert block.marker in (FRAGMENT, OUTPUT), f"{block.name}: {block.marker}"
 
 
+# Names the guides use for roost's modules; in fragments, ``process.spawn_linked`` and the
+# like must name something that exists.
+MODULES = {
+    "roost": "roost",
+    "process": "roost.process",
+    "funcs": "roost.funcs",
+    "channel": "roost.channel",
+    "coroutine": "roost.coroutine",
+    "ctx": "roost.ctx",
+    "supervisor": "roost.supervisor",
+    "workflow": "roost.workflow",
+    "state": "roost.state",
+    "http": "roost.http",
+}
+
+
+def roost_references(tree: ast.AST) -> Iterator[tuple[str, list[str]]]:
+    """Every ``module.a.b`` chain in ``tree`` that starts at one of roost's module names."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue  # inner chains (process.registry of process.registry.lookup) count too
+        chain: list[str] = []
+        value: ast.expr = node
+        while isinstance(value, ast.Attribute):
+            chain.insert(0, value.attr)
+            value = value.value
+        if isinstance(value, ast.Name) and value.id in MODULES:
+            yield value.id, chain
+
+
 @pytest.mark.parametrize("block", FRAGMENTS, ids=lambda b: b.name)
 def test_fragment_compiles(block: Block) -> None:
     wrapped = "async def __fragment__():\n" + textwrap.indent(block.code or "pass", "    ")
-    compile(wrapped, block.name, "exec")
+    tree = ast.parse(wrapped, block.name)
+    compile(tree, block.name, "exec")
+    for name, chain in roost_references(tree):
+        obj: Any = importlib.import_module(MODULES[name])
+        for depth, attr in enumerate(chain):
+            if inspect.ismodule(obj) or isinstance(obj, type) or depth == 0:
+                assert hasattr(obj, attr), f"{block.name}: {name}.{'.'.join(chain)} does not exist"
+                obj = getattr(obj, attr)
+            else:
+                break  # an instance's attribute (a Channel's .send): not checked here
 
 
 @pytest.mark.parametrize("block", PROGRAMS, ids=lambda b: b.name)

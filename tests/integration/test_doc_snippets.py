@@ -182,3 +182,49 @@ def call_like_pytest(fn: Callable[..., Any]) -> None:
         trio.run(lambda: fn(autojump_clock=clock), clock=clock)
     else:
         trio.run(fn)
+
+
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6} +(?P<title>.+?) *$")
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file."""
+    found: set[str] = set()
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if _FENCE.match(line):
+            in_code = not in_code
+        match = None if in_code else _HEADING.match(line)
+        if match is not None:
+            title = match["title"].lower().replace("`", "")
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def prose(path: Path) -> str:
+    """The text of a markdown file without its code blocks and inline code."""
+    kept: list[str] = []
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if _FENCE.match(line):
+            in_code = not in_code
+        elif not in_code:
+            kept.append(re.sub(r"`[^`]*`", "", line))
+    return "\n".join(kept)
+
+
+def test_links_between_the_docs_resolve() -> None:
+    broken = []
+    for path in [*DOCS, ROOT / "examples" / "README.md"]:
+        for match in _LINK.finditer(prose(path)):
+            target = match["target"]
+            if re.match(r"^[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            file, _, anchor = target.partition("#")
+            resolved = (path.parent / file).resolve() if file else path
+            if not resolved.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []

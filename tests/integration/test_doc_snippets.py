@@ -9,7 +9,8 @@ followed by an ``<!-- output -->`` marked ``text`` block must print exactly that
 Programs wait on ``roost.testing.open_test_node``'s clock, so long sleeps cost no real time.
 The ``test_*`` functions a program defines are then called as pytest would call them (an
 async one under trio, with pytest-trio's ``autojump_clock`` when it asks for it; a
-hypothesis one with few examples).
+hypothesis one with few examples). Links between the docs must resolve, and the docs name
+no markdown file the repository does not have.
 """
 
 from __future__ import annotations
@@ -228,3 +229,16 @@ def test_links_between_the_docs_resolve() -> None:
             elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
                 broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
+
+
+def test_the_docs_name_only_files_the_repository_has() -> None:
+    # A guide that points at a design document or an API file the repository does not ship
+    # sends a new user looking for nothing.
+    names = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts}
+    missing = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in [*DOCS, ROOT / "examples" / "README.md"]
+        for name in re.findall(r"[\w.-]+\.md\b", path.read_text(encoding="utf-8"))
+        if Path(name).name not in names
+    ]
+    assert missing == []

@@ -1,9 +1,9 @@
 """``@app.workflow`` / ``@app.activity`` / ``@app.process`` keep the signature for mypy.
 
 A small program is type-checked with mypy (``--strict``) in the test: the decorated
-functions must reveal their own signature, and a call with a wrong argument must be an
-error. If a decorator returned ``Any`` again, the revealed types would read ``Any`` and the
-wrong calls would pass.
+functions must reveal their own signature, a call with a wrong argument must be an error,
+and so must a sync function decorated as a workflow. A decorator typed to return ``Any``
+would reveal ``Any`` and let the wrong calls pass.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ PROGRAM = textwrap.dedent(
         return n * 2
 
 
+    @app.workflow  # a sync function is refused at run time, and by the type checker
+    def sync_workflow(n: int) -> int:
+        return n
+
+
     @app.process(name="other_worker")
     async def named_worker(n: int, *, label: str = "") -> list[str]:
         return [label] * n
@@ -81,6 +86,7 @@ EXPECTED_REVEALS = [
 ]
 
 EXPECTED_ERRORS = [
+    'Value of type variable "_AsyncFn" of "workflow" of "App" cannot be "Callable[[int], int]"',
     'Argument 1 to "order" has incompatible type "int"; expected "str"',
     'Argument 2 to "charge" has incompatible type "str"; expected "int"',
     'Argument "order_id" to "ship" has incompatible type "int"; expected "str"',

@@ -181,9 +181,12 @@ class Codec:
             return None
         if not found.check(fields):
             return None
+        # The record's header, then its field map: the bytes the walk's hook writes for a
+        # record, without cbor2 first looking the record's class up among its encoders.
         walk = Walk(self._record_type)
-        walk.records[id(value)] = (rtype, fields)
-        return _dump_typed(value, walk, [fields[n] for n in found.walked], STORED_DEPTH - 3)
+        walked = [fields[n] for n in found.walked]
+        data = _dump_typed(fields, walk, walked, STORED_DEPTH - 3)
+        return None if data is None else rtype.header + data
 
     def _encode_walked(self, value: Any, what: str, limit: int) -> bytes:
         walk = self._walk(value, what, limit)

@@ -317,7 +317,7 @@ class Effects:
         if self.continued is not None:
             record_bytes = codec.encode(self.continued[0].record)  # the id names the new run
         elif progress_only:
-            record_bytes = codec.encode(
+            record_bytes = codec.encode_checked(  # counters and an id: nothing to walk
                 RunProgress(
                     run_id=run_id,
                     activations=record.activations,
@@ -329,7 +329,13 @@ class Effects:
         else:
             record_bytes = codec.encode(record)
         row_table = PROGRESS_TABLE if progress_only else "runs"
-        tasks = [(prefix + u64(t.seq), codec.encode(t)) for t in self.tasks] if self.tasks else ()
+        # A task's arguments and options were walked in the history row just encoded (the
+        # command scheduling it holds the same objects): its row does not walk them again.
+        tasks = (
+            [(prefix + u64(t.seq), codec.encode_checked(t)) for t in self.tasks]
+            if self.tasks
+            else ()
+        )
         closing = plan is not None
         rest = (
             self._rest(codec, prefix, closing)

@@ -283,7 +283,7 @@ class Effects:
         act_bytes = encode_activation(codec, act)
         self.size = len(act_bytes)
         if driver is None:
-            children: list[Pid] = []
+            children: list[Pid] = record.children if not record.children else []
             unread = record.unread
         else:
             found = driver.children

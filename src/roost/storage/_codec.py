@@ -169,6 +169,29 @@ class Codec:
         walk = Walk(self._record_type)
         return _dump_typed(value, walk, payloads, STORED_DEPTH - inner)
 
+    def encode_checked(self, value: Any) -> bytes:
+        """Encode one of roost's records whose payloads were walked already.
+
+        For a record whose payload fields hold the very objects another row of the same
+        write checked at the same allowance (an activity task's arguments and options, in
+        the history row that schedules it): its typed fields are checked, the payloads not
+        walked again. Anything the quick path does not take (a record inside a payload, a
+        field of the wrong type) goes through :meth:`encode`, which reports a problem.
+
+        Raises:
+            roost.Error: kind Invalid, as :meth:`encode`.
+        """
+        rtype = self._record_type(type(value))
+        found = rtype.schema() if rtype is not None and rtype.envelope else None
+        if rtype is not None and found is not None:
+            try:
+                fields = rtype.unstructure(value)
+                if found.check(fields):
+                    return rtype.header + cbor2.dumps(fields, default=Walk(self._record_type))
+            except Exception:  # noqa: BLE001, S110 - the full encode below names the problem
+                pass
+        return self.encode(value)
+
     def _encode_typed(self, value: Any, rtype: _RecordType) -> bytes | None:
         # One of roost's records: its typed fields are written as they are, its payload
         # fields walked (each as deep as the full walk would allow it, below the record).
@@ -181,9 +204,12 @@ class Codec:
             return None
         if not found.check(fields):
             return None
+        # The record's header, then its field map: the bytes the walk's hook writes for a
+        # record, without cbor2 first looking the record's class up among its encoders.
         walk = Walk(self._record_type)
-        walk.records[id(value)] = (rtype, fields)
-        return _dump_typed(value, walk, [fields[n] for n in found.walked], STORED_DEPTH - 3)
+        walked = [fields[n] for n in found.walked]
+        data = _dump_typed(fields, walk, walked, STORED_DEPTH - 3)
+        return None if data is None else rtype.header + data
 
     def _encode_walked(self, value: Any, what: str, limit: int) -> bytes:
         walk = self._walk(value, what, limit)

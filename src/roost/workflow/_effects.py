@@ -15,7 +15,7 @@ from roost._pid import Pid
 from roost.actors._events import Exit
 from roost.actors._node import SpawnRequest
 from roost.actors._process import NodeOps
-from roost.storage import WriteTxn, key
+from roost.storage import WriteTxn, key, u64
 from roost.workflow._family import follow, hand_over, run_state, start_child
 from roost.workflow._history import (
     Activation,
@@ -42,8 +42,6 @@ from roost.workflow._records import (
     RunProgress,
     TerminateRequest,
     TimerTask,
-    history_key,
-    task_key,
     timer_key,
     with_counters,
 )
@@ -51,6 +49,7 @@ from roost.workflow._run import Run, Settled
 from roost.workflow._unread import check_room, counts
 
 if TYPE_CHECKING:
+    from roost.storage import Codec
     from roost.workflow._host import RunHost
 
 __all__ = ["Effects", "deliver_local", "lost_error", "spawn_child", "stop_process"]
@@ -60,6 +59,29 @@ log = logging.getLogger("roost.workflow")
 
 class Effects:
     """The writes and post-commit actions of one activation."""
+
+    # One per activation: slots keep it small and its attribute reads cheap.
+    __slots__ = (
+        "at",
+        "cancelled",
+        "children",
+        "continued",
+        "final",
+        "local_sends",
+        "m",
+        "moved",
+        "plan",
+        "record",
+        "run",
+        "sent_to",
+        "size",
+        "spawns",
+        "stops",
+        "tasks",
+        "terminate_rows",
+        "timers",
+        "workflow_sends",
+    )
 
     def __init__(self, manager: RunHost, run: Run, at: dt.datetime, events: list[Any]) -> None:
         self.m = manager
@@ -76,11 +98,14 @@ class Effects:
         # this step.
         self.workflow_sends: list[tuple[Run, bytes, bytes, Any]] = []
         self.sent_to: dict[int, int] = {}  # id(run) -> messages to it in this step
-        self.record = run.record
-        if any(isinstance(e, CancelRequested) for e in events):
-            self.record = attrs.evolve(self.record, cancel_requested=True)
-        if self.record.task_failure is not None:  # cleared if this task commits
-            self.record = attrs.evolve(self.record, task_failure=None)
+        record = run.record
+        for event in events:
+            if isinstance(event, CancelRequested):
+                record = attrs.evolve(record, cancel_requested=True)
+                break
+        if record.task_failure is not None:  # cleared if this task commits
+            record = attrs.evolve(record, task_failure=None)
+        self.record = record
         self.size = 0  # bytes of the encoded activation, once written
         self.final = False
         self.plan: ClosePlan | None = None  # set when this activation closes the run
@@ -253,18 +278,27 @@ class Effects:
     def writer(
         self, act: Activation, consumed: list[bytes | Settled]
     ) -> Callable[[WriteTxn], None]:
-        codec, record, driver = self.m.codec, self.record, self.run.driver
+        m, run = self.m, self.run
+        codec, record, driver, plan = m.codec, self.record, run.driver, self.plan
         act_bytes = encode_activation(codec, act)
         self.size = len(act_bytes)
-        children = sorted(driver.children, key=str) if driver is not None else []
+        if driver is None:
+            children: list[Pid] = record.children if not record.children else []
+            unread = record.unread
+        else:
+            found = driver.children
+            children = sorted(found, key=str) if found else []
+            if children == record.children:
+                children = record.children  # unchanged: the record keeps its list
+            unread = driver.mailbox.unread_messages()
         # Only the counters change (no close, child, attribute or failure) of a stored
         # record: the small progress row is written instead of it (see RunProgress).
         progress_only = (
             act.index > 1  # the first one stores the record (with an eager start, at all)
-            and record is self.run.record
-            and self.plan is None
+            and record is run.record
+            and plan is None
             and not self.children
-            and children == record.children
+            and children is record.children
         )
         self.record = record = with_counters(
             record,
@@ -272,27 +306,72 @@ class Effects:
             activations=act.index,
             history_length=record.history_length + len(act.events) + len(act.commands),
             history_size=record.history_size + len(act_bytes),
-            unread=driver.mailbox.unread_messages() if driver is not None else record.unread,
+            unread=unread,
         )
-        row_table = PROGRESS_TABLE if progress_only else "runs"
-        run_key = record.workflow_id.encode()
-        record_bytes = codec.encode(
-            RunProgress(
-                run_id=record.run_id,
-                activations=record.activations,
-                history_length=record.history_length,
-                history_size=record.history_size,
-                unread=record.unread,
-            )
-            if progress_only
-            else record
-        )
-        tasks = [(task_key(t.run_id, t.seq), codec.encode(t)) for t in self.tasks]
-        dropped = [task_key(record.run_id, seq) for seq in self.cancelled]
         run_id = record.run_id
+        run_key = record.workflow_id.encode()
+        # Every row of this run in histories and tasks starts with the run's key part:
+        # built once per step, each row's key is that prefix and its number.
+        prefix = key(run_id)
+        history_row = prefix + u64(act.index)
+        if self.continued is not None:
+            record_bytes = codec.encode(self.continued[0].record)  # the id names the new run
+        elif progress_only:
+            record_bytes = codec.encode_checked(  # counters and an id: nothing to walk
+                RunProgress(
+                    run_id=run_id,
+                    activations=record.activations,
+                    history_length=record.history_length,
+                    history_size=record.history_size,
+                    unread=unread,
+                )
+            )
+        else:
+            record_bytes = codec.encode(record)
+        row_table = PROGRESS_TABLE if progress_only else "runs"
+        # A task's arguments and options were walked in the history row just encoded (the
+        # command scheduling it holds the same objects): its row does not walk them again.
+        tasks = (
+            [(prefix + u64(t.seq), codec.encode_checked(t)) for t in self.tasks]
+            if self.tasks
+            else ()
+        )
+        closing = plan is not None
+        rest = (
+            self._rest(codec, prefix, closing)
+            if closing
+            or self.timers
+            or self.cancelled
+            or self.workflow_sends
+            or self.terminate_rows
+            or self.children
+            or self.continued is not None
+            else None
+        )
+
+        def write(txn: WriteTxn) -> None:
+            txn.put("histories", history_row, act_bytes)
+            for k in consumed:
+                if isinstance(k, Settled):
+                    txn.delete(k.table, k.row)
+                else:
+                    txn.delete("inbox", k)
+            for k, v in tasks:
+                txn.put("tasks", k, v)
+            if rest is not None:
+                rest(txn)
+            if closing:  # a closing run's record has it all
+                txn.delete(PROGRESS_TABLE, run_key)
+            txn.put(row_table, run_key, record_bytes)
+
+        return write
+
+    def _rest(self, codec: Codec, prefix: bytes, closing: bool) -> Callable[[WriteTxn], None]:
+        """The writes of a step beyond its history row, its new tasks and the run's row."""
         plan = self.plan
+        dropped = [prefix + u64(seq) for seq in self.cancelled]
         # A closing run's timers never fire: their rows go with it (this step's are not kept).
-        own = () if plan is not None else self.timers
+        own = () if closing else self.timers
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in own]
         unarmed = self.m.timers.rows(self.run) if plan is not None and plan.drop_timers else []
         purge = plan.purge if plan is not None else ()
@@ -309,7 +388,6 @@ class Effects:
         successor: list[tuple[str, bytes, bytes | None]] = []
         if self.continued is not None:
             new_run, staged = self.continued
-            record_bytes = codec.encode(new_run.record)  # the id now names the new run
             successor = [("inbox", k, v) for k, v, _ in staged]
             successor += [
                 ("timers", timer_key(t.due, t.run_id, t.seq), codec.encode(t))
@@ -322,10 +400,6 @@ class Effects:
             self.moved = {k for k, _ in self.run.pending}
 
         def write(txn: WriteTxn) -> None:
-            txn.put("histories", history_key(run_id, act.index), act_bytes)
-            _delete_consumed(txn, consumed)
-            for k, v in tasks:
-                txn.put("tasks", k, v)
             for k in dropped:
                 txn.delete("tasks", k)
             for k in unarmed:
@@ -346,9 +420,8 @@ class Effects:
             # Activities still scheduled would only run again after a restart; a run that
             # nothing follows will not read its remaining events either.
             for table in purge:
-                for k, _ in list(txn.prefix(table, key(run_id))):
+                for k, _ in list(txn.prefix(table, prefix)):
                     txn.delete(table, k)
-            _put_run_row(txn, row_table, run_key, record_bytes, closing=plan is not None)
 
         return write
 
@@ -434,19 +507,3 @@ def deliver_local(node: NodeOps, sender: Pid, send: SendMessage) -> None:
         log.warning(
             "workflow %s: message %r to %s not delivered: %s", sender, send.topic, send.dest, exc
         )
-
-
-def _put_run_row(txn: WriteTxn, table: str, k: bytes, data: bytes, *, closing: bool) -> None:
-    """Write the run's record or its progress row; a closing run's record has it all."""
-    if closing:
-        txn.delete(PROGRESS_TABLE, k)
-    txn.put(table, k, data)
-
-
-def _delete_consumed(txn: WriteTxn, consumed: list[bytes | Settled]) -> None:
-    """Delete the rows whose events an activation recorded."""
-    for k in consumed:
-        if isinstance(k, Settled):
-            txn.delete(k.table, k.row)
-        else:
-            txn.delete("inbox", k)

@@ -13,6 +13,7 @@ replay, as Temporal retries a failed workflow task.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import sysconfig
 import threading
@@ -35,26 +36,34 @@ class TaskTimeout(BaseException):
 
 
 class Guard:
-    """One activation under watch: its deadline, and where it was stuck if it fired."""
+    """The watch over one thread's activations: the deadline of the one in flight, if any.
 
-    __slots__ = ("deadline", "fired", "location", "seconds", "thread")
+    One per thread, armed at each activation's start and disarmed at its end: an
+    activation costs two attribute writes and one lock, no object or registration.
+    """
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    __slots__ = ("armed", "deadline", "fired", "location", "seconds", "thread")
+
+    def __init__(self) -> None:
         self.thread = threading.get_ident()
-        self.deadline = time.monotonic() + seconds
+        self.seconds = 0.0
+        self.deadline = 0.0
         self.fired = False
+        self.armed = False
         self.location = "<unknown>"
 
     def __enter__(self) -> Guard:
-        with _LOCK:
-            _ACTIVE[self.thread] = self
-        _ensure_thread()
+        self.fired = False
+        self.location = "<unknown>"
+        self.deadline = time.monotonic() + self.seconds
+        # Last: the watchdog looks at an armed guard only, so it never sees a deadline
+        # of the activation before.
+        self.armed = True
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         with _LOCK:
-            _ACTIVE.pop(self.thread, None)
+            self.armed = False
             fired = self.fired
             if fired and exc_type is not TaskTimeout:
                 # The activation finished (or swallowed the exception) as the watchdog
@@ -66,17 +75,25 @@ class Guard:
 
 def guard(seconds: float) -> Guard:
     """A context manager that raises ``TaskTimeout`` if its body runs over ``seconds``."""
-    return Guard(seconds)
+    try:
+        mine: Guard = _LOCAL.guard
+    except AttributeError:
+        mine = _LOCAL.guard = Guard()
+        with _LOCK:
+            _GUARDS[mine.thread] = mine  # a thread id reused by a new thread: replaced
+    if not _THREAD:
+        _ensure_thread()
+    mine.seconds = seconds
+    return mine
 
 
 _LOCK = threading.Lock()
-_ACTIVE: dict[int, Guard] = {}
+_LOCAL = threading.local()
+_GUARDS: dict[int, Guard] = {}
 _THREAD: list[threading.Thread] = []
 
 
 def _ensure_thread() -> None:
-    if _THREAD and _THREAD[0].is_alive():
-        return
     with _LOCK:
         if _THREAD and _THREAD[0].is_alive():
             return
@@ -85,13 +102,21 @@ def _ensure_thread() -> None:
         thread.start()
 
 
+def _forked() -> None:
+    # A forked child has no watchdog thread: the next activation starts one.
+    _THREAD.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _watch() -> None:
     while True:
         time.sleep(_POLL)
         now = time.monotonic()
         with _LOCK:
-            for ident, active in _ACTIVE.items():
-                if active.fired or now < active.deadline:
+            for ident, active in _GUARDS.items():
+                if not active.armed or active.fired or now < active.deadline:
                     continue
                 active.fired = True
                 active.location = _where(ident)

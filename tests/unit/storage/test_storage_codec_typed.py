@@ -226,3 +226,38 @@ def test_the_run_records_generated_copy_is_evolve(
     copied = with_counters(rec, **changes)
     assert copied == attrs.evolve(rec, **changes)
     assert copied is not rec
+
+
+@pytest.mark.parametrize("cls", ROOST_RECORDS, ids=lambda cls: cls.__qualname__)
+@given(data=st.data())
+def test_a_record_whose_payloads_were_checked_encodes_to_the_same_bytes(
+    cls: type, data: st.DataObject
+) -> None:
+    obj = data.draw(strategy_for(cls))
+    assert CODEC.encode_checked(obj) == CODEC.encode(obj)
+
+
+def test_a_checked_record_does_not_walk_its_payloads_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    walked: list[Any] = []
+    depth = Walk.depth
+
+    def counting(self: Walk, value: Any, left: int) -> int:
+        walked.append(value)
+        return depth(self, value, left)
+
+    monkeypatch.setattr(Walk, "depth", counting)
+    rec = record(result={"total": [1, 2]}, memo={"note": ["x"]}, closed_at=AT)
+    CODEC.encode_checked(rec)
+    assert walked == []
+    CODEC.encode(rec)
+    assert walked  # the ordinary encode walks them
+
+
+def test_a_checked_record_with_a_bad_leaf_field_is_refused_as_by_encode() -> None:
+    error = refusal(CODEC.encode_checked, record(workflow_type="bad\udc80"))
+    assert error.message.startswith("payload.workflow_type holds a lone surrogate"), error.message
+    # A leaf field of the wrong type takes the ordinary encode, which names it.
+    error = refusal(CODEC.encode_checked, SendMessage(seq=1, dest=PID, topic=nested(200_000)))
+    assert error.details["path"].startswith("payload.topic")

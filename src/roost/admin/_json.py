@@ -38,18 +38,23 @@ def to_jsonable(value: Any) -> Any:
     return _jsonable(value, 0)
 
 
-def _jsonable(value: Any, depth: int) -> Any:  # noqa: PLR0911 - one arm per kind of value
+def _jsonable(value: Any, depth: int) -> Any:  # noqa: PLR0911, PLR0912 - one arm per kind of value
     if depth > _MAX_DEPTH:
         return "..."
-    if value is None or isinstance(value, bool | int | str):
-        return int(value) if type(value) is not bool and isinstance(value, int) else value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
+    if value is None or type(value) in (bool, int, str):
+        return value
     nested = depth + 1
-    if isinstance(value, Error):
-        return {**error_json(value), "retryable": value.retryable}
     if isinstance(value, enum.Enum):
         return _jsonable(value.value, nested)
+    if isinstance(value, float):
+        number = float(value)
+        return number if math.isfinite(number) else str(number)
+    if isinstance(value, int):  # an int subclass (bool is handled above): its number
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Error):
+        return {**error_json(value), "retryable": value.retryable}
     if isinstance(value, Mapping):
         return {_key(k): _jsonable(v, nested) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -66,7 +71,9 @@ def _jsonable(value: Any, depth: int) -> Any:  # noqa: PLR0911 - one arm per kin
     if isinstance(value, Pid | uuid.UUID):
         return str(value)
     if attrs.has(type(value)):
-        fields = {f.name: _jsonable(getattr(value, f.name), nested) for f in attrs.fields(type(value))}
+        fields = {
+            f.name: _jsonable(getattr(value, f.name), nested) for f in attrs.fields(type(value))
+        }
         return {"type": type(value).__name__, **fields}
     return repr(value)
 

@@ -92,7 +92,9 @@ def _workflows(manager: Any) -> Iterator[Metric]:
         attempts.add_metric([entry], n)
     yield attempts
     failed = CounterMetricFamily(
-        "roost_activity_failures_total", "Activity attempts that failed, by entry.", labels=["entry"]
+        "roost_activity_failures_total",
+        "Activity attempts that failed, by entry.",
+        labels=["entry"],
     )
     for entry, n in sorted(counters.failures.items()):
         failed.add_metric([entry], n)

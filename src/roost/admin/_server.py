@@ -15,6 +15,7 @@ reaches it with the token controls the node.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import ipaddress
 import json
 import logging
@@ -113,11 +114,14 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
 
 
 def _console_routes() -> list[Any]:
+    """The web console's routes (``roost.admin._console``), mounted at ``/``; [] without it."""
     try:
-        from roost.admin._console import console_routes  # noqa: PLC0415 - optional part
-    except ImportError:  # a build without the console: the API alone
+        console = importlib.import_module("roost.admin._console")
+    except ModuleNotFoundError as exc:
+        if exc.name != "roost.admin._console":
+            raise  # the console is there, but something it needs is not
         return []
-    return list(console_routes())
+    return list(console.console_routes())
 
 
 def write_admin_file(data_dir: Path, url: str, token: str) -> Path:
@@ -170,7 +174,7 @@ class AdminServer:
         if app is not None:
             await app(scope, receive, send)
         elif scope["type"] == "lifespan":
-            from roost.queues._http_server import _lifespan  # noqa: PLC0415, PLC2701
+            from roost.queues._http_server import _lifespan  # noqa: PLC0415
 
             await _lifespan(receive, send)
         elif scope["type"] == "http":
@@ -185,7 +189,7 @@ class AdminServer:
         from hypercorn.config import Config  # noqa: PLC0415
         from hypercorn.trio import serve  # noqa: PLC0415
 
-        from roost.queues._http_server import _bound_socket  # noqa: PLC0415, PLC2701
+        from roost.queues._http_server import _bound_socket  # noqa: PLC0415
 
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:

@@ -34,7 +34,7 @@ __all__ = [
 
 def node_of(handle: NodeHandle) -> Node:
     """The node behind a ``NodeHandle``."""
-    return handle._node  # noqa: SLF001 - the admin server is the node's own
+    return handle._node
 
 
 def version() -> str:
@@ -98,7 +98,9 @@ def cron_list(handle: NodeHandle) -> list[dict[str, Any]]:
     now = node.now()
     out = []
     for trigger in node.app.declared.get("cron", {}).values():
-        entry = trigger.entry if isinstance(trigger.entry, str) else node.app.resolve(trigger.entry).id
+        entry = (
+            trigger.entry if isinstance(trigger.entry, str) else node.app.resolve(trigger.entry).id
+        )
         out.append(
             {
                 "expression": trigger.schedule.expression,
@@ -110,12 +112,12 @@ def cron_list(handle: NodeHandle) -> list[dict[str, Any]]:
 
 
 def process_list(handle: NodeHandle) -> list[dict[str, Any]]:
-    """Live processes with the supervision tree: ``[{"pid", "entry", "name", "parent",
-    "children", "status"}]``.
+    """Live processes and the supervision tree, one dict per process.
 
-    ``entry`` is None for attached processes (the ``open_node`` block, a request being
-    served); ``parent`` is the supervisor that started it (None for others); ``children``
-    a supervisor's children that are up; ``status`` is ``"supervisor"`` or ``"running"``.
+    Keys: ``pid``, ``entry``, ``name``, ``parent``, ``children``, ``status``. ``entry`` is
+    None for attached processes (the ``open_node`` block, a request being served);
+    ``parent`` is the supervisor that started it (None for others); ``children`` a
+    supervisor's children that are up; ``status`` is ``"supervisor"`` or ``"running"``.
     """
     node = node_of(handle)
     children: dict[Pid, list[Pid]] = {}

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     import trio
 
     from roost._counters import RuntimeCounters
-
     from roost._errors import Error
     from roost._pid import Pid
     from roost.actors._events import Exit

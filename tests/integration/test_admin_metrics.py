@@ -14,7 +14,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 import roost
-from roost import funcs
+from roost import funcs, workflow
 
 app = roost.App("met")
 app.queue("slow", concurrency=1)
@@ -41,6 +41,16 @@ async def doubler(x: int) -> int:
 @app.workflow
 async def exploder(x: int) -> int:
     return await funcs.call(explode, x)
+
+
+@app.workflow
+async def parent(x: int) -> int:
+    return await workflow.exec(doubler, x) + 1
+
+
+@app.workflow
+async def unstorable() -> object:
+    return object()  # the codec refuses it: a workflow task failure, retried with backoff
 
 
 @app.activity
@@ -98,6 +108,7 @@ async def test_metrics_count_what_ran():
         assert value(before, "roost_workflows_started_total", type="met:doubler") == 0
         for x in range(3):
             assert (await run(client, "met:doubler", x))["result"] == 2 * x
+        assert (await run(client, "met:parent", 5))["result"] == 11  # and its child
         failed = await run(client, "met:exploder", 1)
         assert failed["status"] == "failed"
         for n in range(3):
@@ -108,8 +119,9 @@ async def test_metrics_count_what_ran():
         await EVENTS["marker"].wait()  # after the bad job's move to the DLQ
 
         samples = await scrape(client)
-        assert value(samples, "roost_workflows_started_total", type="met:doubler") == 3
-        assert value(samples, "roost_workflows_completed_total", type="met:doubler") == 3
+        assert value(samples, "roost_workflows_started_total", type="met:doubler") == 4
+        assert value(samples, "roost_workflows_completed_total", type="met:doubler") == 4
+        assert value(samples, "roost_workflows_started_total", type="met:parent") == 1
         assert value(samples, "roost_workflows_failed_total", type="met:doubler") == 0
         assert value(samples, "roost_workflows_started_total", type="met:exploder") == 1
         assert value(samples, "roost_workflows_failed_total", type="met:exploder") == 1
@@ -119,14 +131,14 @@ async def test_metrics_count_what_ran():
         )
         assert closed == 1
         assert value(samples, "roost_workflow_task_failures_total") == 0
-        assert value(samples, "roost_activity_attempts_total", entry="met:double") == 3
+        assert value(samples, "roost_activity_attempts_total", entry="met:double") == 4
         assert value(samples, "roost_activity_failures_total", entry="met:double") == 0
         assert value(samples, "roost_activity_attempts_total", entry="met:explode") == 1
         assert value(samples, "roost_activity_failures_total", entry="met:explode") == 1
         # Queue handlers run as targets, not as a workflow's activity attempts.
         assert value(samples, "roost_activity_attempts_total", entry="met:gated") == 0
-        assert value(samples, "roost_activity_duration_seconds_count") == 4
-        assert value(samples, "roost_activity_duration_seconds_bucket", le="+Inf") == 4
+        assert value(samples, "roost_activity_duration_seconds_count") == 5
+        assert value(samples, "roost_activity_duration_seconds_bucket", le="+Inf") == 5
         assert value(samples, "roost_activity_duration_seconds_sum") > 0
         commits = value(samples, "roost_commits_total")
         assert commits > 0
@@ -140,6 +152,16 @@ async def test_metrics_count_what_ran():
         assert value(samples, "roost_queue_depth", queue="doomed") == 0
         assert value(samples, "roost_processes") == node.process_count()
         EVENTS["gate"].set()
+
+
+async def test_workflow_task_failures_are_counted():
+    async with admin_node() as (node, client):
+        started = await client.post("/api/workflows", json={"entry": "met:unstorable"})
+        workflow_id = started.json()["workflow_id"]
+        samples = await scrape(client)
+        assert node.describe(workflow_id)["task_failure"] is not None
+        assert value(samples, "roost_workflow_task_failures_total") >= 1
+        assert value(samples, "roost_workflows_failed_total", type="met:unstorable") == 0
 
 
 async def test_each_node_has_its_own_registry_never_the_global_one():

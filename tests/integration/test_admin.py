@@ -7,6 +7,7 @@ waited for through the API's own ``?wait=1``, and queue work through events its 
 
 import json
 import os
+import socket
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -346,3 +347,38 @@ async def test_bad_admin_addresses_are_invalid_before_anything_starts(tmp_path):
         assert info.value.kind is ErrorKind.INVALID
         assert "host:port" in info.value.message
     assert not (tmp_path / "d").exists()
+
+
+async def test_a_taken_port_is_unavailable_and_leaves_no_admin_json(tmp_path):
+    errors: list[roost.Error] = []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            async with roost.open_node(app, tmp_path, admin=f"127.0.0.1:{port}"):
+                pass
+        except* roost.Error as group:  # node startup failures come in trio's exception groups
+            errors.extend(leaves(group))
+    assert [error.kind for error in errors] == [ErrorKind.UNAVAILABLE]
+    assert "pick another port" in errors[0].message
+    assert not (tmp_path / "admin.json").exists()
+
+
+def leaves(group):
+    for exc in group.exceptions:
+        yield from leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+
+
+async def test_a_host_beyond_loopback_is_served_when_asked_and_warned_about(tmp_path, caplog):
+    async with roost.open_node(app, tmp_path, admin="0.0.0.0:0") as node:
+        assert node.admin_url.startswith("http://0.0.0.0:")
+        info = json.loads((tmp_path / "admin.json").read_text())
+        port = node.admin_url.rsplit(":", 1)[1]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            answer = await client.get(
+                "/api/node", headers={"Authorization": f"Bearer {info['token']}"}
+            )
+            assert answer.status_code == 200
+    warned = [r for r in caplog.records if r.name == "roost.admin" and r.levelname == "WARNING"]
+    assert warned and "beyond this machine" in warned[0].getMessage()

@@ -10,9 +10,9 @@ beyond those increments and the two latency histograms.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from roost._counters import Histogram
     from roost.actors._open import NodeHandle
 
-__all__ = ["NodeCollector", "metrics_text", "new_registry"]
+__all__ = ["CONTENT_TYPE", "NodeCollector", "metrics_text", "new_registry"]
+
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 
 
 def _histogram(name: str, doc: str, hist: Histogram) -> HistogramMetricFamily:

@@ -93,16 +93,15 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
     from starlette.routing import Route  # noqa: PLC0415
 
     from roost.admin._api import api_routes  # noqa: PLC0415
-    from roost.admin._metrics import new_registry  # noqa: PLC0415
+    from roost.admin._metrics import CONTENT_TYPE, metrics_text, new_registry  # noqa: PLC0415
 
     token = new_token() if token is None else token
     registry = new_registry(node)
 
     async def metrics(request: Request) -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # noqa: PLC0415
         from starlette.responses import Response  # noqa: PLC0415
 
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics_text(registry), media_type=CONTENT_TYPE)
 
     routes = [*api_routes(), Route("/metrics", metrics, methods=["GET"])]
     routes += _console_routes()

@@ -13,6 +13,7 @@ in which a node starts its services: queues, cron, HTTP, workflows.
 from __future__ import annotations
 
 from roost.actors._app import register_extension, register_node_service
+from roost.admin._server import parse_admin_bind, start_admin
 from roost.queues import _cron, _http, _http_server, _runtime, _streams
 from roost.supervisor import _declare
 from roost.workflow._manager import WorkflowManager
@@ -24,4 +25,7 @@ __all__: list[str] = []
 _REGISTERED = (_runtime, _cron, _streams, _http, _http_server, _declare)
 
 register_node_service(WorkflowManager.start_on)
+# Last: a request it serves finds every other service of the node started.
+register_node_service(start_admin)
+register_extension("admin_bind", parse_admin_bind)
 register_extension("activity_options", activity_options)

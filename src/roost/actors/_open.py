@@ -89,6 +89,16 @@ class NodeHandle:
         server = self._node.ext.get("http")
         return None if server is None else server.url
 
+    @property
+    def admin_url(self) -> str | None:
+        """The base URL of the admin server (JSON API, console, ``/metrics``), or None.
+
+        None when the node was opened without ``admin=``; the token is in the data
+        directory's ``admin.json`` (docs/admin.md).
+        """
+        server = self._node.ext.get("admin")
+        return None if server is None else server.url
+
     def process_count(self) -> int:
         """Live processes, the attached one included."""
         return len(self._node.procs)
@@ -168,6 +178,7 @@ async def open_node(
     workflow_cache: int = 10_000,
     http: Any = None,
     workflow_unread_limit: int = 10_000,
+    admin: str | None = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -189,6 +200,11 @@ async def open_node(
             None (the default) serves nothing.
         workflow_unread_limit: how many messages a workflow may hold unread; a send past
             it is refused with LimitExceeded and nothing of it stored (docs/workflows.md).
+        admin: serve the admin API, the web console and ``/metrics`` on ``"host:port"``
+            (port 0 picks a free one; see ``admin_url``), behind a token written to
+            ``admin.json`` in the data directory (docs/admin.md). A host other than a
+            loopback address exposes the node's control to that network. None (the
+            default) serves nothing.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -207,6 +223,7 @@ async def open_node(
         raise invalid(f"workflow_cache must be >= 1, got {workflow_cache}")
     _check_positive_int(workflow_unread_limit, "workflow_unread_limit")
     http_bind = _extension("http_bind")(http) if http is not None else None
+    admin_bind = _extension("admin_bind")(admin) if admin is not None else None
     app.validate()
     root_entry = app.resolve(root) if root is not None else None
     temp = data_dir is None
@@ -226,6 +243,8 @@ async def open_node(
                     "workflow_cache": workflow_cache,
                     "http": http_bind,
                     "workflow_unread_limit": workflow_unread_limit,
+                    "admin": admin_bind,
+                    "data_dir": path,
                 },
             }
             async with _running(
@@ -255,6 +274,7 @@ async def _running(
                 await start_service(node, system)
             attached = node.attach()
             handle = NodeHandle(node, path, attached.pid)
+            node.ext["handle"] = handle  # what the admin server serves (roost.admin)
             token = set_current(attached)
             try:
                 with attached.scope:

@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
+from roost._counters import COMMIT_BUCKETS, Histogram
 from roost._errors import Error, ErrorKind, invalid
 from roost.storage._keys import from_u64, prefix_end, u64
 
@@ -90,6 +91,7 @@ class StoreStats:
         largest_batch: the most requests one group commit carried.
         inline_commits: commits made in the trio thread because it had nothing else to run
             (the LMDB store; see ``roost.storage._lmdb``), counted in ``commits`` too.
+        commit_seconds: how long each LMDB commit (its write and fsync) took.
     """
 
     commits: int = 0
@@ -97,6 +99,7 @@ class StoreStats:
     map_resizes: int = 0
     largest_batch: int = 0
     inline_commits: int = 0
+    commit_seconds: Histogram = attrs.field(factory=lambda: Histogram(COMMIT_BUCKETS), eq=False)
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -373,7 +374,9 @@ class Writer:
 
     def _commit(self, parent: lmdb.Transaction[bytes]) -> None:
         # One method, so fault-injection tests can make the commit fail like a full disk.
+        began = time.perf_counter()
         parent.commit()
+        self._stats.commit_seconds.observe(time.perf_counter() - began)
 
     def _at_max(self) -> bool:
         limit = self._max_map_size

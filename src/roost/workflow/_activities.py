@@ -112,7 +112,7 @@ class ActivityWorker:
         ident = (task.run_id, task.seq)
         if ident in self.running:
             return
-        work = self.running[ident] = Attempt(task)
+        work = self.running[ident] = Attempt(task, self.m.counters)
         when = task.not_before
         if when is not None and when > self.m.node.now():
             self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
@@ -257,6 +257,7 @@ class ActivityWorker:
     def _ready_entry(self, work: Attempt) -> Entry | None:
         """The attempt's entry, its limits set; None if it failed before it ran."""
         task = work.task
+        work.began = self.m.counters.attempt(task.entry)
         entry = self._entry(task)
         if isinstance(entry, Error):
             work.finish(None, entry)
@@ -509,6 +510,7 @@ class ActivityWorker:
             error = self._schedule_to_close_error(task, error)
             delay = None
         log_failure(task, error, delay)
+        self.m.counters.attempt_failed(task.entry)
         if delay is None:
             await self._resolve(task, None, error)
             return False

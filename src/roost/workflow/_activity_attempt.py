@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind
 from roost.actors._contain import must_propagate
 from roost.workflow._activity_threads import SyncJob
@@ -114,6 +115,7 @@ class Attempt:
     """
 
     __slots__ = (
+        "began",
         "cancelled",
         "ctx",
         "deadline",
@@ -123,14 +125,17 @@ class Attempt:
         "job",
         "left",
         "limit",
+        "meter",
         "scope",
         "task",
         "timeout",
         "value",
     )
 
-    def __init__(self, task: ActivityTask) -> None:
+    def __init__(self, task: ActivityTask, meter: RuntimeCounters) -> None:
         self.task = task
+        self.meter = meter
+        self.began = 0.0  # the running attempt's start (perf_counter), for its latency
         self.cancelled = False
         self.scope: trio.CancelScope | None = None
         self.job: SyncJob | None = None
@@ -148,6 +153,8 @@ class Attempt:
             scope.cancel()
 
     def finish(self, value: Any, error: Error | None) -> None:
+        if self.began:
+            self.began = self.meter.attempt_done(self.began)
         self.done = True
         self.value = value
         self.error = error

@@ -136,6 +136,7 @@ def announce_closed(m: RunHost, run: Run) -> None:
     m.runs.move(run, PhaseEvent.CLOSED)
     m.drop_settled(run.pending)  # finished after the run's last step began
     record = run.record
+    m.counters.run_closed(record.workflow_type, record.status.value)
     error = record.error
     # As recorded (a tuple comes back a list, an enum its value), the same as a watcher
     # that arrives after the close, or after a restart, reads from the store.

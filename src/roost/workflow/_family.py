@@ -239,4 +239,5 @@ def start_child(
     )
     child.watch(parent.pid)
     child.pending_start = [(*m.stage(child, started), started)]
+    m.counters.run_started(child.record.workflow_type)
     return child

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import trio
 
+    from roost._counters import RuntimeCounters
     from roost._errors import Error
     from roost._pid import Pid
     from roost.actors._events import Exit
@@ -162,6 +163,11 @@ class RunHost(Protocol):
     @property
     def stats(self) -> dict[str, int]:
         """Counters (activations, replays, evictions, task failures)."""
+        ...
+
+    @property
+    def counters(self) -> RuntimeCounters:
+        """Runs started and closed, activity attempts (read by ``/metrics``)."""
         ...
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from roost._counters import RuntimeCounters
 from roost._errors import Error, not_found
 from roost._pid import Pid
 from roost.actors._app import Entry, EntryKind
@@ -90,6 +91,7 @@ class WorkflowManager:
         # context of whoever caused an activation, such as a starter running one eagerly.
         self.base_context = contextvars.copy_context()
         self.stats = {"activations": 0, "replays": 0, "evictions": 0, "task_failures": 0}
+        self.counters = RuntimeCounters()  # for /metrics (roost.admin._metrics)
         self.eager_in_flight = 0  # first activations running in their starters (_eager)
         # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
         # theirs is loaded, started, or has its task and timer rows touched.
@@ -176,6 +178,7 @@ class WorkflowManager:
                 if name is not None:
                     self.node.registry.unregister(name)
             raise
+        self.counters.run_started(entry.id)
         return run.pid
 
     async def commit_start(self, run: Run, events: list[Any]) -> None:

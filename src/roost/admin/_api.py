@@ -1,0 +1,399 @@
+"""The admin JSON API: everything ``roost workflow|queue|dlq|cron`` does, over HTTP.
+
+Every handler calls the node's own public operations (``NodeHandle.describe`` ...,
+``process.spawn`` / ``send`` / ``cancel`` / ``terminate``, ``node.dlq``). Those that need a
+current process run as a short-lived process of their own, as an HTTP trigger's handler
+does (``in_process``). Bodies are checked before anything is done: a bad one is a 400
+naming what to fix, and changes nothing. Errors are ``{"error": {"kind", "message",
+"details"}}`` with the status of their kind (``STATUS``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from roost._errors import Error, ErrorKind, invalid, shown
+from roost.actors._app import EntryKind
+from roost.actors._events import Exit
+from roost.actors._process import reset_current, set_current
+from roost.admin._json import error_json, to_jsonable
+from roost.admin._views import (
+    cron_list,
+    dead_letter,
+    node_info,
+    node_of,
+    process_list,
+    queue_stats,
+    workflow_pid,
+)
+from roost.workflow._status import RunStatus
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute
+
+    from roost.actors._open import NodeHandle
+
+__all__ = ["STATUS", "api_routes", "error_response", "in_process"]
+
+log = logging.getLogger("roost.admin")
+
+STATUS: Final = {
+    ErrorKind.INVALID: 400,
+    ErrorKind.PERMISSION_DENIED: 401,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.INVALID_STATE: 409,
+    ErrorKind.ALREADY_EXISTS: 409,
+}
+_STATUSES: Final = frozenset({s.value for s in RunStatus} | {"quarantined"})
+_DLQ_LIMIT: Final = 1000
+
+Handler = Callable[["Request"], Awaitable[Any]]
+
+
+def error_response(err: Error) -> Response:
+    """The JSON answer for ``err``, with its kind's status (500 for the kinds not listed)."""
+    from starlette.responses import JSONResponse  # noqa: PLC0415 - starlette loads with the server
+
+    return JSONResponse({"error": error_json(err)}, status_code=STATUS.get(err.kind, 500))
+
+
+def _endpoint(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a handler: its value as JSON (200), a failure as its error answer."""
+    from starlette.responses import JSONResponse  # noqa: PLC0415
+
+    @functools.wraps(fn)
+    async def handle(request: Request) -> Response:
+        try:
+            return JSONResponse(to_jsonable(await fn(request)))
+        except Error as err:
+            if STATUS.get(err.kind, 500) >= 500:
+                log.error(  # noqa: TRY400 - a roost.Error's message is the whole story
+                    "admin %s %s failed: %s", request.method, request.url.path, err
+                )
+            return error_response(err)
+        except Exception as exc:
+            log.exception("admin %s %s failed", request.method, request.url.path)
+            return error_response(Error.from_exception(exc))
+
+    return handle
+
+
+async def in_process(handle: NodeHandle, fn: Callable[[], Awaitable[Any]]) -> Any:
+    """Run ``fn()`` as a process of the node (an attached one, as HTTP triggers do).
+
+    The process exits normally once ``fn`` returns or fails, so its failure is the
+    answer, not a crash of anything linked to it.
+    """
+    node = node_of(handle)
+    if node.stopping:
+        raise Error("the node is shutting down", kind=ErrorKind.UNAVAILABLE)
+    proc = node.attach()
+    token = set_current(proc)
+    try:
+        with proc.scope:
+            return await fn()
+        failure = proc.kill_error  # the scope was cancelled: the process was stopped
+        raise (
+            failure.clone()
+            if failure is not None
+            else Error("the request's process was stopped", kind=ErrorKind.CANCELED)
+        )
+    finally:
+        reset_current(token)
+        node.exit(proc, None, None)
+
+
+# -- bodies ------------------------------------------------------------------------------
+
+
+async def _body(request: Request, allowed: tuple[str, ...], example: str) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid(
+            f"the request body is not JSON ({exc}); send a JSON object like {example}"
+        ) from None
+    if not isinstance(body, dict):
+        raise invalid(f"the request body must be a JSON object like {example}, got {shown(body)}")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise invalid(
+            f"unknown field(s) {', '.join(map(repr, unknown))} in the request body; "
+            f"the fields are {', '.join(allowed) or 'none'} (e.g. {example})",
+            fields=unknown,
+        )
+    return body
+
+
+def _optional_text(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise invalid(f"{name!r} must be a string or null, got {shown(value)}", field=name)
+    return value
+
+
+def _required_text(body: dict[str, Any], name: str, example: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise invalid(
+            f"{name!r} is required and must be a non-empty string (e.g. {example}), got "
+            f"{shown(value)}",
+            field=name,
+        )
+    return value
+
+
+def _handle(request: Request) -> NodeHandle:
+    node: NodeHandle = request.app.state.node
+    return node
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+@_endpoint
+async def list_workflows(request: Request) -> Any:
+    query = request.query_params.get("query") or None
+    status = request.query_params.get("status") or None
+    if status is not None:
+        if status not in _STATUSES:
+            raise invalid(
+                f"status {status!r} is not a workflow status; use one of "
+                f"{', '.join(sorted(_STATUSES))}",
+                status=status,
+            )
+        clause = f"status = '{status}'"
+        query = clause if query is None else f"{query} and {clause}"
+    return _handle(request).list_workflows(query)
+
+
+@_endpoint
+async def describe(request: Request) -> Any:
+    return _handle(request).describe(request.path_params["id"])
+
+
+@_endpoint
+async def history(request: Request) -> Any:
+    from roost.testing._replayer import history_to_json  # noqa: PLC0415 - loaded when asked
+
+    events = _handle(request).history(request.path_params["id"])
+    return json.loads(history_to_json(events, indent=None))
+
+
+@_endpoint
+async def result(request: Request) -> Any:
+    node = _handle(request)
+    workflow_id = request.path_params["id"]
+    wait = request.query_params.get("wait", "0")
+    if wait not in ("0", "1", "true", "false"):
+        raise invalid(f"wait is 1 or 0, got {wait!r}", wait=wait)
+    described = node.describe(workflow_id)
+    if wait in ("1", "true") and described["status"] == RunStatus.RUNNING.value:
+        await in_process(node, lambda: _closed(node, workflow_id))
+        described = node.describe(workflow_id)
+    return {key: described[key] for key in ("status", "result", "error")}
+
+
+async def _closed(node: NodeHandle, workflow_id: str) -> None:
+    from roost import process  # noqa: PLC0415 - the process API, in a request's process
+
+    pid = workflow_pid(node, workflow_id)
+    events = process.events()
+    process.monitor(pid)  # one EXIT when it closes for good (at once if it has)
+    while True:
+        event = await events.receive()
+        if isinstance(event, Exit) and event.pid == pid:
+            return
+
+
+_START_EXAMPLE: Final = '{"entry": "app:order", "args": [1], "id": null}'
+
+
+@_endpoint
+async def start(request: Request) -> Any:
+    from roost import process  # noqa: PLC0415
+
+    node = _handle(request)
+    body = await _body(request, ("entry", "args", "id"), _START_EXAMPLE)
+    entry_id = _required_text(body, "entry", '"app:order"')
+    args = body.get("args", [])
+    if not isinstance(args, list):
+        raise invalid(f"'args' must be a JSON list of arguments, got {shown(args)}", field="args")
+    workflow_id = _optional_text(body, "id")
+    entry = node.app.resolve(entry_id)
+    if entry.kind is not EntryKind.WORKFLOW:
+        raise invalid(
+            f"{entry_id!r} is a {entry.kind.value}, not a workflow: start an entry declared "
+            "with @app.workflow",
+            entry=entry_id,
+        )
+    # An explicit id must be free: starting is never taken as "the one already running".
+    spawner = (
+        process.with_options(id=workflow_id, id_conflict_policy="fail")
+        if workflow_id is not None
+        else process.with_options()
+    )
+    pid = await in_process(node, lambda: spawner.spawn(entry.id, *args))
+    return {"workflow_id": pid.id}
+
+
+def _running(node: NodeHandle, workflow_id: str, what: str) -> None:
+    status = node.describe(workflow_id)["status"]
+    if status != RunStatus.RUNNING.value:
+        raise Error(
+            f"workflow {workflow_id!r} is {status}; only a running workflow can be {what}",
+            kind=ErrorKind.INVALID_STATE,
+            details={"workflow_id": workflow_id, "status": status},
+        )
+
+
+@_endpoint
+async def signal(request: Request) -> Any:
+    from roost import process  # noqa: PLC0415
+
+    node = _handle(request)
+    workflow_id = request.path_params["id"]
+    body = await _body(request, ("topic", "payload"), '{"topic": "approve", "payload": {}}')
+    topic = _required_text(body, "topic", '"approve"')
+    payload = body.get("payload")
+    _running(node, workflow_id, "signaled")
+    pid = workflow_pid(node, workflow_id)
+
+    async def send() -> None:
+        await process.send(pid, topic, payload)  # durable: in its history on return
+
+    await in_process(node, send)
+    return {"ok": True}
+
+
+@_endpoint
+async def cancel(request: Request) -> Any:
+    from roost import process  # noqa: PLC0415
+
+    node = _handle(request)
+    workflow_id = request.path_params["id"]
+    body = await _body(request, ("reason",), '{"reason": "not needed"}')
+    reason = _optional_text(body, "reason")
+    _running(node, workflow_id, "canceled")
+    pid = workflow_pid(node, workflow_id)
+
+    async def stop() -> None:
+        process.cancel(pid, reason)
+
+    await in_process(node, stop)
+    return {"ok": True}
+
+
+@_endpoint
+async def terminate(request: Request) -> Any:
+    from roost import process  # noqa: PLC0415
+
+    node = _handle(request)
+    workflow_id = request.path_params["id"]
+    await _body(request, (), "{}")
+    _running(node, workflow_id, "terminated")
+    pid = workflow_pid(node, workflow_id)
+
+    async def stop() -> None:
+        process.terminate(pid)
+
+    await in_process(node, stop)
+    return {"ok": True}
+
+
+# -- queues, cron, processes, node -------------------------------------------------------
+
+
+@_endpoint
+async def queues(request: Request) -> Any:
+    return queue_stats(_handle(request))
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit():
+        raise invalid(f"{name} must be a whole number >= 0, got {text!r}", **{name: text})
+    return int(text)
+
+
+@_endpoint
+async def dlq_list(request: Request) -> Any:
+    offset = _int_param(request, "offset", 0)
+    limit = _int_param(request, "limit", _DLQ_LIMIT)
+    dead = _handle(request).dlq.list(request.path_params["q"], offset=offset, limit=limit)
+    return [dead_letter(d) for d in dead]
+
+
+@_endpoint
+async def dlq_redrive(request: Request) -> Any:
+    node = _handle(request)
+    queue = request.path_params["q"]
+    example = '{"receipt_id": "..."} or {"all": true}'
+    body = await _body(request, ("receipt_id", "all"), example)
+    everything = body.get("all", False)
+    if not isinstance(everything, bool):
+        raise invalid(f"'all' must be true or false, got {shown(everything)}", field="all")
+    if everything == ("receipt_id" in body):
+        raise invalid(f"send either a receipt_id or all: true, not both nor neither: {example}")
+    if everything:
+        return {"redriven": await node.dlq.redrive_all(queue)}
+    await node.dlq.redrive(queue, _required_text(body, "receipt_id", '"r-1"'))
+    return {"redriven": 1}
+
+
+@_endpoint
+async def dlq_discard(request: Request) -> Any:
+    node = _handle(request)
+    body = await _body(request, ("receipt_id",), '{"receipt_id": "..."}')
+    receipt_id = _required_text(body, "receipt_id", '"r-1"')
+    await node.dlq.discard(request.path_params["q"], receipt_id)
+    return {"discarded": 1}
+
+
+@_endpoint
+async def cron(request: Request) -> Any:
+    return cron_list(_handle(request))
+
+
+@_endpoint
+async def processes(request: Request) -> Any:
+    return process_list(_handle(request))
+
+
+@_endpoint
+async def node(request: Request) -> Any:
+    return node_info(_handle(request))
+
+
+def api_routes() -> list[BaseRoute]:
+    """The ``/api/...`` routes (contract in docs/admin.md)."""
+    from starlette.routing import Route  # noqa: PLC0415
+
+    return [
+        Route("/api/workflows", list_workflows, methods=["GET"]),
+        Route("/api/workflows", start, methods=["POST"]),
+        Route("/api/workflows/{id:path}/history", history, methods=["GET"]),
+        Route("/api/workflows/{id:path}/result", result, methods=["GET"]),
+        Route("/api/workflows/{id:path}/signal", signal, methods=["POST"]),
+        Route("/api/workflows/{id:path}/cancel", cancel, methods=["POST"]),
+        Route("/api/workflows/{id:path}/terminate", terminate, methods=["POST"]),
+        Route("/api/workflows/{id:path}", describe, methods=["GET"]),
+        Route("/api/queues", queues, methods=["GET"]),
+        Route("/api/queues/{q}/dlq", dlq_list, methods=["GET"]),
+        Route("/api/queues/{q}/dlq/redrive", dlq_redrive, methods=["POST"]),
+        Route("/api/queues/{q}/dlq/discard", dlq_discard, methods=["POST"]),
+        Route("/api/cron", cron, methods=["GET"]),
+        Route("/api/processes", processes, methods=["GET"]),
+        Route("/api/node", node, methods=["GET"]),
+    ]

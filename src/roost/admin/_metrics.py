@@ -1,0 +1,159 @@
+"""``GET /metrics``: Prometheus text from the node's own counters, read at scrape time.
+
+Each admin server has a ``CollectorRegistry`` of its own (never prometheus-client's global
+one, which would mix the nodes of one process) holding one custom collector. The runtime
+keeps plain ints where it already counts (``roost._counters``, ``StoreStats``, the queue
+states); the collector reads them when scraped, so the hot path pays nothing for metrics
+beyond those increments and the two latency histograms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from roost.admin._views import node_of, queue_stats
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from roost._counters import Histogram
+    from roost.actors._open import NodeHandle
+
+__all__ = ["CONTENT_TYPE", "NodeCollector", "metrics_text", "new_registry"]
+
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+
+def _histogram(name: str, doc: str, hist: Histogram) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, buckets=hist.cumulative(), sum_value=hist.total)
+
+
+class NodeCollector(Collector):
+    """Every roost metric of one node."""
+
+    def __init__(self, handle: NodeHandle) -> None:
+        self.handle = handle
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: the families are known once scraped (no collect at register)."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """The families, read from the runtime's counters now."""
+        node = node_of(self.handle)
+        manager = node.ext.get("workflows")
+        if manager is not None:
+            yield from _workflows(manager)
+        if node.store is not None:
+            yield from _store(node.store.stats)
+        yield from _queues(self.handle)
+        procs = GaugeMetricFamily("roost_processes", "Live processes on the node.")
+        procs.add_metric([], len(node.procs))
+        yield procs
+
+
+def _workflows(manager: Any) -> Iterator[Metric]:
+    counters = manager.counters
+    started = CounterMetricFamily(
+        "roost_workflows_started_total", "Workflows started, by type.", labels=["type"]
+    )
+    for kind, n in sorted(counters.started.items()):
+        started.add_metric([kind], n)
+    yield started
+    by_status: dict[str, CounterMetricFamily] = {}
+    for status, doc in (("completed", "completed"), ("failed", "failed")):
+        by_status[status] = CounterMetricFamily(
+            f"roost_workflows_{status}_total", f"Workflows that {doc}, by type.", labels=["type"]
+        )
+    closed = CounterMetricFamily(
+        "roost_workflows_closed_total",
+        "Workflows closed for good, by type and final status.",
+        labels=["type", "status"],
+    )
+    for (kind, status), n in sorted(counters.closed.items()):
+        closed.add_metric([kind, status], n)
+        if status in by_status:
+            by_status[status].add_metric([kind], n)
+    yield from by_status.values()
+    yield closed
+    failures = CounterMetricFamily(
+        "roost_workflow_task_failures_total",
+        "Workflow task failures (an activation that raised or could not commit).",
+    )
+    failures.add_metric([], manager.stats["task_failures"])
+    yield failures
+    attempts = CounterMetricFamily(
+        "roost_activity_attempts_total", "Activity attempts started, by entry.", labels=["entry"]
+    )
+    for entry, n in sorted(counters.attempts.items()):
+        attempts.add_metric([entry], n)
+    yield attempts
+    failed = CounterMetricFamily(
+        "roost_activity_failures_total",
+        "Activity attempts that failed, by entry.",
+        labels=["entry"],
+    )
+    for entry, n in sorted(counters.failures.items()):
+        failed.add_metric([entry], n)
+    yield failed
+    yield _histogram(
+        "roost_activity_duration_seconds",
+        "How long activity attempts took, start to outcome.",
+        counters.activity_seconds,
+    )
+
+
+def _store(stats: Any) -> Iterator[Metric]:
+    yield _histogram(
+        "roost_commit_duration_seconds",
+        "How long each store commit (its write and fsync) took.",
+        stats.commit_seconds,
+    )
+    commits = CounterMetricFamily("roost_commits_total", "Store commits (one per group commit).")
+    commits.add_metric([], stats.commits)
+    yield commits
+    requests = CounterMetricFamily(
+        "roost_commit_requests_total",
+        "Transactions committed through the store; per commit, the mean batch size.",
+    )
+    requests.add_metric([], stats.requests)
+    yield requests
+    largest = GaugeMetricFamily(
+        "roost_commit_batch_largest", "The most transactions one group commit carried."
+    )
+    largest.add_metric([], stats.largest_batch)
+    yield largest
+
+
+def _queues(handle: NodeHandle) -> Iterator[Metric]:
+    stats = queue_stats(handle)
+    families = {
+        "depth": GaugeMetricFamily(
+            "roost_queue_depth", "Messages waiting in the queue.", labels=["queue"]
+        ),
+        "in_flight": GaugeMetricFamily(
+            "roost_queue_in_flight", "Messages being handled now.", labels=["queue"]
+        ),
+        "dead": GaugeMetricFamily("roost_queue_dead", "Dead letters (DLQ size).", labels=["queue"]),
+    }
+    for queue, row in sorted(stats.items()):
+        for field, family in families.items():
+            family.add_metric([queue], row[field])
+    yield from families.values()
+
+
+def new_registry(handle: NodeHandle) -> CollectorRegistry:
+    """A registry of its own for ``handle``'s node."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(handle))
+    return registry
+
+
+def metrics_text(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text exposition of ``registry``."""
+    return generate_latest(registry)

@@ -1,0 +1,256 @@
+"""The admin server: the JSON API, the web console and ``/metrics``, served inside the node.
+
+``open_node(app, admin="127.0.0.1:0")`` starts it as the node's last service: a Starlette
+app on hypercorn's trio worker (as the HTTP triggers are served), listening before
+``open_node`` returns, so ``node.admin_url`` is usable at once. The node writes
+``admin.json`` (``{"url", "token"}``, mode 0600, replaced atomically) into its data
+directory and removes it on close; a file left by a killed node names a URL that no longer
+answers (the CLI checks), and the next node with ``admin=`` replaces it.
+
+Every route is behind the token (``_auth``). The address is loopback unless a host is given
+explicitly: any other host is served as asked, and logged as a warning, since whoever
+reaches it with the token controls the node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import ipaddress
+import json
+import logging
+import os
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from roost._errors import Error, ErrorKind, invalid
+from roost.admin._auth import TokenAuth, new_token
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from roost.actors._node import Node
+    from roost.actors._open import NodeHandle
+
+__all__ = [
+    "ADMIN_FILE",
+    "AdminServer",
+    "build_admin_app",
+    "parse_admin_bind",
+    "start_admin",
+    "write_admin_file",
+]
+
+log = logging.getLogger("roost.admin")
+
+ADMIN_FILE: Final = "admin.json"
+_HELP: Final = (
+    "admin= takes 'host:port' (e.g. '127.0.0.1:8081'; port 0 picks a free one; ':0' means "
+    "127.0.0.1), or None for no admin server; got {value!r}"
+)
+
+
+def parse_admin_bind(value: object) -> tuple[str, int]:
+    """Read ``open_node``'s ``admin`` option into (host, port).
+
+    Raises:
+        roost.Error: kind Invalid for anything but a ``"host:port"`` string.
+    """
+    from roost.queues._http_server import parse_bind  # noqa: PLC0415 - the same address rules
+
+    if not isinstance(value, str):
+        raise invalid(_HELP.format(value=value))
+    try:
+        bind = parse_bind(value)
+    except Error:
+        raise invalid(_HELP.format(value=value)) from None
+    assert bind is not None  # a string always binds
+    return bind
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
+    """The admin ASGI app for ``node``: the API, ``/metrics`` and the console, behind the token.
+
+    ``app.state.node`` is the ``NodeHandle``, ``app.state.token`` the token (a fresh one
+    unless given).
+    """
+    from starlette.applications import Starlette  # noqa: PLC0415 - loaded with the server
+    from starlette.middleware import Middleware  # noqa: PLC0415
+    from starlette.routing import Route  # noqa: PLC0415
+
+    from roost.admin._api import api_routes  # noqa: PLC0415
+    from roost.admin._metrics import CONTENT_TYPE, metrics_text, new_registry  # noqa: PLC0415
+
+    token = new_token() if token is None else token
+    registry = new_registry(node)
+
+    async def metrics(request: Request) -> Response:
+        from starlette.responses import Response  # noqa: PLC0415
+
+        return Response(metrics_text(registry), media_type=CONTENT_TYPE)
+
+    routes = [*api_routes(), Route("/metrics", metrics, methods=["GET"])]
+    routes += _console_routes()
+    app = Starlette(routes=routes, middleware=[Middleware(TokenAuth, token=token)])
+    app.state.node = node
+    app.state.token = token
+    app.state.metrics = registry
+    return app
+
+
+def _console_routes() -> list[Any]:
+    """The web console's routes (``roost.admin._console``), mounted at ``/``; [] without it."""
+    try:
+        console = importlib.import_module("roost.admin._console")
+    except ModuleNotFoundError as exc:
+        if exc.name != "roost.admin._console":
+            raise  # the console is there, but something it needs is not
+        return []
+    return list(console.console_routes())
+
+
+def write_admin_file(data_dir: Path, url: str, token: str) -> Path:
+    """Write ``admin.json`` into ``data_dir``: mode 0600, replacing any old one atomically."""
+    target = data_dir / ADMIN_FILE
+    temp = data_dir / f".{ADMIN_FILE}.{os.getpid()}.tmp"
+    data = json.dumps({"url": url, "token": token}).encode()
+    with contextlib.suppress(FileNotFoundError):
+        temp.unlink()
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, target)
+    return target
+
+
+def _remove_admin_file(path: Path, token: str) -> None:
+    # Only our own: whatever else is there now was written by someone else.
+    try:
+        if json.loads(path.read_text()).get("token") == token:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class AdminServer:
+    """One node's admin server: the app (built once the node's handle exists) and its worker."""
+
+    def __init__(self, node: Node, data_dir: Path) -> None:
+        self.node = node
+        self.data_dir = data_dir
+        self.token = new_token()
+        self.url: str | None = None
+        self._app: Starlette | None = None
+
+    def app(self) -> Starlette | None:
+        """The Starlette app, or None while the node is still starting (no handle yet)."""
+        if self._app is None:
+            handle = self.node.ext.get("handle")
+            if handle is not None:
+                self._app = build_admin_app(handle, token=self.token)
+        return self._app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The ASGI entry point."""
+        app = self.app()
+        if app is not None:
+            await app(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            from roost.queues._http_server import _lifespan  # noqa: PLC0415
+
+            await _lifespan(receive, send)
+        elif scope["type"] == "http":
+            await _not_yet(send)
+
+    async def start(self, nursery: trio.Nursery, host: str, port: int) -> None:
+        """Listen on ``host:port``, write ``admin.json`` and serve; returns once listening.
+
+        Raises:
+            roost.Error: kind Unavailable when the address cannot be bound.
+        """
+        from hypercorn.config import Config  # noqa: PLC0415
+        from hypercorn.trio import serve  # noqa: PLC0415
+
+        from roost.queues._http_server import _bound_socket  # noqa: PLC0415
+
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            sock = _bound_socket(host, port)
+        except OSError as exc:
+            raise Error(
+                f"cannot serve the admin API on {where}: {exc}; pick another port (0 picks a "
+                "free one)",
+                kind=ErrorKind.UNAVAILABLE,
+                details={"host": host, "port": port},
+            ) from exc
+        config = Config()
+        config.bind = [f"fd://{sock.detach()}"]
+        config.accesslog = None
+        config.errorlog = log
+        asgi_app: Any = self
+        binds: list[str] = await nursery.start(partial(serve, asgi_app, config, mode="asgi"))
+        self.url = binds[0]
+        path = write_admin_file(self.data_dir, self.url, self.token)
+        nursery.start_soon(self._remove_on_close, path, name="roost.admin admin.json")
+        if not _is_loopback(host):
+            log.warning(
+                "the admin server listens on %s, beyond this machine: whoever reaches it with "
+                "the token in %s controls the node",
+                self.url,
+                path,
+            )
+        log.info("admin server on %s (token in %s)", self.url, path)
+
+    async def _remove_on_close(self, path: Path) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            _remove_admin_file(path, self.token)
+
+
+async def _not_yet(send: Any) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "kind": "Unavailable",
+                "message": "the node is still starting; try again",
+                "details": {},
+            }
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def start_admin(node: Node, nursery: trio.Nursery) -> None:
+    """The node service: serve the admin API when ``open_node(admin=...)`` asked."""
+    bind = node.settings.get("admin")
+    data_dir = node.settings.get("data_dir")
+    if bind is None or data_dir is None:
+        return
+    server = AdminServer(node, Path(data_dir))
+    await server.start(nursery, *bind)
+    node.ext["admin"] = server

@@ -1,0 +1,1 @@
+"""roost.admin: the admin server of a node (JSON API, metrics, console)."""

@@ -1,0 +1,298 @@
+"""The ``roost`` command line, run as a real subprocess against a real data directory.
+
+With no node: reading commands see what a node stored and change nothing (no activity runs,
+the store's bytes stay the same); changing commands store what the runtime would, and the
+next ``open_node`` acts on it. Beside a node running in another process (``roost run``):
+reads work while it runs, a change without an admin server is refused with exit 1, and
+SIGTERM shuts it down cleanly.
+"""
+
+import hashlib
+import inspect
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+import roost
+from roost import process
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+APP = "cli_ops_app:app"
+WAIT = 60.0  # bound on a subprocess (a loaded box is slow, never this slow)
+
+
+def roost_cli(data_dir, *args, log=None, check=None):
+    env = {**os.environ, "ROOST_DATA_DIR": str(data_dir), "COLUMNS": "200"}
+    if log is not None:
+        env["ACTIVITY_LOG"] = str(log)
+    done = subprocess.run(
+        [sys.executable, "-m", "roost", *args],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    if check is not None:
+        assert done.returncode == check, (done.returncode, done.stdout, done.stderr)
+    return done
+
+
+def cli_json(data_dir, *args, log=None):
+    done = roost_cli(data_dir, *args, "--json", log=log, check=0)
+    return json.loads(done.stdout)
+
+
+def digest(data_dir):
+    return hashlib.sha256((Path(data_dir) / "data.mdb").read_bytes()).hexdigest()
+
+
+async def until(predicate):
+    # Under the autojump clock: virtual time, no wall-clock wait.
+    while not predicate():  # noqa: ASYNC110 - state of a node, no event to wait on
+        await trio.sleep(0.01)
+
+
+async def seed(data_dir):
+    """g1 completed, w1..w3 waiting, two dead letters in ``jobs``."""
+    import cli_ops_app  # noqa: PLC0415 - the app module lives beside the tests
+
+    async with roost.open_node(cli_ops_app.app, data_dir) as node:
+        assert await process.with_options(id="g1").exec("ops:greet", "ann") == "hello ann"
+        for wid in ("w1", "w2", "w3"):
+            await process.with_options(id=wid).spawn("ops:waiter")
+        await roost.enqueue("jobs", "ops:doomed", 1)
+        await roost.enqueue("jobs", "ops:doomed", 2)
+        await until(lambda: len(node.dlq.list("jobs")) == 2)
+
+
+async def test_reading_a_stopped_data_dir_runs_nothing_and_writes_nothing(tmp_path, autojump_clock):
+    data, log = tmp_path / "data", tmp_path / "activities.log"
+    await seed(data)
+    before = digest(data)
+
+    listed = cli_json(data, "workflow", "list", log=log)
+    assert {(w["workflow_id"], w["status"]) for w in listed} == {
+        ("g1", "completed"),
+        ("w1", "running"),
+        ("w2", "running"),
+        ("w3", "running"),
+    }
+    running = cli_json(data, "workflow", "list", "--status", "running", log=log)
+    assert sorted(w["workflow_id"] for w in running) == ["w1", "w2", "w3"]
+    queried = cli_json(data, "workflow", "list", "--query", "workflow_id = 'g1'", log=log)
+    assert [w["workflow_id"] for w in queried] == ["g1"]
+
+    described = cli_json(data, "workflow", "describe", "g1", log=log)
+    assert described["result"] == "hello ann"
+    assert described["workflow_type"] == "ops:greet"
+    assert described["started_at"].startswith("20")  # ISO 8601
+
+    shown = cli_json(data, "workflow", "show", "g1", log=log)
+    types = [item["type"] for item in shown]
+    assert "Started" in types
+    assert any(item.get("entry") == "ops:shout" for item in shown)
+
+    assert cli_json(data, "workflow", "result", "g1", log=log) == {
+        "status": "completed",
+        "result": "hello ann",
+        "error": None,
+    }
+    assert cli_json(data, "queue", "stats", log=log) == {
+        "jobs": {"depth": 0, "in_flight": 0, "dead": 2}
+    }
+    with_app = cli_json(data, "queue", "stats", "--app", APP, log=log)
+    assert with_app["default"] == {"depth": 0, "in_flight": 0, "dead": 0}
+
+    dead = cli_json(data, "dlq", "list", "jobs", log=log)
+    assert [d["payload"] for d in dead] == [1, 2]
+    assert dead[0]["entry"] == "ops:doomed"
+    assert dead[0]["errors"][-1]["message"].endswith("doomed 1")
+    assert set(dead[0]) == {"receipt_id", "entry", "payload", "errors", "failed_at"}
+
+    crons = cli_json(data, "cron", "list", "--app", APP, log=log)
+    assert [(c["expression"], c["entry"]) for c in crons] == [("0 0 1 1 *", "ops:tick")]
+    assert crons[0]["next_fire_at"].endswith("-01-01T00:00:00+00:00")
+
+    table = roost_cli(data, "workflow", "list", log=log, check=0).stdout
+    assert "g1" in table and "completed" in table and "w1" in table
+
+    exported = tmp_path / "g1.cbor"
+    roost_cli(data, "history", "export", "g1", str(exported), log=log, check=0)
+    replayed = roost_cli(data, "replay", "--history", str(exported), "--app", APP, check=0)
+    assert "replays to 'hello ann'" in replayed.stdout
+
+    assert digest(data) == before  # nothing written
+    assert not log.exists()  # no activity ran
+
+
+def test_exit_codes(tmp_path):
+    missing = roost_cli(tmp_path / "none", "workflow", "list")
+    assert missing.returncode == 1
+    assert "no roost store" in missing.stderr
+    bad = roost_cli(tmp_path / "none", "workflow", "start", "ops:greet", "not json")
+    assert bad.returncode == 2
+    assert "ARGS must be JSON" in bad.stderr
+    not_a_list = roost_cli(tmp_path / "none", "workflow", "start", "ops:greet", '{"a": 1}')
+    assert not_a_list.returncode == 2
+    no_entry = roost_cli(tmp_path / "none", "workflow", "start", "greet")
+    assert no_entry.returncode == 2
+    assert "'app:name'" in no_entry.stderr
+    assert not (tmp_path / "none").exists()  # bad input stored nothing
+    version = roost_cli(tmp_path, "--version", check=0)
+    assert version.stdout.startswith("roost, version ")
+
+
+async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump_clock):
+    data, log = tmp_path / "data", tmp_path / "activities.log"
+    await seed(data)
+    dead = cli_json(data, "dlq", "list", "jobs")
+    first, second = dead[0]["receipt_id"], dead[1]["receipt_id"]
+
+    started = roost_cli(data, "workflow", "start", "ops:greet", '["bob"]', "--id", "g2", log=log)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == "g2"
+    roost_cli(data, "workflow", "signal", "w1", "go", '"yes"', log=log, check=0)
+    roost_cli(data, "workflow", "cancel", "w2", "--reason", "stop", log=log, check=0)
+    roost_cli(data, "workflow", "terminate", "w3", log=log, check=0)
+    roost_cli(data, "dlq", "redrive", "jobs", first, log=log, check=0)
+    roost_cli(data, "dlq", "discard", "jobs", second, log=log, check=0)
+
+    # Stored, not run: nothing ran, and the reads show the stored state.
+    assert not log.exists()
+    assert cli_json(data, "workflow", "describe", "g2")["status"] == "running"
+    assert cli_json(data, "queue", "stats") == {"jobs": {"depth": 1, "in_flight": 0, "dead": 0}}
+    refused = roost_cli(data, "workflow", "signal", "g1", "go")
+    assert refused.returncode == 1
+    assert "not running" in refused.stderr
+    unknown = roost_cli(data, "dlq", "discard", "jobs", "nope")
+    assert unknown.returncode == 1
+    assert "no dead letter" in unknown.stderr
+    both = roost_cli(data, "dlq", "redrive", "jobs", first, "--all")
+    assert both.returncode == 2
+
+    import cli_ops_app  # noqa: PLC0415 - the app module lives beside the tests
+
+    os.environ["ACTIVITY_LOG"] = str(log)
+    try:
+        async with roost.open_node(cli_ops_app.app, data) as node:
+            await until(
+                lambda: all(
+                    node.describe(w)["status"] != "running" for w in ("g2", "w1", "w2", "w3")
+                )
+            )
+            await until(lambda: len(node.dlq.list("jobs")) == 1)
+            assert node.describe("g2")["result"] == "hello bob"
+            assert node.describe("w1")["result"] == "yes"
+            assert node.describe("w2")["status"] == "canceled"
+            assert node.describe("w2")["result"] == "canceled: stop"
+            assert node.describe("w3")["status"] == "terminated"
+            [again] = node.dlq.list("jobs")
+            assert (again.receipt_id, again.redrives) == (first, 1)
+    finally:
+        del os.environ["ACTIVITY_LOG"]
+    assert log.read_text().splitlines() == ["shout bob"]
+
+
+def start_node(data_dir, *extra):
+    """``roost run`` in a subprocess; returns it once it logged that it runs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roost", "run", APP, "--data-dir", str(data_dir), *extra],
+        cwd=HERE,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + WAIT
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=deadline - time.monotonic()):
+                break
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "stop it with Ctrl-C or SIGTERM" in line:
+                return proc, lines
+    proc.kill()
+    proc.wait()
+    pytest.fail(f"roost run did not start: {''.join(lines)}")
+    return None
+
+
+def stop_node(proc, lines):
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=WAIT) == 0, "".join(lines) + rest
+    proc.stderr.close()
+    return "".join(lines) + rest
+
+
+async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
+    tmp_path, autojump_clock
+):
+    data = tmp_path / "data"
+    await seed(data)
+    roost_cli(data, "workflow", "start", "ops:greet", '["dee"]', "--id", "g4", check=0)
+    proc, lines = start_node(data)
+    try:
+        # The running node runs the offline start; the CLI waits for it in another process.
+        waited = cli_json(data, "workflow", "result", "g4", "--wait")
+        assert waited == {"status": "completed", "result": "hello dee", "error": None}
+        listed = cli_json(data, "workflow", "list", "--status", "running")
+        assert sorted(w["workflow_id"] for w in listed) == ["w1", "w2", "w3"]
+        assert cli_json(data, "dlq", "list", "jobs")[0]["payload"] == 1
+        refused = roost_cli(data, "workflow", "signal", "w1", "go")
+        assert refused.returncode == 1
+        assert "--admin" in refused.stderr
+        assert f"OS pid {proc.pid}" in refused.stderr
+    finally:
+        log = stop_node(proc, lines)
+    assert "SIGTERM received: shutting down" in log
+    assert "node stopped" in log
+    # A clean stop released the directory: a change applies to the store again.
+    roost_cli(data, "workflow", "signal", "w1", "go", '"later"', check=0)
+
+
+@pytest.mark.skipif(
+    "admin" not in inspect.signature(roost.open_node).parameters,
+    reason="requires the admin server (merged separately)",
+)
+async def test_changes_go_through_the_admin_api_of_a_running_node(tmp_path, autojump_clock):
+    data = tmp_path / "data"
+    await seed(data)
+    proc, lines = start_node(data, "--admin", "127.0.0.1:0")
+    try:
+        assert json.loads((data / "admin.json").read_text())["url"].startswith("http://")
+        roost_cli(data, "workflow", "signal", "w1", "go", '"via admin"', check=0)
+        waited = cli_json(data, "workflow", "result", "w1", "--wait")
+        assert waited == {"status": "completed", "result": "via admin", "error": None}
+        started = cli_json(data, "workflow", "start", "ops:greet", '["cy"]', "--id", "g3")
+        assert started == {"workflow_id": "g3"}
+        assert cli_json(data, "workflow", "result", "g3", "--wait")["result"] == "hello cy"
+        roost_cli(data, "workflow", "cancel", "w2", "--reason", "admin", check=0)
+        assert cli_json(data, "workflow", "result", "w2", "--wait")["result"] == "canceled: admin"
+        roost_cli(data, "workflow", "terminate", "w3", check=0)
+        cli_status = roost_cli(data, "workflow", "result", "w3", "--wait", "--json")
+        assert json.loads(cli_status.stdout)["status"] == "terminated"
+        receipt = cli_json(data, "dlq", "list", "jobs")[1]["receipt_id"]
+        roost_cli(data, "dlq", "discard", "jobs", receipt, check=0)
+        assert [d["payload"] for d in cli_json(data, "dlq", "list", "jobs")] == [1]
+        missing = roost_cli(data, "workflow", "signal", "nope", "go")
+        assert missing.returncode == 1
+    finally:
+        stop_node(proc, lines)
+    assert not (data / "admin.json").exists()

@@ -11,6 +11,7 @@ import hashlib
 import inspect
 import json
 import os
+import pty
 import selectors
 import signal
 import subprocess
@@ -203,6 +204,66 @@ async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump
     finally:
         del os.environ["ACTIVITY_LOG"]
     assert log.read_text().splitlines() == ["shout bob"]
+
+
+def on_terminal(data_dir, *args):
+    """Run ``roost ARGS`` with stderr on a pseudo-terminal; return stdout, what it showed."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "ROOST_DATA_DIR": str(data_dir), "TERM": "xterm", "COLUMNS": "100"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roost", *args],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert proc.wait(timeout=WAIT) == 0, shown
+    out = proc.stdout.read().decode()
+    proc.stdout.close()
+    return out, shown
+
+
+async def test_export_all_shows_progress_on_a_terminal_only(tmp_path, autojump_clock):
+    data, out = tmp_path / "data", tmp_path / "out"
+    await seed(data)
+    plain = roost_cli(data, "history", "export-all", str(out), "--status", "running", check=0)
+    assert plain.stderr == ""  # piped: no bar, no control characters
+    assert sorted(p.name for p in out.iterdir()) == ["w1.cbor", "w2.cbor", "w3.cbor"]
+    replayed = roost_cli(
+        data, "replay", "--app", APP, *(f"--history={p}" for p in sorted(out.iterdir())), check=0
+    )
+    assert replayed.stdout.count("ok ") == 3
+
+    out, shown = on_terminal(data, "history", "export-all", str(tmp_path / "tty"))
+    assert out.startswith("wrote 4 histories")
+    assert b"exporting histories" in shown
+
+
+async def test_start_checks_its_entry_against_an_app(tmp_path, autojump_clock):
+    data = tmp_path / "data"
+    await seed(data)
+    activity = roost_cli(data, "workflow", "start", "ops:shout", "--app", APP)
+    assert activity.returncode == 2
+    assert "not a workflow" in activity.stderr
+    unknown = roost_cli(data, "workflow", "start", "ops:nope", "--app", APP)
+    assert unknown.returncode == 1
+    assert [w["workflow_id"] for w in cli_json(data, "workflow", "list")] == [
+        "g1",
+        "w1",
+        "w2",
+        "w3",
+    ]
 
 
 def start_node(data_dir, *extra):

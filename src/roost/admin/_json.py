@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import enum
+import math
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -14,33 +17,64 @@ from roost._pid import Pid
 
 __all__ = ["error_json", "to_jsonable"]
 
+_MAX_DEPTH = 200  # deeper than the codec stores; a cycle in a live value stops here
+
 
 def error_json(err: Error) -> dict[str, Any]:
-    """``{"kind", "message", "details"}`` of a roost error."""
+    """An error as ``{"kind", "message", "details"}`` (details made JSON-safe too)."""
     return {"kind": err.kind.value, "message": err.message, "details": to_jsonable(err.details)}
 
 
-def to_jsonable(value: Any) -> Any:  # noqa: PLR0911 - one arm per kind of value
-    """``value`` as JSON data: datetimes in ISO 8601, bytes in hex, PIDs as their text."""
-    match value:
-        case None | bool() | int() | float() | str():
-            return value
-        case Error():
-            return error_json(value)
-        case dict():
-            return {str(k): to_jsonable(v) for k, v in value.items()}
-        case list() | tuple():
-            return [to_jsonable(v) for v in value]
-        case set() | frozenset():
-            return sorted((to_jsonable(v) for v in value), key=repr)
-        case bytes():
-            return value.hex()
-        case dt.datetime() | dt.date() | dt.time():
-            return value.isoformat()
-        case enum.Enum():
-            return to_jsonable(value.value)
-        case Pid() | uuid.UUID():
-            return str(value)
+def to_jsonable(value: Any) -> Any:
+    """``value`` as data ``json.dumps`` takes as it is (strict: no NaN), keeping its shape.
+
+    Datetimes and dates become ISO 8601 text, a timedelta its seconds, PIDs and UUIDs their
+    text, bytes ``{"base64": ...}``, enums their value, sets and tuples lists (a set
+    sorted by its items' text), an attrs record a dict of its fields with its class name
+    under ``"type"``, a ``roost.Error`` ``{"kind", "message", "details", "retryable"}``,
+    non-finite floats their text (``"nan"``, ``"inf"``); mapping keys become text.
+    Anything else becomes its ``repr``.
+    """
+    return _jsonable(value, 0)
+
+
+def _jsonable(value: Any, depth: int) -> Any:  # noqa: PLR0911, PLR0912 - one arm per kind of value
+    if depth > _MAX_DEPTH:
+        return "..."
+    if value is None or isinstance(value, bool | int | str):
+        return int(value) if type(value) is not bool and isinstance(value, int) else value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    nested = depth + 1
+    if isinstance(value, Error):
+        return {**error_json(value), "retryable": value.retryable}
+    if isinstance(value, enum.Enum):
+        return _jsonable(value.value, nested)
+    if isinstance(value, Mapping):
+        return {_key(k): _jsonable(v, nested) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, nested) for v in value]
+    if isinstance(value, set | frozenset):
+        items = [_jsonable(v, nested) for v in value]
+        return sorted(items, key=repr)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, Pid | uuid.UUID):
+        return str(value)
     if attrs.has(type(value)):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in attrs.fields(type(value))}
-    return str(value)
+        fields = {
+            f.name: _jsonable(getattr(value, f.name), nested) for f in attrs.fields(type(value))
+        }
+        return {"type": type(value).__name__, **fields}
+    return repr(value)
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    shown = _jsonable(key, _MAX_DEPTH)
+    return shown if isinstance(shown, str) else repr(key)

@@ -33,6 +33,7 @@ __all__ = [
     "parse_json",
     "reading",
     "table",
+    "with_status",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -97,6 +98,14 @@ def reading(data_dir: Path) -> Iterator[LmdbStore]:
             yield store
     finally:
         store.close()
+
+
+def with_status(query: str | None, status: str | None) -> str | None:
+    """``query`` narrowed to workflows of ``status`` (``--status``)."""
+    if status is None:
+        return query
+    clause = f"status = '{status}'"
+    return clause if not query or not query.strip() else f"{query} and {clause}"
 
 
 def parse_json(text: str | None, what: str, *, default: Any = None) -> Any:

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
+from rich.console import Console
 from rich.progress import Progress
 
 __all__ = ["progress"]
@@ -21,7 +22,7 @@ def progress(items: Sequence[T], description: str) -> Iterator[T]:
     if len(items) < 2 or not sys.stderr.isatty():
         yield from items
         return
-    with Progress(transient=True) as bar:
+    with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=len(items))
         for item in items:
             yield item

@@ -10,7 +10,16 @@ import click
 
 from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
-from roost.cli._common import data_dir_option, echo_json, failures, json_option, reading, table
+from roost.cli._common import (
+    data_dir_option,
+    echo_json,
+    failures,
+    json_option,
+    reading,
+    table,
+    with_status,
+)
+from roost.cli._progress import progress
 from roost.queues import _offline
 from roost.queues._spec import queue_specs
 from roost.storage import Codec, WriteTxn
@@ -188,3 +197,24 @@ def export(workflow_id: str, file: Path, data_dir: Path) -> None:
     with failures():
         save_history(events, file)
     click.echo(f"wrote {len(events)} events of {workflow_id} to {file}")
+
+
+@history.command("export-all")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--query", "-q", default=None, help="Only workflows matching this query.")
+@click.option("--status", "-s", default=None, help="Only workflows with this status.")
+@data_dir_option
+def export_all(directory: Path, query: str | None, status: str | None, data_dir: Path) -> None:
+    """Write the history of every (matching) workflow to DIRECTORY/<workflow id>.cbor."""
+    query = with_status(query, status)
+    with reading(data_dir) as store:
+        ids = [
+            row["workflow_id"]
+            for row in _inspect.list_workflows(store, _CODEC, query)
+            if row["status"] != "quarantined"
+        ]
+        directory.mkdir(parents=True, exist_ok=True)
+        for workflow_id in progress(ids, "exporting histories"):
+            events = _inspect.history(store, _CODEC, workflow_id)
+            save_history(events, directory / f"{quote(workflow_id)}.cbor")
+    click.echo(f"wrote {len(ids)} histories to {directory}")

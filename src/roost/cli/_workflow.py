@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import click
 
+from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
 from roost.cli._common import (
     data_dir_option,
@@ -18,6 +19,7 @@ from roost.cli._common import (
     parse_json,
     reading,
     table,
+    with_status,
 )
 from roost.storage import Codec, WriteTxn
 from roost.testing import history_to_json
@@ -43,9 +45,7 @@ def workflow() -> None:
 @json_option
 def list_(query: str | None, status: str | None, data_dir: Path, as_json: bool) -> None:
     """List workflows (the latest run of each id), filtered by a query and a status."""
-    if status is not None:
-        clause = f"status = '{status}'"
-        query = clause if not query or not query.strip() else f"{query} and {clause}"
+    query = with_status(query, status)
     with reading(data_dir) as store:
         found = _inspect.list_workflows(store, _CODEC, query)
     if as_json:
@@ -143,22 +143,32 @@ def result(workflow_id: str, wait: bool, data_dir: Path, as_json: bool) -> None:
 @click.argument("entry")
 @click.argument("args", required=False)
 @click.option("--id", "workflow_id", default=None, help="The workflow id (default: generated).")
+@click.option(
+    "--app", "app_ref", default=None, help="Check ENTRY against this app (module:attribute)."
+)
 @data_dir_option
 @json_option
-def start(
-    entry: str, args: str | None, workflow_id: str | None, data_dir: Path, as_json: bool
+def start(  # noqa: PLR0917 - click passes every option as an argument
+    entry: str,
+    args: str | None,
+    workflow_id: str | None,
+    app_ref: str | None,
+    data_dir: Path,
+    as_json: bool,
 ) -> None:
     """Start workflow ENTRY ('app:name') with ARGS, a JSON list of its arguments.
 
     Beside a node with an admin server, the node starts it; with no node, the start is
-    stored and the next node runs it.
+    stored and the next node runs it (one whose app lacks ENTRY keeps it stored; --app
+    checks ENTRY first).
     """
     values = parse_json(args, "ARGS", default=[])
     if not isinstance(values, list):
         raise click.BadParameter("ARGS must be a JSON list of arguments, e.g. '[1, \"a\"]'")
-
     with failures():  # bad input stores nothing, not even an empty store
         _offline.check_start(_CODEC, entry, values, workflow_id)
+        if app_ref is not None and load_app(app_ref).resolve(entry).kind != "workflow":
+            raise click.BadParameter(f"{entry!r} is not a workflow of {app_ref}")
 
     def admin(client: AdminClient) -> str:
         body = {"entry": entry, "args": values, "id": workflow_id}

@@ -12,11 +12,10 @@ import inspect
 import json
 import os
 import pty
-import selectors
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -266,40 +265,44 @@ async def test_start_checks_its_entry_against_an_app(tmp_path, autojump_clock):
     ]
 
 
-def start_node(data_dir, *extra):
-    """``roost run`` in a subprocess; returns it once it logged that it runs."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "roost", "run", APP, "--data-dir", str(data_dir), *extra],
-        cwd=HERE,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    lines = []
-    deadline = time.monotonic() + WAIT
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stderr, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=deadline - time.monotonic()):
-                break
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
+class Node:
+    """``roost run`` in a subprocess, its stderr collected by a thread."""
+
+    def __init__(self, data_dir, *extra):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "roost", "run", APP, "--data-dir", str(data_dir), *extra],
+            cwd=HERE,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        self.lines = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if not self.ready.wait(WAIT):
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"roost run did not start: {self.log}")
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
             if "stop it with Ctrl-C or SIGTERM" in line:
-                return proc, lines
-    proc.kill()
-    proc.wait()
-    pytest.fail(f"roost run did not start: {''.join(lines)}")
-    return None
+                self.ready.set()
+        self.ready.set()  # it exited: the caller sees no ready line
 
+    @property
+    def log(self):
+        return "".join(self.lines)
 
-def stop_node(proc, lines):
-    proc.send_signal(signal.SIGTERM)
-    rest = proc.stderr.read()
-    assert proc.wait(timeout=WAIT) == 0, "".join(lines) + rest
-    proc.stderr.close()
-    return "".join(lines) + rest
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=WAIT)
+        self.reader.join(WAIT)
+        self.proc.stderr.close()
+        assert code == 0, self.log
+        return self.log
 
 
 async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
@@ -308,7 +311,7 @@ async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
     data = tmp_path / "data"
     await seed(data)
     roost_cli(data, "workflow", "start", "ops:greet", '["dee"]', "--id", "g4", check=0)
-    proc, lines = start_node(data)
+    node = Node(data)
     try:
         # The running node runs the offline start; the CLI waits for it in another process.
         waited = cli_json(data, "workflow", "result", "g4", "--wait")
@@ -319,9 +322,9 @@ async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
         refused = roost_cli(data, "workflow", "signal", "w1", "go")
         assert refused.returncode == 1
         assert "--admin" in refused.stderr
-        assert f"OS pid {proc.pid}" in refused.stderr
+        assert f"OS pid {node.proc.pid}" in refused.stderr
     finally:
-        log = stop_node(proc, lines)
+        log = node.stop()
     assert "SIGTERM received: shutting down" in log
     assert "node stopped" in log
     # A clean stop released the directory: a change applies to the store again.
@@ -335,7 +338,7 @@ async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
 async def test_changes_go_through_the_admin_api_of_a_running_node(tmp_path, autojump_clock):
     data = tmp_path / "data"
     await seed(data)
-    proc, lines = start_node(data, "--admin", "127.0.0.1:0")
+    node = Node(data, "--admin", "127.0.0.1:0")
     try:
         assert json.loads((data / "admin.json").read_text())["url"].startswith("http://")
         roost_cli(data, "workflow", "signal", "w1", "go", '"via admin"', check=0)
@@ -345,15 +348,17 @@ async def test_changes_go_through_the_admin_api_of_a_running_node(tmp_path, auto
         assert started == {"workflow_id": "g3"}
         assert cli_json(data, "workflow", "result", "g3", "--wait")["result"] == "hello cy"
         roost_cli(data, "workflow", "cancel", "w2", "--reason", "admin", check=0)
-        assert cli_json(data, "workflow", "result", "w2", "--wait")["result"] == "canceled: admin"
+        # A workflow that closed unsuccessfully: its result, and exit code 1.
+        canceled = roost_cli(data, "workflow", "result", "w2", "--wait", "--json", check=1)
+        assert json.loads(canceled.stdout)["result"] == "canceled: admin"
         roost_cli(data, "workflow", "terminate", "w3", check=0)
-        cli_status = roost_cli(data, "workflow", "result", "w3", "--wait", "--json")
-        assert json.loads(cli_status.stdout)["status"] == "terminated"
+        terminated = roost_cli(data, "workflow", "result", "w3", "--wait", "--json", check=1)
+        assert json.loads(terminated.stdout)["status"] == "terminated"
         receipt = cli_json(data, "dlq", "list", "jobs")[1]["receipt_id"]
         roost_cli(data, "dlq", "discard", "jobs", receipt, check=0)
         assert [d["payload"] for d in cli_json(data, "dlq", "list", "jobs")] == [1]
         missing = roost_cli(data, "workflow", "signal", "nope", "go")
         assert missing.returncode == 1
     finally:
-        stop_node(proc, lines)
+        node.stop()
     assert not (data / "admin.json").exists()

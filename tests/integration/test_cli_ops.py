@@ -159,6 +159,9 @@ async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump
     await seed(data)
     dead = cli_json(data, "dlq", "list", "jobs")
     first, second = dead[0]["receipt_id"], dead[1]["receipt_id"]
+    closed = roost_cli(data, "workflow", "cancel", "g1")
+    assert closed.returncode == 1
+    assert "'g1' is not running" in closed.stderr
 
     started = roost_cli(data, "workflow", "start", "ops:greet", '["bob"]', "--id", "g2", log=log)
     assert started.returncode == 0, started.stderr
@@ -169,11 +172,21 @@ async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump
     roost_cli(data, "dlq", "redrive", "jobs", first, log=log, check=0)
     roost_cli(data, "dlq", "discard", "jobs", second, log=log, check=0)
 
+    # The id policies of a start: a running id is returned as it is, a closed one reused.
+    same = roost_cli(data, "workflow", "start", "ops:waiter", "--id", "w1", check=0)
+    assert same.stdout.strip() == "w1"
+    old_run = cli_json(data, "workflow", "describe", "g1")["run_id"]
+    roost_cli(data, "workflow", "start", "ops:greet", '["cid"]', "--id", "g1", check=0)
+    assert cli_json(data, "workflow", "describe", "g1")["run_id"] != old_run
+    # admin.json left by a node that was killed: nobody answers there, the lock is free.
+    (data / "admin.json").write_text(json.dumps({"url": "http://127.0.0.1:9", "token": "x"}))
+    roost_cli(data, "workflow", "describe", "g1", check=0)
+
     # Stored, not run: nothing ran, and the reads show the stored state.
     assert not log.exists()
     assert cli_json(data, "workflow", "describe", "g2")["status"] == "running"
     assert cli_json(data, "queue", "stats") == {"jobs": {"depth": 1, "in_flight": 0, "dead": 0}}
-    refused = roost_cli(data, "workflow", "signal", "g1", "go")
+    refused = roost_cli(data, "workflow", "signal", "nope", "go")
     assert refused.returncode == 1
     assert "not running" in refused.stderr
     unknown = roost_cli(data, "dlq", "discard", "jobs", "nope")
@@ -189,9 +202,10 @@ async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump
         async with roost.open_node(cli_ops_app.app, data) as node:
             await until(
                 lambda: all(
-                    node.describe(w)["status"] != "running" for w in ("g2", "w1", "w2", "w3")
+                    node.describe(w)["status"] != "running" for w in ("g1", "g2", "w1", "w2", "w3")
                 )
             )
+            assert node.describe("g1")["result"] == "hello cid"
             await until(lambda: len(node.dlq.list("jobs")) == 1)
             assert node.describe("g2")["result"] == "hello bob"
             assert node.describe("w1")["result"] == "yes"
@@ -202,7 +216,7 @@ async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump
             assert (again.receipt_id, again.redrives) == (first, 1)
     finally:
         del os.environ["ACTIVITY_LOG"]
-    assert log.read_text().splitlines() == ["shout bob"]
+    assert sorted(log.read_text().splitlines()) == ["shout bob", "shout cid"]
 
 
 def on_terminal(data_dir, *args):
@@ -323,6 +337,9 @@ async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
         assert refused.returncode == 1
         assert "--admin" in refused.stderr
         assert f"OS pid {node.proc.pid}" in refused.stderr
+        second = roost_cli(data, "run", APP)
+        assert second.returncode == 1
+        assert f"in use by another roost node (OS pid {node.proc.pid})" in second.stderr
     finally:
         log = node.stop()
     assert "SIGTERM received: shutting down" in log

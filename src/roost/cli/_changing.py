@@ -26,7 +26,7 @@ from roost._errors import Error, ErrorKind
 from roost.cli._common import Failed, failures
 from roost.storage import Codec, WriteTxn, open_lmdb_store
 
-__all__ = ["AdminClient", "change"]
+__all__ = ["AdminClient", "change", "quote"]
 
 T = TypeVar("T")
 

@@ -96,7 +96,7 @@ def show(workflow_id: str, data_dir: Path, as_json: bool) -> None:
         return
     rows = []
     for i, item in enumerate(data, 1):
-        kind = item.pop("type")
+        kind = item.pop("type", "-")
         rows.append([i, kind, json.dumps(item, sort_keys=True)])
     table(f"history of {workflow_id}", ["#", "type", "fields"], rows)
 

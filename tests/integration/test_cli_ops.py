@@ -150,6 +150,9 @@ def test_exit_codes(tmp_path):
     assert no_entry.returncode == 2
     assert "'app:name'" in no_entry.stderr
     assert not (tmp_path / "none").exists()  # bad input stored nothing
+    no_app = roost_cli(tmp_path / "none", "run", "cli_ops_app:nothing")
+    assert no_app.returncode == 2
+    assert "is not a roost.App" in no_app.stderr
     version = roost_cli(tmp_path, "--version", check=0)
     assert version.stdout.startswith("roost, version ")
 
@@ -310,8 +313,8 @@ class Node:
     def log(self):
         return "".join(self.lines)
 
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, signum=signal.SIGTERM):
+        self.proc.send_signal(signum)
         code = self.proc.wait(timeout=WAIT)
         self.reader.join(WAIT)
         self.proc.stderr.close()
@@ -346,6 +349,17 @@ async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
     assert "node stopped" in log
     # A clean stop released the directory: a change applies to the store again.
     roost_cli(data, "workflow", "signal", "w1", "go", '"later"', check=0)
+
+
+def test_run_serves_http_and_stops_cleanly_on_sigint(tmp_path):
+    node = Node(tmp_path / "data", "--http", "0")
+    log = node.stop(signal.SIGINT)
+    assert "runs app 'ops'" in log
+    assert "HTTP triggers at http://127.0.0.1:" in log
+    assert "SIGINT received: shutting down" in log
+    assert "Traceback" not in log
+    # Closed cleanly: the directory is free, and the next node is incarnation 2.
+    assert "(incarnation 2)" in Node(tmp_path / "data").stop()
 
 
 @pytest.mark.skipif(

@@ -203,6 +203,7 @@ async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump
     os.environ["ACTIVITY_LOG"] = str(log)
     try:
         async with roost.open_node(cli_ops_app.app, data) as node:
+            assert node.incarnation == 2  # the seeding node was 1; the CLI is no node
             await until(
                 lambda: all(
                     node.describe(w)["status"] != "running" for w in ("g1", "g2", "w1", "w2", "w3")

@@ -2,44 +2,31 @@
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 import sys
 from pathlib import Path
 
 import click
 
 from roost._errors import Error, NondeterminismError
-from roost.actors._app import App
+from roost.cli._apps import load_app
+from roost.cli._progress import progress
+from roost.cli._queue import cron, dlq, history, queue
+from roost.cli._run import run
+from roost.cli._workflow import workflow
 from roost.testing import Replayer, load_history
 
 __all__ = ["load_app", "main"]
 
 
-def load_app(ref: str) -> App:
-    """Import ``module:attribute`` and return the ``roost.App`` it names.
-
-    Raises:
-        click.BadParameter: the reference does not name an App.
-    """
-    module_name, _, attribute = ref.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"{ref!r} is not 'module:attribute', e.g. 'shop.app:app'")
-    # Like uvicorn and pytest, find modules relative to where the command runs.
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"{ref!r} is not a roost.App (got {type(app).__name__})")
-    return app
-
-
 @click.group()
+@click.version_option(importlib.metadata.version("roost"), prog_name="roost")
 def main() -> None:
     """roost: processes, supervisors and durable workflows on trio."""
+
+
+for _command in (run, workflow, queue, dlq, cron, history):
+    main.add_command(_command)
 
 
 @main.command()
@@ -57,7 +44,7 @@ def replay(histories: tuple[Path, ...], app_ref: str) -> None:
     app = load_app(app_ref)
     replayer = Replayer(app)
     diverged = 0
-    for path in histories:
+    for path in progress(histories, "replaying"):
         try:
             result = replayer.replay(load_history(path))
         except NondeterminismError as exc:

@@ -16,7 +16,14 @@ from roost._errors import Error
 from roost.storage import key
 from roost.storage._codec import record
 
-__all__ = ["DeadLetter", "QueueInfo", "QueueMessage", "message_key", "workflow_id_for"]
+__all__ = [
+    "DeadLetter",
+    "QueueInfo",
+    "QueueMessage",
+    "message_key",
+    "redriven",
+    "workflow_id_for",
+]
 
 _READABLE_QUEUE: Final = 64  # longer queue names are hashed in workflow ids (they must fit keys)
 
@@ -63,6 +70,23 @@ class QueueInfo:
     receipt_id: str
     attempt: int
     queue: str
+
+
+def redriven(dead: DeadLetter, seq: int) -> QueueMessage:
+    """The message a redrive of ``dead`` enqueues as ``seq``: same receipt id, fresh attempts.
+
+    It goes to the back of its queue (the new seq), and its attempts start over.
+    """
+    return QueueMessage(
+        receipt_id=dead.receipt_id,
+        queue=dead.queue,
+        seq=seq,
+        entry=dead.entry,
+        payload=dead.payload,
+        group=dead.group,
+        enqueued_at=dead.enqueued_at,
+        redrives=dead.redrives + 1,
+    )
 
 
 def message_key(queue: str, seq: int) -> bytes:

@@ -43,6 +43,7 @@ from roost.queues._records import (
     QueueInfo,
     QueueMessage,
     message_key,
+    redriven,
     workflow_id_for,
 )
 from roost.queues._spec import QueueSpec, declare_queue, load_config, queue_specs, retry_delay
@@ -482,23 +483,10 @@ class DeadLetters:
 
     async def _redrive(self, dead: builtins.list[DeadLetter]) -> int:
         rt = self._rt
-        # A redriven message goes to the back of its queue (a new seq), keeping its
-        # receipt id; its attempts start over.
         fresh = []
         for d in dead:
             rt._seq += 1
-            fresh.append(
-                QueueMessage(
-                    receipt_id=d.receipt_id,
-                    queue=d.queue,
-                    seq=rt._seq,
-                    entry=d.entry,
-                    payload=d.payload,
-                    group=d.group,
-                    enqueued_at=d.enqueued_at,
-                    redrives=d.redrives + 1,
-                )
-            )
+            fresh.append(redriven(d, rt._seq))
         pairs = [
             (message_key(d.queue, d.seq), message_key(m.queue, m.seq), rt.codec.encode(m), m)
             for d, m in zip(dead, fresh, strict=True)

@@ -1,0 +1,147 @@
+"""How a changing command reaches the data: the running node's admin API, or the store.
+
+A node that holds the data directory with an admin server writes ``admin.json`` (its URL and
+bearer token) into it: the change is a request to that API, and the node applies it as it
+would its own. A node that holds the directory without one cannot be changed from outside
+(its store has one writer): the command fails and says to restart it with ``--admin``. With
+no node, the command takes the directory's lock for the duration, so no node opens
+meanwhile, and writes the rows the runtime would write for the same request; nothing runs,
+and the next node picks them up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import attrs
+
+from roost._errors import Error, ErrorKind
+from roost.cli._common import Failed, failures
+from roost.storage import Codec, WriteTxn, open_lmdb_store
+
+__all__ = ["AdminClient", "change", "quote"]
+
+T = TypeVar("T")
+
+ADMIN_FILE: Final = "admin.json"
+_PROBE_TIMEOUT: Final = 2.0
+_CALL_TIMEOUT: Final = 60.0
+_KINDS: Final = {kind.value: kind for kind in ErrorKind}
+
+
+@attrs.frozen
+class AdminClient:
+    """The admin JSON API of the node that holds a data directory."""
+
+    url: str
+    token: str
+
+    @classmethod
+    def find(cls, data_dir: Path) -> AdminClient | None:
+        """The client of the node's admin server, if ``admin.json`` names one that answers."""
+        try:
+            info = json.loads((data_dir / ADMIN_FILE).read_text())
+            client = cls(url=str(info["url"]).rstrip("/"), token=str(info["token"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        try:
+            client.request("GET", "/api/node", timeout=_PROBE_TIMEOUT)
+        except Error as exc:
+            # A server that answers with an error is there: its next answer says why.
+            return client if exc.details.get("http_status") else None
+        return client
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, timeout: float = _CALL_TIMEOUT
+    ) -> Any:
+        """Send one request; return its JSON answer.
+
+        Raises:
+            roost.Error: the API's error (its kind, message and details); Unavailable when
+                the server does not answer.
+        """
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(  # noqa: S310 - the URL is the node's own, from admin.json
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as answer:  # noqa: S310 - as above
+                return json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise _api_error(exc) from None
+        except (OSError, ValueError) as exc:
+            raise Error(
+                f"the node's admin server at {self.url} did not answer: {exc}",
+                kind=ErrorKind.UNAVAILABLE,
+                retryable=True,
+                details={"url": self.url},
+            ) from None
+
+
+def _api_error(exc: urllib.error.HTTPError) -> Error:
+    try:
+        error = json.loads(exc.read())["error"]
+        kind = _KINDS.get(error.get("kind"), ErrorKind.INTERNAL)
+        message = str(error.get("message"))
+        details = dict(error.get("details") or {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        kind, message, details = ErrorKind.INTERNAL, f"HTTP {exc.code} {exc.reason}", {}
+    if exc.code == 401:
+        message = f"the admin server refused the token in admin.json ({message})"
+    return Error(message, kind=kind, retryable=False, details={**details, "http_status": exc.code})
+
+
+def quote(part: str) -> str:
+    """One path segment of an API URL."""
+    return urllib.parse.quote(part, safe="")
+
+
+def change(
+    data_dir: Path,
+    *,
+    admin: Callable[[AdminClient], T],
+    offline: Callable[[WriteTxn, Codec], T],
+    create: bool = False,
+) -> T:
+    """Apply a change through the running node's admin API, or to the stopped store.
+
+    ``create``: a missing data directory is created (a start); otherwise it must hold a
+    store.
+
+    Raises:
+        Failed: a node holds the directory without an admin server, or there is no store.
+        roost.Error: what the change itself raised.
+    """
+    client = AdminClient.find(data_dir)
+    if client is not None:
+        return admin(client)
+    if not create and not (data_dir / "data.mdb").is_file():
+        raise Failed(f"there is no roost store in {data_dir}: check --data-dir (or ROOST_DATA_DIR)")
+    try:
+        store = open_lmdb_store(data_dir)  # the directory's lock: no node opens meanwhile
+    except Error as exc:
+        holder = exc.details.get("holder_pid")
+        if exc.kind is not ErrorKind.INVALID_STATE or holder == os.getpid():
+            raise
+        raise Failed(
+            f"a node (OS pid {holder if holder is not None else 'unknown'}) holds {data_dir} "
+            "and serves no admin API, so it cannot be changed from outside: restart it with "
+            "`roost run ... --admin 127.0.0.1:0` (or open_node(..., admin=...)), or stop it "
+            "and run this command again"
+        ) from None
+    codec = Codec()
+    try:
+        with failures():
+            return store.transact_sync(lambda txn: offline(txn, codec))
+    finally:
+        store.close()

@@ -1,0 +1,242 @@
+"""``roost workflow ...``: list, describe, show and wait for workflows; start and steer them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import click
+
+from roost.cli._apps import load_app
+from roost.cli._changing import AdminClient, change, quote
+from roost.cli._common import (
+    data_dir_option,
+    echo_json,
+    failures,
+    json_option,
+    parse_json,
+    reading,
+    table,
+    with_status,
+)
+from roost.storage import Codec, WriteTxn
+from roost.testing import history_to_json
+from roost.workflow import _inspect, _offline
+
+__all__ = ["workflow"]
+
+_CODEC: Final = Codec()
+_SUMMARY: Final = ("workflow_id", "workflow_type", "status", "started_at", "closed_at")
+_WAIT_START: Final = 0.05
+_WAIT_MAX: Final = 1.0
+
+
+@click.group()
+def workflow() -> None:
+    """Inspect and steer workflows (reading never runs anything)."""
+
+
+@workflow.command("list")
+@click.option("--query", "-q", default=None, help="e.g. \"workflow_type = 'shop:order'\".")
+@click.option("--status", "-s", default=None, help="Only this status (running, completed, ...).")
+@data_dir_option
+@json_option
+def list_(query: str | None, status: str | None, data_dir: Path, as_json: bool) -> None:
+    """List workflows (the latest run of each id), filtered by a query and a status."""
+    query = with_status(query, status)
+    with reading(data_dir) as store:
+        found = _inspect.list_workflows(store, _CODEC, query)
+    if as_json:
+        echo_json(found)
+        return
+    table(
+        f"{len(found)} workflow(s)",
+        ["id", "type", "status", "started", "closed"],
+        [[row[name] for name in _SUMMARY] for row in found],
+    )
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@data_dir_option
+@json_option
+def describe(workflow_id: str, data_dir: Path, as_json: bool) -> None:
+    """Status, input options, result or error, and pending activities of a workflow."""
+    with reading(data_dir) as store:
+        found = _inspect.describe(store, _CODEC, workflow_id)
+    if as_json:
+        echo_json(found)
+        return
+    pending = found.pop("pending_activities", [])
+    table(f"workflow {workflow_id}", ["field", "value"], [[k, v] for k, v in found.items()])
+    if pending:
+        table(
+            "pending activities",
+            ["seq", "entry", "attempt", "last error", "next attempt at"],
+            [
+                [p["seq"], p["entry"], p["attempt"], p["last_error"], p["next_attempt_at"]]
+                for p in pending
+            ],
+        )
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@data_dir_option
+@json_option
+def show(workflow_id: str, data_dir: Path, as_json: bool) -> None:
+    """The history of a workflow's latest run: every event and command, in order."""
+    with reading(data_dir) as store:
+        events = _inspect.history(store, _CODEC, workflow_id)
+    data = json.loads(history_to_json(events))
+    if as_json:
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    rows = []
+    for i, item in enumerate(data, 1):
+        kind = item.pop("type", "-")
+        rows.append([i, kind, json.dumps(item, sort_keys=True)])
+    table(f"history of {workflow_id}", ["#", "type", "fields"], rows)
+
+
+def _result_of(described: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": described["status"],
+        "result": described["result"],
+        "error": described["error"],
+    }
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option("--wait", is_flag=True, help="Wait until the workflow has closed.")
+@data_dir_option
+@json_option
+def result(workflow_id: str, wait: bool, data_dir: Path, as_json: bool) -> None:
+    """The status and result (or error) of a workflow; exit 1 if it closed unsuccessfully.
+
+    With --wait, polls the store until the latest run has closed (a stopped data directory
+    waits until a node runs it).
+    """
+    delay = _WAIT_START
+    with reading(data_dir) as store:
+        found = _result_of(_inspect.describe(store, _CODEC, workflow_id))
+        while wait and found["status"] == "running":
+            time.sleep(delay)  # a CLI polling a store it does not own: no event to wait on
+            delay = min(delay * 2, _WAIT_MAX)
+            found = _result_of(_inspect.describe(store, _CODEC, workflow_id))
+    if as_json:
+        echo_json(found)
+    else:
+        table(
+            f"workflow {workflow_id}",
+            ["status", "result", "error"],
+            [[found["status"], found["result"], found["error"]]],
+        )
+    if found["status"] not in ("running", "completed"):
+        raise SystemExit(1)
+
+
+@workflow.command()
+@click.argument("entry")
+@click.argument("args", required=False)
+@click.option("--id", "workflow_id", default=None, help="The workflow id (default: generated).")
+@click.option(
+    "--app", "app_ref", default=None, help="Check ENTRY against this app (module:attribute)."
+)
+@data_dir_option
+@json_option
+def start(  # noqa: PLR0917 - click passes every option as an argument
+    entry: str,
+    args: str | None,
+    workflow_id: str | None,
+    app_ref: str | None,
+    data_dir: Path,
+    as_json: bool,
+) -> None:
+    """Start workflow ENTRY ('app:name') with ARGS, a JSON list of its arguments.
+
+    Beside a node with an admin server, the node starts it; with no node, the start is
+    stored and the next node runs it (one whose app lacks ENTRY keeps it stored; --app
+    checks ENTRY first).
+    """
+    values = parse_json(args, "ARGS", default=[])
+    if not isinstance(values, list):
+        raise click.BadParameter("ARGS must be a JSON list of arguments, e.g. '[1, \"a\"]'")
+    with failures():  # bad input stores nothing, not even an empty store
+        _offline.check_start(_CODEC, entry, values, workflow_id)
+        if app_ref is not None and load_app(app_ref).resolve(entry).kind != "workflow":
+            raise click.BadParameter(f"{entry!r} is not a workflow of {app_ref}")
+
+    def admin(client: AdminClient) -> str:
+        body = {"entry": entry, "args": values, "id": workflow_id}
+        return str(client.request("POST", "/api/workflows", body)["workflow_id"])
+
+    def offline(txn: WriteTxn, codec: Codec) -> str:
+        return _offline.start_offline(txn, codec, entry, values, workflow_id=workflow_id)
+
+    with failures():
+        started = change(data_dir, admin=admin, offline=offline, create=True)
+    if as_json:
+        echo_json({"workflow_id": started})
+    else:
+        click.echo(started)
+
+
+def _post(path: str, body: dict[str, Any]) -> Any:
+    def admin(client: AdminClient) -> Any:
+        return client.request("POST", path, body)
+
+    return admin
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.argument("topic")
+@click.argument("payload", required=False)
+@data_dir_option
+def signal(workflow_id: str, topic: str, payload: str | None, data_dir: Path) -> None:
+    """Send a message with TOPIC and PAYLOAD (JSON; default null) to a running workflow."""
+    value = parse_json(payload, "PAYLOAD")
+    with failures():
+        change(
+            data_dir,
+            admin=_post(
+                f"/api/workflows/{quote(workflow_id)}/signal", {"topic": topic, "payload": value}
+            ),
+            offline=lambda txn, codec: _offline.signal_offline(
+                txn, codec, workflow_id, topic, value
+            ),
+        )
+    click.echo(f"signalled {workflow_id} with {topic!r}")
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@click.option("--reason", default=None, help="Why (the workflow sees it).")
+@data_dir_option
+def cancel(workflow_id: str, reason: str | None, data_dir: Path) -> None:
+    """Ask a running workflow to cancel (it decides what to do)."""
+    with failures():
+        change(
+            data_dir,
+            admin=_post(f"/api/workflows/{quote(workflow_id)}/cancel", {"reason": reason}),
+            offline=lambda txn, codec: _offline.cancel_offline(txn, codec, workflow_id, reason),
+        )
+    click.echo(f"cancel requested for {workflow_id}")
+
+
+@workflow.command()
+@click.argument("workflow_id")
+@data_dir_option
+def terminate(workflow_id: str, data_dir: Path) -> None:
+    """Stop a running workflow at once: none of its code runs again."""
+    with failures():
+        change(
+            data_dir,
+            admin=_post(f"/api/workflows/{quote(workflow_id)}/terminate", {}),
+            offline=lambda txn, codec: _offline.terminate_offline(txn, codec, workflow_id),
+        )
+    click.echo(f"terminate requested for {workflow_id}")

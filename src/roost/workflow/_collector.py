@@ -5,7 +5,7 @@ CPython collects its youngest generation every 700 net allocations of tracked ob
 far more than that per pass, and almost all of it either dies by reference counting or
 lives until its run closes: the young collections find next to nothing to free, and every
 tenth of them collects the middle generation too, promoting what it finds towards the
-full collections that walk every open run. Measured (benchmarks/RESULTS.md, "Issue 15, 
+full collections that walk every open run. Measured (benchmarks/RESULTS.md, "Issue 15,
 round 3: start"), the default thresholds cost 358 collections and about 15 % of the CPU of
 2,000 concurrent workflows.
 

@@ -13,9 +13,11 @@ While at least one node's workflow runtime is open, the youngest generation's th
 at least ``BUSY_THRESHOLD``; the other two thresholds are kept. The cost: cyclic garbage
 waits for up to ``BUSY_THRESHOLD`` net allocations instead of 700 before it is freed
 (some MB at most), and a young collection, rarer, takes a few ms instead of some µs. The
-policy leaves the application's choice alone: a threshold already higher is kept, a
-disabled collector stays disabled (only the threshold is set), and when the last runtime
-closes the previous thresholds come back, unless the application changed them meanwhile.
+runtime's own path leaves no cyclic garbage per workflow (test_workflow_collector.py
+checks it), so on that path nothing waits. The policy leaves the application's choice
+alone: a threshold already higher is kept, a disabled collector stays disabled (only the
+threshold is set), and when the last runtime closes the previous thresholds come back,
+unless the application changed them meanwhile.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
             await _store_start_then_fail(m, run, events, failed.error, failed.cause)
             return
         try:
-            await m.transact(Start(m, run).before(step.write))
+            # Most runs arm no runtime timer: their first activation's writes are the start.
+            await m.transact(Start(m, run).before(step.write) if run.timers else step.write)
         except Exception as exc:  # noqa: BLE001 - nothing of it was committed
             step.effects.discard()
             error = task_failure_error(run, 1, exc, stage="commit")

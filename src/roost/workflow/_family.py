@@ -79,17 +79,25 @@ def new_run(
     record = RunRecord(**plan.record)
     # The run and its Started event share one copy of the context values (nothing
     # changes them in place; the driver keeps the run's, see RunPorts.kept_start).
-    run = Run(record=record, entry=entry, pid=pid, context=plan.started["context"])
-    run.timers = [
-        TimerTask(
-            workflow_id=record.workflow_id, run_id=record.run_id, seq=t.seq, due=t.due, kind=t.kind
-        )
-        for t in plan.timers
-    ]
+    started = plan.started
+    run = Run(record=record, entry=entry, pid=pid, context=started["context"])
+    if plan.timers:
+        run.timers = [
+            TimerTask(
+                workflow_id=record.workflow_id,
+                run_id=record.run_id,
+                seq=t.seq,
+                due=t.due,
+                kind=t.kind,
+            )
+            for t in plan.timers
+        ]
     if plan.held:
         run.phase = RunPhase.HELD  # before it enters the table
+    if run.context is started["context"]:
+        return run, Started(**started)
     # The event holds the run's mapping (the shared empty one if none).
-    return run, Started(**{**plan.started, "context": run.context})
+    return run, Started(**{**started, "context": run.context})
 
 
 def run_state(record: RunRecord, pending: Sequence[Pending] = ()) -> RunState:

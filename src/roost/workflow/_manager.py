@@ -30,6 +30,7 @@ from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
 from roost.workflow._activities import ActivityWorker
 from roost.workflow._closing import announce_closed, close_from_outside
+from roost.workflow._collector import busy_collector, idle_collector
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._executors import Executors, freeze_startup_heap
 from roost.workflow._family import new_run, record_for_start
@@ -118,6 +119,7 @@ class WorkflowManager:
         self.executors.start(self._nursery)
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
         self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
+        self._nursery.start_soon(_busy_collector, name="roost.workflow.collector")
         recover(self)
 
     # -- starting ------------------------------------------------------------------------
@@ -581,3 +583,12 @@ class WorkflowManager:
             else:
                 chan._try_send(ExitResult(record.result, record.error))
         return chan
+
+
+async def _busy_collector() -> None:
+    """Hold the collector's busy thresholds while the runtime is open (see ``_collector``)."""
+    busy_collector()
+    try:
+        await trio.sleep_forever()
+    finally:
+        idle_collector()

@@ -141,18 +141,16 @@ def plan_new_run(
             attributes), whose lasting settings carry over; None for a first run.
         fields: run record fields to set (``start_fields``, ``attempt``, ``not_before``).
     """
-    base: dict[str, Any] = {}
-    if inherit is not None:
-        base = {name: getattr(inherit, name) for name in INHERITED}
-    record: dict[str, Any] = {
-        **base,
-        **(fields or {}),
-        "workflow_id": workflow_id,
-        "run_id": run_id,
-        "workflow_type": workflow_type,
-        "status": RunStatus.RUNNING,
-        "started_at": at,
-    }
+    record: dict[str, Any] = (
+        {name: getattr(inherit, name) for name in INHERITED} if inherit is not None else {}
+    )
+    if fields:
+        record.update(fields)
+    record["workflow_id"] = workflow_id
+    record["run_id"] = run_id
+    record["workflow_type"] = workflow_type
+    record["status"] = RunStatus.RUNNING
+    record["started_at"] = at
     started = {
         "workflow_id": workflow_id,
         "run_id": run_id,
@@ -165,13 +163,18 @@ def plan_new_run(
         "attempt": record.get("attempt", 1),
     }
     not_before: dt.datetime | None = record.get("not_before")
-    planned = plan_run_timers(
-        not_before=not_before,
-        options=record.get("options") or {},
-        execution_deadline=record.get("execution_deadline"),
-        now=at,
-    )
-    timers = tuple(TimerRow(kind=t.kind, seq=SYSTEM_SEQ[t.kind], due=t.due) for t in planned)
+    options = record.get("options")
+    execution_deadline = record.get("execution_deadline")
+    timers: tuple[TimerRow, ...] = ()
+    # Most runs arm no runtime timer: no delay, no run timeout, no execution deadline.
+    if not_before is not None or execution_deadline is not None or options:
+        planned = plan_run_timers(
+            not_before=not_before,
+            options=options or {},
+            execution_deadline=execution_deadline,
+            now=at,
+        )
+        timers = tuple(TimerRow(kind=t.kind, seq=SYSTEM_SEQ[t.kind], due=t.due) for t in planned)
     return NewRunPlan(
         record=record,
         started=started,

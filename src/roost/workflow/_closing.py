@@ -88,7 +88,11 @@ async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     nxt = None if plan.next is None else follow(m, run, at, closing, plan.next)
     what = f"closing workflow {run.pid.id!r} ({status.value})"
     forwarded: list[Moved] = []
-    if not await m.commit_retrying(_close_writer(m, run, plan, closing, nxt, out=forwarded), what):
+    # The rows ``follow`` carried over (restaged): those arriving during the commit are
+    # handed on after it (hand_over), moved by the commit or not.
+    carried = {k for k, _ in run.pending if isinstance(k, bytes)}
+    writer = _close_writer(m, run, plan, closing, nxt, carried=carried, out=forwarded)
+    if not await m.commit_retrying(writer, what):
         return  # the node stops: the run is still open in the store, as recovery finds it
     m.timers.drop(run)  # their rows went with the close
     run.record = closing
@@ -99,7 +103,7 @@ async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
         # Inbox rows moved to the next run; settled task and timer rows are late events of
         # this run, which hand_over drops (deleting their rows).
         m.forwarding.record(forwarded)
-        hand_over(m, run, *nxt, moved={k for k, _ in run.pending if isinstance(k, bytes)})
+        hand_over(m, run, *nxt, moved=set(carried))
 
 
 def _close_writer(
@@ -109,6 +113,7 @@ def _close_writer(
     closing: Any,
     nxt: tuple[Run, list[tuple[bytes, bytes, Any]]] | None,
     *,
+    carried: set[bytes],
     out: list[Moved],
 ) -> Any:
     codec = m.codec
@@ -122,7 +127,6 @@ def _close_writer(
     timers = m.timers.rows(run) if plan.drop_timers else []  # none of them fires now
     purge = plan.purge
     inbox_of = m.forwarding.after(run_id) if nxt is not None else None
-    carried = {k for k, _ in run.pending if isinstance(k, bytes)}  # restaged by ``follow``
 
     def write(txn: WriteTxn) -> None:
         if inbox_of is not None:  # before the purge: rows still stored move with the id

@@ -106,9 +106,18 @@ class Forwarding:
         if succ is not None and self._by_old.get(succ.old_run_id) is succ:
             del self._by_old[succ.old_run_id]
 
-    def into(self, run_id: str) -> Successor | None:
-        """The hand-over that planned run ``run_id``, if it is still in progress."""
-        return self._by_new.get(run_id)
+    def into(self, run_id: str, *, from_run: str) -> Successor | None:
+        """The hand-over into run ``run_id``, if it is in progress and follows ``from_run``.
+
+        ``from_run`` may be an earlier run of the chain than the one handing over, as long
+        as every hand-over between them is still known.
+        """
+        succ = step = self._by_new.get(run_id)
+        while step is not None:
+            if step.old_run_id == from_run:
+                return succ
+            step = self._by_new.get(step.old_run_id)
+        return None
 
     def after(self, run_id: str) -> Successor | None:
         """The run planned to follow run ``run_id``, if any."""
@@ -157,13 +166,16 @@ def put_rows(
         else:
             data = txn.get("runs", workflow_id.encode())
             now = stored[workflow_id] = codec.decode(data) if data is not None else None
-        if now is None:  # not stored yet (its start commits in this transaction)
-            txn.put("inbox", k, v)
-        elif now.status is not RunStatus.RUNNING:
+        if now is not None and now.run_id == record.run_id:
+            if now.status is RunStatus.RUNNING:
+                txn.put("inbox", k, v)
             continue  # closed: nobody reads its inbox again
-        elif now.run_id == record.run_id:
+        succ = None
+        if now is not None and now.status is RunStatus.RUNNING:
+            succ = forwarding.into(now.run_id, from_run=record.run_id)
+        if succ is None:  # the target's start is not stored yet, or is in this transaction
             txn.put("inbox", k, v)
-        elif (succ := forwarding.into(now.run_id)) is not None and follows(event):
+        elif follows(event):  # its id was handed over: the row goes to the run that follows
             moved = inbox_key(now.run_id, succ.next_seq)
             succ.next_seq += 1
             txn.put("inbox", moved, v)

@@ -17,6 +17,7 @@ from roost.actors._events import Exit
 from roost.actors._node import ExitResult
 from roost.storage import WriteTxn, key
 from roost.workflow._family import apply_close_policies, follow, hand_over, run_state
+from roost.workflow._forwarding import Moved, move_inbox
 from roost.workflow._history import TimerFired
 from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._plan_close import plan_announce, plan_timer, records_event
@@ -86,7 +87,12 @@ async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     )
     nxt = None if plan.next is None else follow(m, run, at, closing, plan.next)
     what = f"closing workflow {run.pid.id!r} ({status.value})"
-    if not await m.commit_retrying(_close_writer(m, run, plan, closing, nxt), what):
+    forwarded: list[Moved] = []
+    # The rows ``follow`` carried over (restaged): those arriving during the commit are
+    # handed on after it (hand_over), moved by the commit or not.
+    carried = {k for k, _ in run.pending if isinstance(k, bytes)}
+    writer = _close_writer(m, run, plan, closing, nxt, carried=carried, out=forwarded)
+    if not await m.commit_retrying(writer, what):
         return  # the node stops: the run is still open in the store, as recovery finds it
     m.timers.drop(run)  # their rows went with the close
     run.record = closing
@@ -96,7 +102,8 @@ async def _close(m: RunHost, run: Run, status: RunStatus, error: Error) -> None:
     else:
         # Inbox rows moved to the next run; settled task and timer rows are late events of
         # this run, which hand_over drops (deleting their rows).
-        hand_over(m, run, *nxt, moved={k for k, _ in run.pending if isinstance(k, bytes)})
+        m.forwarding.record(forwarded)
+        hand_over(m, run, *nxt, moved=set(carried))
 
 
 def _close_writer(
@@ -105,6 +112,9 @@ def _close_writer(
     plan: ClosePlan,
     closing: Any,
     nxt: tuple[Run, list[tuple[bytes, bytes, Any]]] | None,
+    *,
+    carried: set[bytes],
+    out: list[Moved],
 ) -> Any:
     codec = m.codec
     record = nxt[0].record if nxt is not None else closing
@@ -116,8 +126,12 @@ def _close_writer(
     run_id, run_key = closing.run_id, closing.workflow_id.encode()
     timers = m.timers.rows(run) if plan.drop_timers else []  # none of them fires now
     purge = plan.purge
+    inbox_of = m.forwarding.after(run_id) if nxt is not None else None
 
     def write(txn: WriteTxn) -> None:
+        if inbox_of is not None:  # before the purge: rows still stored move with the id
+            out.clear()
+            move_inbox(txn, codec, run_id, inbox_of, keep=carried, out=out)
         for table in purge:
             for k, _ in list(txn.prefix(table, key(run_id))):
                 txn.delete(table, k)
@@ -132,6 +146,7 @@ def _close_writer(
 
 def announce_closed(m: RunHost, run: Run) -> None:
     """A run ended (its final status is committed): tell whoever is waiting."""
+    m.forwarding.forget(run)  # rows for it are not written any more (_forwarding)
     m.runs.remove(run)
     m.runs.move(run, PhaseEvent.CLOSED)
     m.drop_settled(run.pending)  # finished after the run's last step began

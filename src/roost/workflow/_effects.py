@@ -17,6 +17,7 @@ from roost.actors._node import SpawnRequest
 from roost.actors._process import NodeOps
 from roost.storage import WriteTxn, key, u64
 from roost.workflow._family import follow, hand_over, run_state, start_child
+from roost.workflow._forwarding import InboxWrites, Row
 from roost.workflow._history import (
     Activation,
     CancelActivity,
@@ -67,6 +68,7 @@ class Effects:
         "children",
         "continued",
         "final",
+        "inbox",
         "local_sends",
         "m",
         "moved",
@@ -93,7 +95,7 @@ class Effects:
         self.stops: list[StopProcess] = []
         self.cancelled: list[int] = []  # activity seqs the workflow stopped waiting for
         self.spawns: list[SpawnProcess] = []
-        self.terminate_rows: list[tuple[bytes, bytes]] = []  # TerminateRequest inbox rows
+        self.terminate_rows: list[Row] = []  # TerminateRequest inbox rows
         # Events for workflows (messages, cancels, a refused child's EXIT), committed in
         # this step.
         self.workflow_sends: list[tuple[Run, bytes, bytes, Any]] = []
@@ -112,6 +114,9 @@ class Effects:
         self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
         self.children: list[Run] = []
         self.moved: set[bytes | Settled] = set()
+        # Its rows for other runs' inboxes and its hand-over's move (see _forwarding): only a
+        # step that has any sets one.
+        self.inbox: InboxWrites | None = None
 
     def add(self, command: Any) -> None:
         record = self.run.record
@@ -208,9 +213,11 @@ class Effects:
             self.stops.append(stop)
         target = (child or self._open_workflow(stop.dest)) if stop.hard else None
         if target is not None:  # stored too, for a restart before the terminate's close
-            k, v = self.m.stage(target, TerminateRequest())
+            request = TerminateRequest()
+            k, v = self.m.stage(target, request)
             del self.m._staged[k]  # never accepted as an event: only recovery reads it
-            self.terminate_rows.append((k, v))
+            # A child started in this step is stored with it, as keyed.
+            self.terminate_rows.append((None if child else target, k, v, request))
 
     def _open_workflow(self, dest: object) -> Run | None:
         """The open run ``dest`` names, if it is a workflow's own PID."""
@@ -375,7 +382,7 @@ class Effects:
         timers = [(timer_key(t.due, t.run_id, t.seq), codec.encode(t)) for t in own]
         unarmed = self.m.timers.rows(self.run) if plan is not None and plan.drop_timers else []
         purge = plan.purge if plan is not None else ()
-        sends = [(k, v) for _, k, v, _ in self.workflow_sends] + self.terminate_rows
+        sends: list[Row] = [*self.workflow_sends, *self.terminate_rows]
         child_rows = [
             (c.record.workflow_id.encode(), codec.encode(c.record), c.pending_start)
             for c in self.children
@@ -398,6 +405,10 @@ class Effects:
                 for k, _ in self.run.pending
             ]
             self.moved = {k for k, _ in self.run.pending}
+        if sends or self.continued is not None:  # keyed by the run the store holds then
+            old = self.run if self.continued is not None else None
+            self.inbox = InboxWrites(codec, self.m.forwarding, sends, old)
+        inbox = self.inbox
 
         def write(txn: WriteTxn) -> None:
             for k in dropped:
@@ -406,13 +417,13 @@ class Effects:
                 txn.delete("timers", k)
             for k, v in timers:
                 txn.put("timers", k, v)
-            for k, v in sends:
-                txn.put("inbox", k, v)
             for table, k, value in successor:
                 if value is None:
                     txn.delete(table, k)
                 else:
                     txn.put(table, k, value)
+            if inbox is not None:  # after the successor's rows: the old run's follow it
+                inbox.write(txn)
             for child_key, child_record, start in child_rows:  # started with this step
                 txn.put("runs", child_key, child_record)
                 for k, v, _ in start:
@@ -435,6 +446,7 @@ class Effects:
             for k, _, _ in child.pending_start:
                 staged.pop(k, None)
         if self.continued is not None:
+            self.m.forwarding.forget(self.continued[0])
             for k, _, _ in self.continued[1]:
                 staged.pop(k, None)
 
@@ -449,8 +461,8 @@ class Effects:
         else:
             for timer in self.timers:
                 m.timers.add(timer)
-        for target, k, _, event in self.workflow_sends:
-            m.accept(target, [(k, event)])
+        if self.inbox is not None:
+            _accept_sends(m, self.inbox, self.workflow_sends)
         for spawn in self.spawns:  # first: messages may go to processes started here
             spawn_child(m, self.run, spawn)
         for sender, send in self.local_sends:
@@ -468,6 +480,14 @@ class Effects:
             hand_over(m, self.run, *self.continued, moved=self.moved)
         elif self.final:
             m.closed(self.run)
+
+
+def _accept_sends(
+    m: RunHost, inbox: InboxWrites, sends: list[tuple[Run, bytes, bytes, Any]]
+) -> None:
+    m.forwarding.record(inbox.moved)  # before any accept: the commit moved these rows
+    for target, k, _, event in sends:
+        m.accept(target, [(k, event)])
 
 
 def spawn_child(m: RunHost, run: Run, spawn: SpawnProcess) -> None:

@@ -171,6 +171,7 @@ def successor(
     # not to one run (a retry or cron run never follows one, see plan_next).
     carried += [e for _, e in run.pending if _carried(e)]
     staged = [(*m.stage(new, event), event) for event in carried]
+    m.forwarding.reserve(run, new)  # rows still stored for ``run`` move to ``new`` (_forwarding)
     return new, staged
 
 
@@ -188,8 +189,13 @@ def hand_over(
     *,
     moved: set[bytes | Settled],
 ) -> None:
-    """After the commit: the new run takes the id, PID, watchers, links and waiters."""
+    """After the commit: the new run takes the id, PID, watchers, links and waiters.
+
+    Rows the commit moved from the old run's inbox (``Forwarding.record``, before this)
+    reach the new run under their new keys as their committers hand them on.
+    """
     new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans
+    m.forwarding.forget(old)  # handed over: rows for it follow into ``new`` now
     m.runs.add(new)
     m.runs.forget_driver(old)
     m.runs.move(old, PhaseEvent.CLOSED)

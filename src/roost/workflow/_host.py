@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from roost.actors._process import NodeOps
     from roost.storage._codec import Codec
     from roost.storage._store import ReadTxn, WriteTxn
+    from roost.workflow._forwarding import Forwarding
     from roost.workflow._records import ActivityTask, RunRecord, TimerTask
     from roost.workflow._run import Pending, Run
     from roost.workflow._runs import RunTable
@@ -193,6 +194,11 @@ class RunHost(Protocol):
     @property
     def replies(self) -> Replies:
         """Reply addresses of calls."""
+        ...
+
+    @property
+    def forwarding(self) -> Forwarding:
+        """Inbox rows that follow a workflow id into its next run (see ``_forwarding``)."""
         ...
 
     @property

@@ -34,6 +34,7 @@ from roost.workflow._collector import busy_collector, idle_collector
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._executors import Executors, freeze_startup_heap
 from roost.workflow._family import new_run, record_for_start
+from roost.workflow._forwarding import Forwarding, Moved, Row, put_staged
 from roost.workflow._history import (
     CancelRequested,
     MessageArrived,
@@ -87,6 +88,7 @@ class WorkflowManager:
         self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
         self._outside_ready = trio.Event()
         self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
+        self.forwarding = Forwarding()  # inbox rows following an id into its next run
         self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
         # context of whoever caused an activation, such as a starter running one eagerly.
@@ -305,12 +307,22 @@ class WorkflowManager:
         staged = [self.stage(run, event) for event in events]
         record_bytes = self.codec.encode(put_record) if put_record is not None else None
         timers = [(timer_key(t.due, t.run_id, t.seq), self.codec.encode(t)) for t in run.timers]
+        # A run already stored may be handing its id over meanwhile (see _forwarding).
+        rows: list[Row] | None = None
+        if put_record is None:
+            rows = [(run, k, v, e) for (k, v), e in zip(staged, events, strict=True)]
+            moved: list[Moved] = []
+            forwarding, codec = self.forwarding, self.codec
 
         def write(txn: WriteTxn) -> None:
             if record_bytes is not None:
                 txn.put("runs", run.record.workflow_id.encode(), record_bytes)
             for k, v in timers:
                 txn.put("timers", k, v)
+            if rows is not None:
+                moved.clear()
+                put_staged(txn, codec, forwarding, rows, moved)
+                return
             for k, v in staged:
                 txn.put("inbox", k, v)
 
@@ -320,6 +332,8 @@ class WorkflowManager:
             await self.transact(write)
         finally:
             run.arriving -= arriving
+        if rows is not None:
+            self.forwarding.record(moved)
         self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
 
     def accept(self, run: Run, items: list[Pending]) -> None:
@@ -338,12 +352,15 @@ class WorkflowManager:
             return
         # Replies to the old run's calls belong to nobody now (call seqs restart per run);
         # messages and cancel requests are for the workflow, so they follow it.
-        moved = [
+        moved: list[tuple[bytes, Any]] = [
             (k, e)
             for k, e in items
             if isinstance(k, bytes)
             and (type(e) is CancelRequested or (isinstance(e, MessageArrived) and e.call is None))
         ]
+        forwarded, moved = self.forwarding.take(moved)  # a commit moved their rows already
+        for target, item in forwarded:
+            self.accept(target, [item])
         if current is not None and moved:
             self.spawn_task(self._rehome, current, moved)
         self.drop_settled(items)
@@ -366,14 +383,18 @@ class WorkflowManager:
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
         staged = [self.stage(run, event) for _, event in items]
         stale = [k for k, _ in items]
+        rows: list[Row] = [(run, k, v, e) for (k, v), (_, e) in zip(staged, items, strict=True)]
+        moved: list[Moved] = []
+        forwarding, codec = self.forwarding, self.codec
 
         def write(txn: WriteTxn) -> None:
             for k in stale:
                 txn.delete("inbox", k)
-            for k, v in staged:
-                txn.put("inbox", k, v)
+            moved.clear()
+            put_staged(txn, codec, forwarding, rows, moved)
 
         if await self.commit_retrying(write, f"moving messages to workflow {run.pid.id!r}"):
+            self.forwarding.record(moved)
             self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
 
     async def signal_many(
@@ -419,15 +440,19 @@ class WorkflowManager:
             batch = list(self._outside)
             self._outside.clear()
             # A run that closed for good meanwhile will never read it: store nothing.
-            rows = [(k, data) for run, k, data, _, _ in batch if self._has_home(run)]
+            rows: list[Row] = [
+                (run, k, data, event) for run, k, data, event, _ in batch if self._has_home(run)
+            ]
+            moved: list[Moved] = []
 
-            def write(txn: WriteTxn, rows: list[tuple[bytes, bytes]] = rows) -> None:
-                for k, data in rows:
-                    txn.put("inbox", k, data)
+            def write(txn: WriteTxn, rows: list[Row] = rows, moved: list[Moved] = moved) -> None:
+                moved.clear()  # keyed by the run the store holds, if one is handing over
+                put_staged(txn, self.codec, self.forwarding, rows, moved)
 
             # Senders wait for their receipts meanwhile: a send is acknowledged once durable.
             if not await self.commit_retrying(write, "storing messages sent to workflows"):
                 return  # the node stops: unacknowledged, as the senders see
+            self.forwarding.record(moved)
             for run, k, _, event, done in batch:  # in arrival order
                 self.accept(run, [(k, event)])
                 if counts(event):

@@ -10,7 +10,6 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
 import trio
 
 import roost
@@ -18,17 +17,21 @@ from roost import process
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import console_app  # noqa: E402
-from console_app import app  # noqa: E402
-from console_fixture import open_console_node  # noqa: E402
+import console_app
+from console_app import app
+from console_fixture import open_console_node
 
 HOST = "cons:workflows"
 
 
 async def until(check, what: str) -> None:
-    """Poll ``check`` until it holds (at most 10 s)."""
+    """Poll ``check`` until it holds (at most 10 s).
+
+    The node's state is read through ``describe``/``history``, which nothing signals: on
+    the real clock a short bounded poll is the way to wait for it.
+    """
     with trio.fail_after(10):
-        while not check():
+        while not check():  # noqa: ASYNC110 - nothing signals the store's state
             await trio.sleep(0.01)
 
 
@@ -54,7 +57,14 @@ async def test_every_page_and_button_needs_the_token_and_the_token_link_sets_a_c
         pid = await start(console_app.waiter, "o-1", wid="guarded")
         await until(lambda: blocked_on_select(c.node, "guarded"), "waiting")
         async with c.client(auth=False) as anon:
-            for path in ["/", "/workflows/guarded", "/queues", "/queues/jobs", "/cron", "/processes"]:
+            for path in [
+                "/",
+                "/workflows/guarded",
+                "/queues",
+                "/queues/jobs",
+                "/cron",
+                "/processes",
+            ]:
                 answer = await anon.get(path)
                 assert answer.status_code == 401, path
                 assert answer.json()["error"]["message"], path
@@ -179,14 +189,17 @@ async def test_the_signal_cancel_and_terminate_buttons_change_the_workflow():
             await until(lambda wid=wid: blocked_on_select(c.node, wid), "waiting")
         async with c.client() as http:
             length = c.node.describe("sig")["history_length"]
-            bad = await http.post("/workflows/sig", data={"action": "signal", "topic": "go", "payload": "{nope"})
+            bad = await http.post(
+                "/workflows/sig", data={"action": "signal", "topic": "go", "payload": "{nope"}
+            )
             assert bad.status_code == 400 and "is not JSON" in bad.text
             bad_topic = await http.post("/workflows/sig", data={"action": "signal", "topic": ""})
             assert bad_topic.status_code == 400
             assert c.node.describe("sig")["history_length"] == length  # nothing stored
 
             sent = await http.post(
-                "/workflows/sig", data={"action": "signal", "topic": "go", "payload": '{"by": "ann"}'}
+                "/workflows/sig",
+                data={"action": "signal", "topic": "go", "payload": '{"by": "ann"}'},
             )
             assert sent.status_code == 303
             assert sent.headers["location"] == "/workflows/sig?done=signal&n=1"
@@ -195,7 +208,9 @@ async def test_the_signal_cancel_and_terminate_buttons_change_the_workflow():
             shown = (await http.get(sent.headers["location"])).text
             assert "Signal sent" in shown and "MessageArrived" in shown
 
-            cancelled = await http.post("/workflows/can", data={"action": "cancel", "reason": "no stock"})
+            cancelled = await http.post(
+                "/workflows/can", data={"action": "cancel", "reason": "no stock"}
+            )
             assert cancelled.status_code == 303
             assert any(type(e).__name__ == "CancelRequested" for e in c.node.history("can"))
             await until(lambda: c.node.describe("can")["status"] == "canceled", "canceled")
@@ -236,21 +251,30 @@ async def test_queues_show_depth_in_flight_and_dead_letters_with_redrive_and_dis
             assert "job failed on 0" in letters and 'id="redrive-all"' in letters
 
             console_app.FAIL_JOBS[0] = False
-            redriven = await http.post("/queues/jobs", data={"action": "redrive", "receipt_id": receipts[0]})
+            redriven = await http.post(
+                "/queues/jobs", data={"action": "redrive", "receipt_id": receipts[0]}
+            )
             assert redriven.status_code == 303
             assert redriven.headers["location"] == "/queues/jobs?done=redrive&n=1"
             await until(lambda: console_app.HANDLED == [0], "redriven")
-            discarded = await http.post("/queues/jobs", data={"action": "discard", "receipt_id": receipts[1]})
+            discarded = await http.post(
+                "/queues/jobs", data={"action": "discard", "receipt_id": receipts[1]}
+            )
             assert discarded.status_code == 303
             assert [d.receipt_id for d in c.node.dlq.list("jobs")] == receipts[2:]
-            gone = await http.post("/queues/jobs", data={"action": "discard", "receipt_id": receipts[1]})
+            gone = await http.post(
+                "/queues/jobs", data={"action": "discard", "receipt_id": receipts[1]}
+            )
             assert gone.status_code == 404
 
             everything = await http.post("/queues/jobs", data={"action": "redrive_all"})
             assert everything.headers["location"] == "/queues/jobs?done=redrive_all&n=2"
             await until(lambda: sorted(console_app.HANDLED) == [0, 2, 3], "all redriven")
             assert c.node.dlq.list("jobs") == []
-            assert "Dead letters redriven. (2)" in (await http.get(everything.headers["location"])).text
+            assert (
+                "Dead letters redriven. (2)"
+                in (await http.get(everything.headers["location"])).text
+            )
             assert (await http.get("/queues/nowhere")).status_code == 404
             assert (await http.get("/queues/jobs", params={"limit": "-1"})).status_code == 400
 
@@ -331,8 +355,14 @@ async def test_hostile_values_and_ids_neither_break_a_page_nor_inject_markup():
                 assert 'onmouseover="alert' not in text, path
                 assert len(text) < 200_000, (path, len(text))  # huge values are cut
                 assert answer.headers["content-security-policy"].startswith("default-src 'none'")
-            titles = {re.search(r'<h1 class="id">(.*?)</h1>', a.text, re.S).group(1) for a in pages.values() if '<h1 class="id">' in a.text}
-            assert html.escape(ODD_ID, quote=False) in {t.replace("&#34;", '"').replace("&#39;", "'") for t in titles}
+            titles = {
+                re.search(r'<h1 class="id">(.*?)</h1>', a.text, re.DOTALL).group(1)
+                for a in pages.values()
+                if '<h1 class="id">' in a.text
+            }
+            assert html.escape(ODD_ID, quote=False) in {
+                t.replace("&#34;", '"').replace("&#39;", "'") for t in titles
+            }
             odd = pages[next(h for h in hrefs if "odd" in h)].text
             assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in odd
             assert "…" in odd  # the huge, deep and wide parts are cut, not dropped silently

@@ -22,10 +22,10 @@ from roost import process
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import console_app  # noqa: E402
-from console_app import app  # noqa: E402
-from console_fixture import open_console_node  # noqa: E402
-from test_console import blocked_on_select, until  # noqa: E402
+import console_app
+from console_app import app
+from console_fixture import open_console_node
+from test_console import blocked_on_select, until
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -103,7 +103,7 @@ def drive(url: str, token: str, workflow_id: str, shots: Path) -> dict[str, Any]
 async def test_the_console_in_headless_chromium(tmp_path):
     need_chromium()
     shots = Path(os.environ.get("ROOST_CONSOLE_SCREENSHOTS") or tmp_path)
-    shots.mkdir(parents=True, exist_ok=True)
+    await trio.Path(shots).mkdir(parents=True, exist_ok=True)
     console_app.FAIL_JOBS[0] = True
     async with open_console_node(app) as c:
         # Some company for the screenshots: a finished, a failed and a parent workflow.

@@ -125,10 +125,10 @@ def _page(handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         try:
             response = await handler(request)
-        except Exception as exc:  # noqa: BLE001 - every failure is an error page, logged
+        except Exception as exc:
             err = exc if isinstance(exc, Error) else Error.from_exception(exc)
             if not isinstance(exc, Error) or _STATUS_BY_KIND.get(err.kind, 500) == 500:
-                log.error("console %s %s failed", request.method, request.url.path, exc_info=exc)
+                log.exception("console %s %s failed", request.method, request.url.path)
             response = _render(
                 request,
                 "error.html",

@@ -136,9 +136,9 @@ def timestamp(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC)
-        return value.strftime("%Y-%m-%d %H:%M:%S") + (" UTC" if value.tzinfo else "")
+        aware = value.tzinfo is not None
+        text: str = (value.astimezone(dt.UTC) if aware else value).strftime("%Y-%m-%d %H:%M:%S")
+        return text + (" UTC" if aware else "")
     return short(value, 40)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import enum
+import math
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -24,12 +25,12 @@ __all__ = ["error_json", "to_jsonable"]
 _MAX_DEPTH = 64
 
 
-def to_jsonable(value: Any, _depth: int = 0) -> Any:
+def to_jsonable(value: Any, _depth: int = 0) -> Any:  # noqa: PLR0911, PLR0912 - a case per kind
     """``value`` as JSON-safe data (dicts with string keys, lists, str, numbers, None)."""
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
-        return value if value == value and abs(value) != float("inf") else str(value)
+        return value if math.isfinite(value) else str(value)
     if _depth >= _MAX_DEPTH:
         return "…"
     deeper = _depth + 1
@@ -53,7 +54,9 @@ def to_jsonable(value: Any, _depth: int = 0) -> Any:
         items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
         return [to_jsonable(v, deeper) for v in items]
     if attrs.has(type(value)):
-        fields = {f.name: to_jsonable(getattr(value, f.name), deeper) for f in attrs.fields(type(value))}
+        fields = {
+            f.name: to_jsonable(getattr(value, f.name), deeper) for f in attrs.fields(type(value))
+        }
         return {"$type": type(value).__name__, **fields}
     return repr(value)
 

@@ -38,17 +38,25 @@ _COOKIE = "roost_token"
 def build_admin_app(node: Any, token: str) -> Starlette:
     """The admin app: the console at ``/``, every request behind ``token``."""
 
-    async def auth(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def auth(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         given = request.query_params.get("token")
         if given is not None and hmac.compare_digest(given.encode(), token.encode()):
             # Taken once: the cookie carries it on, and the URL no longer shows it.
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            url = request.url.replace_query_params(**dict(rest)) if rest else request.url.replace(query="")
+            url = (
+                request.url.replace_query_params(**dict(rest))
+                if rest
+                else request.url.replace(query="")
+            )
             response = RedirectResponse(str(url), status_code=303)
             response.set_cookie(_COOKIE, token, httponly=True, samesite="strict", path="/")
             return response
         header = request.headers.get("authorization", "")
-        offered = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(_COOKIE, "")
+        offered = (
+            header[7:] if header.lower().startswith("bearer ") else request.cookies.get(_COOKIE, "")
+        )
         if not hmac.compare_digest(offered.encode(), token.encode()):
             message = "missing or wrong admin token: send 'Authorization: Bearer TOKEN'"
             body = {"error": {"kind": "PermissionDenied", "message": message, "details": {}}}
@@ -72,7 +80,9 @@ class AdminServer:
 
 
 @asynccontextmanager
-async def serve_admin(node: Any, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[AdminServer]:
+async def serve_admin(
+    node: Any, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[AdminServer]:
     """Serve the admin app of ``node`` (a NodeHandle) until the block ends."""
     from hypercorn.config import Config  # noqa: PLC0415 - only admin servers need hypercorn
     from hypercorn.trio import serve  # noqa: PLC0415

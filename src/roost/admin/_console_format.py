@@ -61,7 +61,7 @@ def preview(
     try:
         data = to_jsonable(value)
     except Exception:  # noqa: BLE001 - a value that cannot be walked is shown by its repr
-        return _repr.repr(value)[:chars]
+        return _safe_repr(value)[:chars]
     out: list[str] = []
     budget = _Budget(chars)
     try:
@@ -89,7 +89,7 @@ def _write(
         out.append(budget.take(json.dumps(text, ensure_ascii=False)))
         return
     if not isinstance(data, dict | list):
-        out.append(budget.take(json.dumps(data) if _is_plain(data) else _repr.repr(data)))
+        out.append(budget.take(json.dumps(data) if _is_plain(data) else _safe_repr(data)))
         return
     opening, closing = ("{", "}") if isinstance(data, dict) else ("[", "]")
     if not data:
@@ -112,6 +112,13 @@ def _write(
         more = f"{_ELLIPSIS} {len(data) - items} more"
         out.append(budget.take("," + (pad or " ") + more))
     out.append(budget.take(("\n" + _INDENT * level if indent else "") + closing))
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return _repr.repr(value)
+    except Exception:  # noqa: BLE001 - a __repr__ that raises still gets a cell
+        return f"<{type(value).__name__} object>"
 
 
 def _is_plain(data: Any) -> bool:

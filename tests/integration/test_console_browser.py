@@ -85,10 +85,17 @@ def drive(url: str, token: str, workflow_id: str, shots: Path) -> dict[str, Any]
             page.wait_for_selector(".flash.ok")
             seen["flash"] = page.inner_text(".flash.ok")
             seen["after_url"] = page.url
-            seen["timeline_after"] = page.locator("#timeline .kind").all_inner_texts()
-            # The live refresh (console.js) brings the closed status in without a reload.
+            # The live refresh (console.js) brings the closed status and the rest of the
+            # history in without a reload.
             page.wait_for_selector("#wf-status.s-canceled")
             seen["status_live"] = page.inner_text("#wf-status")
+            seen["timeline_after"] = page.locator("#timeline .kind").all_inner_texts()
+
+            # Without JavaScript the pages read the same (only the live refresh is gone).
+            plain = browser.new_context(java_script_enabled=False).new_page()
+            plain.goto(f"{url}/?token={token}")
+            plain.click(f"text={workflow_id}")
+            seen["plain_timeline"] = plain.locator("#timeline .kind").all_inner_texts()
 
             page.click("nav >> text=Queues")
             page.wait_for_selector("#queues")
@@ -133,6 +140,7 @@ async def test_the_console_in_headless_chromium(tmp_path):
         assert seen["after_url"] == f"{c.url}/workflows/order-42?done=cancel&n=1"
         assert "CancelRequested" in seen["timeline_after"]
         assert seen["status_live"] == "canceled"
+        assert "CancelRequested" in seen["plain_timeline"]
         assert c.node.describe("order-42")["status"] == "canceled"
         assert any(r.startswith("jobs") and r.rstrip().endswith("1") for r in seen["queues"])
         assert seen["errors"] == []  # no script error, no CSP violation

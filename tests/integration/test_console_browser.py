@@ -146,3 +146,13 @@ async def test_the_console_in_headless_chromium(tmp_path):
         assert seen["errors"] == []  # no script error, no CSP violation
     for name in ["console-workflows.png", "console-workflow.png", "console-queues.png"]:
         assert (shots / name).stat().st_size > 10_000, name
+
+
+def test_a_missing_browser_fails_under_ci_and_is_skipped_elsewhere(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI needs Debian's chromium"):
+        need_chromium()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+        need_chromium()

@@ -15,7 +15,6 @@ reaches it with the token controls the node.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import ipaddress
 import json
 import logging
@@ -93,6 +92,7 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
     from starlette.routing import Route  # noqa: PLC0415
 
     from roost.admin._api import api_routes  # noqa: PLC0415
+    from roost.admin._console import console_routes  # noqa: PLC0415
     from roost.admin._metrics import CONTENT_TYPE, metrics_text, new_registry  # noqa: PLC0415
 
     token = new_token() if token is None else token
@@ -104,23 +104,12 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
         return Response(metrics_text(registry), media_type=CONTENT_TYPE)
 
     routes = [*api_routes(), Route("/metrics", metrics, methods=["GET"])]
-    routes += _console_routes()
+    routes += console_routes()
     app = Starlette(routes=routes, middleware=[Middleware(TokenAuth, token=token)])
     app.state.node = node
     app.state.token = token
     app.state.metrics = registry
     return app
-
-
-def _console_routes() -> list[Any]:
-    """The web console's routes (``roost.admin._console``), mounted at ``/``; [] without it."""
-    try:
-        console = importlib.import_module("roost.admin._console")
-    except ModuleNotFoundError as exc:
-        if exc.name != "roost.admin._console":
-            raise  # the console is there, but something it needs is not
-        return []
-    return list(console.console_routes())
 
 
 def write_admin_file(data_dir: Path, url: str, token: str) -> Path:

@@ -1,0 +1,158 @@
+"""The web console in a real headless Chromium (Debian's ``chromium``), driven by Playwright.
+
+Nothing is downloaded: Playwright drives the system browser by ``executable_path``. The
+browser runs in a worker thread (Playwright's sync API) while the node serves the console
+on trio in the test's thread. Without /usr/bin/chromium the test is skipped, except under
+CI=true, where it fails: .ci/run installs the browser.
+
+Screenshots go to a temporary directory, or to ``ROOST_CONSOLE_SCREENSHOTS`` when set
+(``ROOST_CONSOLE_SCREENSHOTS=docs/images`` refreshes the ones in docs/console.md).
+"""
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import roost
+from roost import process
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import console_app
+from console_app import app
+from console_fixture import open_console_node
+from test_console import blocked_on_select, until
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def need_chromium() -> None:
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing: CI needs Debian's chromium (.ci/run installs it)")
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); CI runs this test")
+
+
+def drive(url: str, token: str, workflow_id: str, shots: Path) -> dict[str, Any]:
+    """The browser session (in a worker thread); returns what it saw."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only this test needs it
+
+    seen: dict[str, Any] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        try:
+            # Without the token: refused.
+            seen["anonymous"] = browser.new_page().goto(f"{url}/").status
+
+            context = browser.new_context(viewport={"width": 1280, "height": 820})
+            context.set_default_timeout(10_000)
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            # The token link once; from then on the cookie carries it.
+            seen["token_link"] = page.goto(f"{url}/?token={token}").status
+            seen["landed_on"] = page.url
+            row = page.locator("#workflows tbody tr", has_text=workflow_id)
+            seen["listed"] = row.count()
+            seen["listed_status"] = row.locator(".status").first.inner_text()
+            page.screenshot(path=str(shots / "console-workflows.png"))
+
+            row.locator("a").first.click()
+            page.wait_for_selector("#timeline")
+            seen["page_url"] = page.url
+            seen["timeline"] = page.locator("#timeline .kind").all_inner_texts()
+            seen["status_before"] = page.inner_text("#wf-status")
+            page.screenshot(path=str(shots / "console-workflow.png"), full_page=True)
+
+            page.fill("input[name=reason]", "out of stock")
+            page.click("#cancel")
+            page.wait_for_selector(".flash.ok")
+            seen["flash"] = page.inner_text(".flash.ok")
+            seen["after_url"] = page.url
+            # The live refresh (console.js) brings the closed status and the rest of the
+            # history in without a reload.
+            page.wait_for_selector("#wf-status.s-canceled")
+            seen["status_live"] = page.inner_text("#wf-status")
+            seen["timeline_after"] = page.locator("#timeline .kind").all_inner_texts()
+
+            # Without JavaScript the pages read the same (only the live refresh is gone).
+            plain = browser.new_context(java_script_enabled=False).new_page()
+            plain.goto(f"{url}/?token={token}")
+            plain.click(f"text={workflow_id}")
+            seen["plain_timeline"] = plain.locator("#timeline .kind").all_inner_texts()
+
+            page.click("nav >> text=Queues")
+            page.wait_for_selector("#queues")
+            seen["queues"] = page.locator("#queues tbody tr").all_inner_texts()
+            page.screenshot(path=str(shots / "console-queues.png"))
+            seen["errors"] = errors
+        finally:
+            browser.close()
+    return seen
+
+
+async def test_the_console_in_headless_chromium(tmp_path):
+    need_chromium()
+    shots = Path(os.environ.get("ROOST_CONSOLE_SCREENSHOTS") or tmp_path)
+    await trio.Path(shots).mkdir(parents=True, exist_ok=True)
+    console_app.FAIL_JOBS[0] = True
+    async with open_console_node(app) as c:
+        # Some company for the screenshots: a finished, a failed and a parent workflow.
+        await process.with_options(id="invoice-17").spawn(console_app.returns, {"total": 42})
+        await process.with_options(id="refund-3").spawn(console_app.raises, "card expired")
+        await process.with_options(id="order-9").spawn(console_app.parent, {"sku": "B-2"})
+        await roost.enqueue("jobs", console_app.job, {"email": "ann@example.com"})
+        pid = await process.with_options(id="order-42").spawn(
+            console_app.waiter, {"sku": "A-1", "qty": 2}
+        )
+        await until(lambda: blocked_on_select(c.node, "order-42"), "waiting")
+        await until(lambda: blocked_on_select(c.node, "order-9.1"), "child waiting")
+        await until(lambda: len(c.node.dlq.list("jobs")) == 1, "dead letter")
+
+        seen = await trio.to_thread.run_sync(drive, c.url, c.token, pid.id, shots)
+
+        assert seen["anonymous"] == 401
+        assert seen["token_link"] == 200
+        assert "token=" not in seen["landed_on"]
+        assert seen["listed"] == 1 and seen["listed_status"] == "running"
+        assert seen["page_url"] == f"{c.url}/workflows/order-42"
+        assert seen["status_before"] == "running"
+        assert {"Started", "ScheduleActivity", "ActivityResolved", "StartTimer"} <= set(
+            seen["timeline"]
+        )
+        assert seen["flash"].startswith("Cancel requested")
+        assert seen["after_url"] == f"{c.url}/workflows/order-42?done=cancel&n=1"
+        assert "CancelRequested" in seen["timeline_after"]
+        assert seen["status_live"] == "canceled"
+        assert "CancelRequested" in seen["plain_timeline"]
+        assert c.node.describe("order-42")["status"] == "canceled"
+        assert any(r.startswith("jobs") and r.rstrip().endswith("1") for r in seen["queues"])
+        assert seen["errors"] == []  # no script error, no CSP violation
+    for name in ["console-workflows.png", "console-workflow.png", "console-queues.png"]:
+        assert (shots / name).stat().st_size > 10_000, name
+
+
+def test_a_missing_browser_fails_under_ci_and_is_skipped_elsewhere(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI needs Debian's chromium"):
+        need_chromium()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+        need_chromium()

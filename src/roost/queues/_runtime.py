@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import trio
 
+from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
@@ -119,6 +120,7 @@ class QueueRuntime:
                 )
                 continue
             state.add(message)
+        telemetry.log_queues_recovered(len(messages), len(dead), len(bad))
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
         """Commit through the node's store (see ``Node.transact``)."""
@@ -211,7 +213,7 @@ class QueueRuntime:
             QueueInfo(receipt_id=message.receipt_id, attempt=message.attempt, queue=spec.name),
             self,
         )
-        error = await self._invoke(message, spec, delivery)
+        error = await telemetry.delivery(message, self._invoke(message, spec, delivery))
         delivery.open = False
         retry = None
         try:

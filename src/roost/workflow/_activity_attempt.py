@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind
 from roost.actors._contain import must_propagate
 from roost.workflow._activity_threads import SyncJob
@@ -124,6 +125,7 @@ class Attempt:
         "left",
         "limit",
         "scope",
+        "span",
         "task",
         "timeout",
         "value",
@@ -141,6 +143,7 @@ class Attempt:
         self.limit = self.deadline = self.left = math.inf
         self.timeout = 0.0
         self.every: float | None = None
+        self.span: Any = None  # the attempt's trace span while it runs (roost._telemetry)
 
     def enter(self, scope: trio.CancelScope) -> None:
         self.scope = scope
@@ -152,3 +155,5 @@ class Attempt:
         self.value = value
         self.error = error
         self.ctx = None
+        if self.span is not None:
+            telemetry.activity_ended(self)

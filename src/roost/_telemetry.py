@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 from opentelemetry import context as otel_context
@@ -40,10 +40,10 @@ from opentelemetry.trace import (
 
 from roost._errors import Error, safe_text
 
-if TYPE_CHECKING:
-    from roost.workflow._activity_attempt import Attempt
-    from roost.workflow._records import RunRecord
-    from roost.workflow._run import Run
+# Below the runtime in the module graph: its records are typed here by what is read.
+RunRecord = Any  # roost.workflow._records.RunRecord
+Attempt = Any  # roost.workflow._activity_attempt.Attempt
+Run = Any  # roost.workflow._run.Run
 
 __all__ = [
     "activity_ended",
@@ -164,20 +164,24 @@ def _random_id(nbytes: int) -> int:
             return value
 
 
-def _new_trace(parent: SpanContext | None, trace_id: int | None = None) -> dict[str, str]:
-    """The trace of a run beginning now under ``parent`` (None: a root of its own)."""
+def _new_trace(parent: SpanContext | None, trace_id: int | None = None) -> str:
+    """The trace of a run beginning now under ``parent`` (None: a root of its own).
+
+    Its own span's traceparent, then (after a space) its parent's.
+    """
     span_id = _random_id(8)
     if parent is None:
-        tid = trace_id or _random_id(16)
-        return {"span": _traceparent(tid, span_id, TraceFlags.SAMPLED)}
-    return {
-        "span": _traceparent(parent.trace_id, span_id, parent.trace_flags),
-        "parent": _traceparent(parent.trace_id, parent.span_id, parent.trace_flags),
-    }
+        return _traceparent(trace_id or _random_id(16), span_id, TraceFlags.SAMPLED)
+    own = _traceparent(parent.trace_id, span_id, parent.trace_flags)
+    return f"{own} {_traceparent(parent.trace_id, parent.span_id, parent.trace_flags)}"
 
 
-def _span_of(traced: dict[str, str] | None) -> SpanContext | None:
-    return _parse(traced.get("span")) if traced else None
+def _span_of(traced: str | None) -> SpanContext | None:
+    return _parse(traced.partition(" ")[0]) if traced else None
+
+
+def _parent_of(traced: str | None) -> SpanContext | None:
+    return _parse(traced.partition(" ")[2]) if traced else None
 
 
 @_guarded
@@ -185,7 +189,7 @@ def _traced_run(record: RunRecord, inherit: RunRecord | None) -> RunRecord:
     if inherit is not None and inherit.trace:
         # The next run of the same id (continue-as-new, a retry, a cron run): the same
         # trace, under the same parent, as a sibling of the run before.
-        parent = _parse(inherit.trace.get("parent"))
+        parent = _parent_of(inherit.trace)
         own = _span_of(inherit.trace)
         trace_id = own.trace_id if own is not None else None
         return attrs.evolve(record, trace=_new_trace(parent, trace_id))
@@ -232,9 +236,9 @@ def run_closed(record: RunRecord) -> None:
     """Emit the span of a run whose close is committed (once: a close commits once)."""
     own = _span_of(record.trace)
     tracer = _tracer
-    if own is None or tracer is None or record.trace is None:
+    if own is None or tracer is None:
         return  # the run began before a tracer provider was configured
-    parent = _parse(record.trace.get("parent"))
+    parent = _parent_of(record.trace)
     # A root run must not take the closing task's current span as its parent.
     context = (
         trace.set_span_in_context(NonRecordingSpan(parent))

@@ -218,6 +218,7 @@ class HttpServer:
                 answer.status,
                 text,
                 exc_info=(type(cause), cause, cause.__traceback__) if cause is not None else None,
+                extra=telemetry.fields(method=method, path=path, status=answer.status),
             )
         else:
             log.debug("HTTP %s %s answered %d: %s", method, path, answer.status, text)

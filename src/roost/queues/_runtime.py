@@ -271,6 +271,7 @@ class QueueRuntime:
             describe(contain(exc)),
             delay,
             exc_info=exc,
+            extra=_fields(message),
         )
         return attrs.evolve(message, not_before=deadline_after(self.node.now(), delay))
 
@@ -311,6 +312,7 @@ class QueueRuntime:
                 message.attempt,
                 describe(noted),
                 delay,
+                extra=_fields(message),
             )
             return retry
         dead = DeadLetter(
@@ -338,8 +340,19 @@ class QueueRuntime:
             message.receipt_id,
             message.attempt,
             describe(noted),
+            extra=_fields(message),
         )
         return None
+
+
+def _fields(message: QueueMessage) -> dict[str, Any]:
+    """The structured log fields of a delivery of ``message``."""
+    return telemetry.fields(
+        entry=message.entry,
+        attempt=message.attempt,
+        receipt_id=message.receipt_id,
+        queue=message.queue,
+    )
 
 
 async def run_target(

@@ -513,7 +513,7 @@ class ActivityWorker:
         if delay is not None and self._past_schedule_to_close(task, delay):
             error = self._schedule_to_close_error(task, error)
             delay = None
-        log_failure(task, error, delay)
+        log_failure(task, error, delay, telemetry.trace_id_of(self._record(task)))
         if delay is None:
             await self._resolve(task, None, error)
             return False
@@ -521,6 +521,10 @@ class ActivityWorker:
         return True
 
     # -- shared --------------------------------------------------------------------------
+
+    def _record(self, task: ActivityTask) -> Any:
+        run = self.m.runs.get(task.workflow_id)
+        return run.record if run is not None else None
 
     def _wanted(self, task: ActivityTask) -> bool:
         run = self.m.runs.get(task.workflow_id)

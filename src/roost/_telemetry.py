@@ -186,9 +186,11 @@ def _parent_of(traced: str | None) -> SpanContext | None:
 
 @_guarded
 def _traced_run(record: RunRecord, inherit: RunRecord | None) -> RunRecord:
+    if inherit is not None and inherit.options.get("cron_schedule"):
+        return attrs.evolve(record, trace=_new_trace(None))  # each cron run: a trace of its own
     if inherit is not None and inherit.trace:
-        # The next run of the same id (continue-as-new, a retry, a cron run): the same
-        # trace, under the same parent, as a sibling of the run before.
+        # The next run of the same id (continue-as-new, a retry): the same trace, under
+        # the same parent, as a sibling of the run before.
         parent = _parent_of(inherit.trace)
         own = _span_of(inherit.trace)
         trace_id = own.trace_id if own is not None else None
@@ -201,8 +203,8 @@ def traced_run(record: RunRecord, inherit: RunRecord | None) -> RunRecord:
     """``record`` with the trace of a run beginning now, stored with its start.
 
     Its parent is the span current in the starting task (an HTTP request's, a queue
-    delivery's, the caller's own), or for the next run of an id the parent of the run it
-    follows.
+    delivery's, the caller's own); the next run of an id (continue-as-new, a retry) is a
+    sibling of the run it follows, in its trace; each run of a cron schedule is a root.
     """
     return _traced_run(record, inherit) or record
 
@@ -219,21 +221,25 @@ def _ns(at: dt.datetime | None) -> int | None:
     return None if at is None else int(at.timestamp() * 1e9)
 
 
-def _run_attributes(record: RunRecord) -> dict[str, Any]:
+def _run_attributes(record: RunRecord, status: str) -> dict[str, Any]:
     return {
         "roost.workflow.id": record.workflow_id,
         "roost.workflow.run_id": record.run_id,
         "roost.workflow.type": record.workflow_type,
         "roost.workflow.attempt": record.attempt,
-        "roost.workflow.status": record.status.value,
+        "roost.workflow.status": status,
         "roost.workflow.activations": record.activations,
         "roost.workflow.task_queue": record.task_queue,
     }
 
 
 @_guarded
-def run_closed(record: RunRecord) -> None:
-    """Emit the span of a run whose close is committed (once: a close commits once)."""
+def run_closed(record: RunRecord, successor: RunRecord | None = None) -> None:
+    """Emit the span of a run whose close is committed (once: a close commits once).
+
+    ``successor`` is the run that follows it (continue-as-new, a retry, a cron run): a
+    run continued as new keeps its record as it was, and ends as its successor begins.
+    """
     own = _span_of(record.trace)
     tracer = _tracer
     if own is None or tracer is None:
@@ -248,7 +254,13 @@ def run_closed(record: RunRecord) -> None:
     pinned = getattr(tracer, "id_generator", None)
     if isinstance(pinned, _PinnedIds):
         pinned.pin(own.trace_id, own.span_id)
-    attributes = _run_attributes(record)
+    status = record.status.value
+    if status == "running":
+        status = "continued_as_new"
+    ended = record.closed_at
+    if ended is None and successor is not None:
+        ended = successor.started_at
+    attributes = _run_attributes(record, status)
     if not isinstance(pinned, _PinnedIds):
         attributes["roost.workflow.span_id"] = f"{own.span_id:016x}"  # what children name
     span = tracer.start_span(
@@ -260,10 +272,10 @@ def run_closed(record: RunRecord) -> None:
     )
     if isinstance(pinned, _PinnedIds):
         pinned.pin(0, 0)  # not consumed (a sampler dropped the span): nothing left pinned
-    if record.status.value in _FAILED:
+    if status in _FAILED:
         message = record.error.message if record.error is not None else record.status.value
         span.set_status(Status(StatusCode.ERROR, safe_text(message, 1000)))
-    span.end(end_time=_ns(record.closed_at))
+    span.end(end_time=_ns(ended))
 
 
 # -- activity attempts ---------------------------------------------------------------------

@@ -82,6 +82,18 @@ async def boom(req: Request) -> None:
     raise RuntimeError("down")
 
 
+@app.workflow
+async def continues(n: int) -> int:
+    if n > 0:
+        await process.upgrade(None, n - 1)  # continue-as-new
+    return n
+
+
+@app.workflow
+async def ticks() -> None:
+    await funcs.call(fetch, "tick")
+
+
 app.queue("work", jitter=0)
 app.http("GET", "/hello/{name}", hello)
 app.http("GET", "/boom", boom)
@@ -213,6 +225,37 @@ async def test_a_run_resumed_after_a_restart_continues_its_trace(
     assert run.context.trace_id == first.context.trace_id == later[0].context.trace_id
     assert parent_id(first) == parent_id(later[0]) == run.context.span_id
     assert run.start_time <= first.start_time
+
+
+async def test_continue_as_new_stays_in_the_trace_and_cron_runs_get_their_own(
+    spans, autojump_clock
+):
+    async with open_test_node(app):
+        with trace.get_tracer("test").start_as_current_span("caller") as caller:
+            assert await process.with_options(id="wf-c").exec(continues, 2) == 0
+        pid = await process.with_options(id="cron", cron_schedule="*/10 * * * * *").spawn(ticks)
+        await roost.sleep(35)
+        process.terminate(pid)
+        await roost.sleep(1)
+    found = list(spans.get_finished_spans())
+    chain = named(found, "workflow tr:continues")
+    assert [s.attributes["roost.workflow.status"] for s in chain] == [
+        "continued_as_new",
+        "continued_as_new",
+        "completed",
+    ]
+    # Each run is a child of the span that started the first one, in its trace.
+    context = caller.get_span_context()
+    assert {s.context.trace_id for s in chain} == {context.trace_id}
+    assert {parent_id(s) for s in chain} == {context.span_id}
+    assert len({s.context.span_id for s in chain}) == 3
+    cron_runs = named(found, "workflow tr:ticks")
+    assert len(cron_runs) >= 3
+    assert len({s.context.trace_id for s in cron_runs}) == len(cron_runs)
+    assert all(s.parent is None for s in cron_runs)
+    # A cron run's activity is in that run's trace.
+    run_traces = {s.context.trace_id for s in cron_runs}
+    assert {s.context.trace_id for s in named(found, "activity tr:fetch")} <= run_traces
 
 
 async def test_a_queue_delivery_has_a_span_and_a_workflow_it_starts_is_its_child(

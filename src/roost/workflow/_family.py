@@ -185,7 +185,7 @@ def hand_over(
 ) -> None:
     """After the commit: the new run takes the id, PID, watchers, links and waiters."""
     if telemetry.tracing:
-        telemetry.run_closed(old.record)
+        telemetry.run_closed(old.record, new.record)
     new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans
     m.runs.add(new)
     m.runs.forget_driver(old)

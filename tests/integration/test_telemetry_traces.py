@@ -97,6 +97,12 @@ async def ticks() -> None:
 app.queue("work", jitter=0)
 app.http("GET", "/hello/{name}", hello)
 app.http("GET", "/boom", boom)
+app.http("POST", "/orders/{name}", "tr:by_http")
+
+
+@app.workflow
+async def by_http(req: Request) -> str:
+    return await funcs.call(fetch, req.path_params["name"])
 
 
 @pytest.fixture
@@ -293,6 +299,8 @@ async def test_an_http_request_has_a_server_span_under_the_callers_trace(spans):
         assert ok.json() == {"hello": "ann"}
         failed = await client.get("/boom")
         assert failed.status_code == 500
+        started = await client.post("/orders/o-7")
+        assert started.json() == "O-7"
     found = list(spans.get_finished_spans())
     hello_span = one(found, "HTTP GET /hello/{name}")
     assert hello_span.kind is SpanKind.SERVER
@@ -305,6 +313,11 @@ async def test_an_http_request_has_a_server_span_under_the_callers_trace(spans):
     assert boom_span.parent is None
     assert boom_span.attributes["http.response.status_code"] == 500
     assert boom_span.status.status_code is StatusCode.ERROR
+    # A workflow a trigger runs is a child of the request's span, its activity of the run.
+    order_span = one(found, "HTTP POST /orders/{name}")
+    run = one(found, "workflow tr:by_http")
+    assert parent_id(run) == order_span.context.span_id
+    assert parent_id(one(found, "activity tr:fetch")) == run.context.span_id
 
 
 async def test_without_a_tracer_provider_nothing_is_traced_or_stored(autojump_clock):

@@ -23,6 +23,7 @@ import contextvars
 import datetime as dt
 import logging
 import os
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -38,7 +39,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from roost._errors import Error, safe_text
+from roost._errors import Error, safe_text, type_name
 
 # Below the runtime in the module graph: its records are typed here by what is read.
 RunRecord = Any  # roost.workflow._records.RunRecord
@@ -481,6 +482,7 @@ def run_fields(record: RunRecord, **more: Any) -> dict[str, Any]:
     )
 
 
+@_guarded
 def exc_info(error: BaseException | None) -> tuple[type[BaseException], BaseException, Any] | None:
     """The ``exc_info`` of a failure: the exception behind a contained ``roost.Error``.
 
@@ -490,9 +492,24 @@ def exc_info(error: BaseException | None) -> tuple[type[BaseException], BaseExce
     if error is None:
         return None
     cause = error.__cause__ if error.__cause__ is not None else error
-    if cause.__traceback__ is None:
+    tb = cause.__traceback__
+    if tb is None:
         return None
-    return type(cause), cause, cause.__traceback__
+    try:
+        # What a handler's formatter does first: an exception's own attributes (notes,
+        # its chain) may raise there, and the record would be lost with the traceback.
+        traceback.TracebackException(type(cause), cause, tb, lookup_lines=False)
+    except Exception as exc:  # noqa: BLE001 - whatever the hostile exception raises
+        shown = UnrenderableError(
+            f"{type_name(cause)} (its traceback cannot be rendered: {type_name(exc)} "
+            f"raised while reading it; the frames below are where it was raised)"
+        )
+        return UnrenderableError, shown, tb
+    return type(cause), cause, tb
+
+
+class UnrenderableError(Exception):
+    """Stands in, in a log record, for an exception whose traceback cannot be rendered."""
 
 
 def log_recovered(workflows: int, tasks: int, timers: int, quarantined: int) -> None:

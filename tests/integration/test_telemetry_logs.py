@@ -33,6 +33,14 @@ class HostileError(Exception):
         raise RuntimeError("no repr either")
 
 
+class NotesError(HostileError):
+    """Its notes raise too: formatting its traceback fails (and a record would be lost)."""
+
+    @property
+    def __notes__(self) -> list[str]:
+        raise RuntimeError("no notes")
+
+
 class HugeError(Exception):
     def __str__(self) -> str:
         return "x" * 1_000_000
@@ -63,6 +71,8 @@ async def uses_flaky() -> str:
 async def crashes(how: str) -> None:
     if how == "hostile":
         raise HostileError
+    if how == "notes":
+        raise NotesError
     failing_here()
 
 
@@ -139,17 +149,21 @@ async def test_a_failed_activity_attempt_is_logged_once_with_its_fields_and_trac
 async def test_a_process_crash_is_logged_once_at_error_with_its_traceback(caplog, autojump_clock):
     caplog.set_level(logging.INFO, logger="roost")
     async with open_test_node(app):
-        for how in ("plain", "hostile"):
+        for how in ("plain", "hostile", "notes"):
             process.monitor(await process.spawn(crashes, how))
             event = await process.events().receive()
             assert event.error is not None
         # The node goes on after logging both.
         assert await process.with_options(id="after").exec(uses_flaky) == "fine"
     crashes_logged = [r for r in of(caplog, "roost.process") if "lg:crashes" in r.getMessage()]
-    assert len(crashes_logged) == 2
-    plain, hostile = crashes_logged
-    assert plain.levelno == hostile.levelno == logging.ERROR
+    assert len(crashes_logged) == 3
+    plain, hostile, notes = crashes_logged
+    assert plain.levelno == hostile.levelno == notes.levelno == logging.ERROR
     assert plain.exc_info[0] is ConnectionError and hostile.exc_info[0] is HostileError
+    # The record of an exception whose traceback cannot be rendered keeps its frames.
+    assert notes.exc_info[0] is _telemetry.UnrenderableError
+    assert "NotesError (its traceback cannot be rendered" in caplog.text
+    assert caplog.text.count("in crashes") == 3
     assert plain.entry == "lg:crashes" and plain.kind == "Internal" and plain.pid
     assert all(hasattr(plain, f) for f in FIELDS)
     assert plain.trace_id is None  # no tracer provider: no trace

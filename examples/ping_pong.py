@@ -108,7 +108,8 @@ async def main() -> str:
 
 
 if __name__ == "__main__":
-    # roost logs every failed process at WARNING; this demo fails on purpose, so hush it.
-    logging.getLogger("roost").setLevel(logging.ERROR)
+    # roost logs every crashed process at ERROR, with its traceback; this demo fails on
+    # purpose, so hush it.
+    logging.getLogger("roost").setLevel(logging.CRITICAL)
     # No data_dir: the node uses a temporary directory and removes it on exit.
     print(f"\n{roost.run(app, 'demo:main')}")

@@ -106,7 +106,8 @@ async def main():
 
 
 if __name__ == "__main__":
-    # Restarts are logged by the "roost.supervisor" logger; crashes by "roost.process".
+    # Restarts are logged by the "roost.supervisor" logger; crashes by "roost.process" (at
+    # ERROR, with a traceback: hushed here, the restarts tell the story).
     logging.basicConfig(level=logging.INFO, format="  log: %(message)s")
-    logging.getLogger("roost.process").setLevel(logging.ERROR)
+    logging.getLogger("roost.process").setLevel(logging.CRITICAL)
     print(roost.run(app, "shop:main"))

@@ -158,6 +158,7 @@ def test_program_runs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    keep_global_tracing(monkeypatch)
     code = compile(block.code, block.name, "exec")
     namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(tmp_path / "s.py")}
     exec(code, namespace)  # running the doc's own code is the point
@@ -168,6 +169,21 @@ def test_program_runs(
     want = expected_output(block)
     if want is not None:
         assert printed == want
+
+
+def keep_global_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Undo a program's ``trace.set_tracer_provider`` once it ends.
+
+    OpenTelemetry sets its global provider once per process, and roost decides at each
+    ``open_node`` whether to trace from it: a doc that installs the SDK would otherwise
+    turn tracing on for every later test. These are the globals OpenTelemetry's own test
+    utilities reset.
+    """
+    from opentelemetry import trace  # noqa: PLC0415 - only the runner needs it
+
+    # monkeypatch puts both back at teardown; the fresh latch lets the program set its own.
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", trace._TRACER_PROVIDER)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", trace.Once())
 
 
 def call_like_pytest(fn: Callable[..., Any]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import LOCAL_NODE, Pid
@@ -362,12 +363,17 @@ class Node:
             proc.mailbox.close()
         if error is not None and error.kind is not ErrorKind.CANCELED:
             entry = proc.entry.id if proc.entry is not None else "attached"
-            log.warning(
+            # A crash (the process raised: its traceback is kept) is an ERROR; an exit
+            # with an error it did not raise (killed, a linked failure) a WARNING.
+            exc_info = telemetry.exc_info(error)
+            log.log(
+                logging.ERROR if exc_info is not None else logging.WARNING,
                 "process %s (%s) failed: %s",
                 pid,
                 entry,
                 error,
-                extra={"pid": str(pid), "entry": entry, "kind": error.kind.value},
+                exc_info=exc_info,
+                extra=telemetry.fields(entry=entry, pid=str(pid), kind=error.kind.value),
             )
         if self._idle is not None and self.user_count() == 0:
             self._idle.set()

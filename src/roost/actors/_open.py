@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from roost import _telemetry as telemetry
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
@@ -266,6 +267,7 @@ async def _running(
     app: App, *, node_args: dict[str, Any], grace: float, path: Path, root: Entry | None
 ) -> AsyncIterator[NodeHandle]:
     body_error: BaseException | None = None
+    telemetry.refresh()  # before recovery: resumed activities and closes may trace
     async with trio.open_nursery() as system:
         async with trio.open_nursery() as nursery:
             node = Node(app, nursery=nursery, **node_args)
@@ -275,6 +277,7 @@ async def _running(
             attached = node.attach()
             handle = NodeHandle(node, path, attached.pid)
             node.ext["handle"] = handle  # what the admin server serves (roost.admin)
+            telemetry.log_node_opened(node, path)
             token = set_current(attached)
             try:
                 with attached.scope:

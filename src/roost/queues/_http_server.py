@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import register_extension, register_node_service
 from roost.actors._process import reset_current, set_current
@@ -159,7 +160,7 @@ class HttpServer:
             await send({"type": "websocket.close", "code": 1000})
             return
         try:
-            rendered = await self._respond(scope, receive)
+            rendered = await telemetry.http_request(scope, self._respond(scope, receive))
         except _ClientGone:
             return
         await send(
@@ -217,6 +218,7 @@ class HttpServer:
                 answer.status,
                 text,
                 exc_info=(type(cause), cause, cause.__traceback__) if cause is not None else None,
+                extra=telemetry.fields(method=method, path=path, status=answer.status),
             )
         else:
             log.debug("HTTP %s %s answered %d: %s", method, path, answer.status, text)
@@ -230,6 +232,8 @@ class HttpServer:
                 f"HTTP route {route.method} {route.path} runs unknown entry {route.entry!r}",
                 kind=ErrorKind.INTERNAL,
             )
+        if telemetry.tracing:
+            telemetry.http_route(request.method, route.path)
         proc = node.attach()
         token = set_current(proc)
         try:

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import trio
 
+from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
@@ -120,6 +121,7 @@ class QueueRuntime:
                 )
                 continue
             state.add(message)
+        telemetry.log_queues_recovered(len(messages), len(dead), len(bad))
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
         """Commit through the node's store (see ``Node.transact``)."""
@@ -212,7 +214,7 @@ class QueueRuntime:
             QueueInfo(receipt_id=message.receipt_id, attempt=message.attempt, queue=spec.name),
             self,
         )
-        error = await self._invoke(message, spec, delivery)
+        error = await telemetry.delivery(message, self._invoke(message, spec, delivery))
         delivery.open = False
         retry = None
         try:
@@ -270,6 +272,7 @@ class QueueRuntime:
             describe(contain(exc)),
             delay,
             exc_info=exc,
+            extra=_fields(message),
         )
         return attrs.evolve(message, not_before=deadline_after(self.node.now(), delay))
 
@@ -310,6 +313,7 @@ class QueueRuntime:
                 message.attempt,
                 describe(noted),
                 delay,
+                extra=_fields(message),
             )
             return retry
         dead = DeadLetter(
@@ -337,8 +341,19 @@ class QueueRuntime:
             message.receipt_id,
             message.attempt,
             describe(noted),
+            extra=_fields(message),
         )
         return None
+
+
+def _fields(message: QueueMessage) -> dict[str, Any]:
+    """The structured log fields of a delivery of ``message``."""
+    return telemetry.fields(
+        entry=message.entry,
+        attempt=message.attempt,
+        receipt_id=message.receipt_id,
+        queue=message.queue,
+    )
 
 
 async def run_target(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost.actors._app import Entry, EntryKind
@@ -125,6 +126,8 @@ class ActivityWorker:
         if work is None:
             return
         work.cancelled = True
+        if work.span is not None:
+            telemetry.activity_ended(work, cancelled=True)
         if work.scope is not None:
             work.scope.cancel()
         job = work.job
@@ -242,6 +245,8 @@ class ActivityWorker:
             outcomes.append(work)  # refused before it ran
             return None
         ctx = work.ctx = self._context(work)
+        if telemetry.tracing:
+            telemetry.activity_started(work, self.m.runs.get(task.workflow_id), ctx)
         if not entry.is_async and not self.m.node.mock_time:
             job = work.job = SyncJob(work, ctx, entry.fn, task.args)
             jobs.append(job)
@@ -509,7 +514,7 @@ class ActivityWorker:
         if delay is not None and self._past_schedule_to_close(task, delay):
             error = self._schedule_to_close_error(task, error)
             delay = None
-        log_failure(task, error, delay)
+        log_failure(task, error, delay, telemetry.trace_id_of(self._record(task)))
         self.m.counters.attempt_failed(task.entry)
         if delay is None:
             await self._resolve(task, None, error)
@@ -518,6 +523,10 @@ class ActivityWorker:
         return True
 
     # -- shared --------------------------------------------------------------------------
+
+    def _record(self, task: ActivityTask) -> Any:
+        run = self.m.runs.get(task.workflow_id)
+        return run.record if run is not None else None
 
     def _wanted(self, task: ActivityTask) -> bool:
         run = self.m.runs.get(task.workflow_id)

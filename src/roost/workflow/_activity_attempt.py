@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from roost import _telemetry as telemetry
 from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind
 from roost.actors._contain import must_propagate
@@ -127,6 +128,7 @@ class Attempt:
         "limit",
         "meter",
         "scope",
+        "span",
         "task",
         "timeout",
         "value",
@@ -146,6 +148,7 @@ class Attempt:
         self.limit = self.deadline = self.left = math.inf
         self.timeout = 0.0
         self.every: float | None = None
+        self.span: Any = None  # the attempt's trace span while it runs (roost._telemetry)
 
     def enter(self, scope: trio.CancelScope) -> None:
         self.scope = scope
@@ -159,3 +162,5 @@ class Attempt:
         self.value = value
         self.error = error
         self.ctx = None
+        if self.span is not None:
+            telemetry.activity_ended(self)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from roost import _telemetry as telemetry
 from roost._errors import Error
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult
@@ -147,6 +148,8 @@ def _close_writer(
 def announce_closed(m: RunHost, run: Run) -> None:
     """A run ended (its final status is committed): tell whoever is waiting."""
     m.forwarding.forget(run)  # rows for it are not written any more (_forwarding)
+    if telemetry.tracing:
+        telemetry.run_closed(run.record)
     m.runs.remove(run)
     m.runs.move(run, PhaseEvent.CLOSED)
     m.drop_settled(run.pending)  # finished after the run's last step began

@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from roost import _telemetry as telemetry
 from roost._errors import Error
 from roost._pid import Pid
 from roost.actors._app import Entry
@@ -77,6 +78,8 @@ def new_run(
         fields=fields,
     )
     record = RunRecord(**plan.record)
+    if telemetry.tracing:
+        record = telemetry.traced_run(record, inherit)
     # The run and its Started event share one copy of the context values (nothing
     # changes them in place; the driver keeps the run's, see RunPorts.kept_start).
     started = plan.started
@@ -194,6 +197,8 @@ def hand_over(
     Rows the commit moved from the old run's inbox (``Forwarding.record``, before this)
     reach the new run under their new keys as their committers hand them on.
     """
+    if telemetry.tracing:
+        telemetry.run_closed(old.record, new.record)
     new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans
     m.forwarding.forget(old)  # handed over: rows for it follow into ``new`` now
     m.runs.add(new)
@@ -251,6 +256,8 @@ def start_child(
         at=at,
         **fields,
     )
+    if telemetry.tracing:
+        child.record = telemetry.child_run(child.record, parent.record)
     child.watch(parent.pid)
     child.pending_start = [(*m.stage(child, started), started)]
     m.counters.run_started(child.record.workflow_type)

@@ -91,6 +91,9 @@ class RunRecord:
     # Messages delivered to the workflow and not read by it, as of its last activation
     # (what the unread-message limit counts while the run is not in memory).
     unread: int = 0
+    # The run's trace context, chosen at its start (see roost._telemetry): the W3C
+    # traceparent of its own span, then (after a space) its parent's; None when untraced.
+    trace: str | None = None
 
 
 def _replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from roost import _telemetry as telemetry
 from roost._errors import Error
 from roost._pid import Pid
 from roost.actors._events import Exit
@@ -212,6 +213,7 @@ def recover(m: RunHost) -> None:
         if task.workflow_id not in m.quarantined:
             m.activities.submit(task)
     _arm(m, timers)
+    telemetry.log_recovered(len(m.runs), len(tasks), len(timers), len(bad.workflows))
 
 
 def _arm(m: RunHost, timers: list[tuple[bytes, TimerTask]]) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from roost import _telemetry as telemetry
 from roost._backoff import capped_backoff
 from roost._errors import Error, ErrorKind, NondeterminismError, type_name
 from roost.workflow._driver_parts import exception_text
@@ -178,7 +179,7 @@ def fail_task(
     run.task_failures += 1
     m.runs.move(run, PhaseEvent.FAIL)
     m.stats["task_failures"] += 1
-    log.error("%s", error.message, exc_info=cause)
+    log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
     run.record = attrs.evolve(run.record, task_failure=error)
     m.spawn_task(_record_and_retry, m, run)
 

@@ -27,7 +27,15 @@ from roost.workflow._history import flatten
 from roost.workflow._history_format import decode_activation
 from roost.workflow._records import ActivityTask, RunRecord, RunStatus, read_progress
 
-__all__ = ["describe", "history", "list_workflows", "parse_query", "run_key"]
+__all__ = [
+    "LISTED_STATUSES",
+    "describe",
+    "history",
+    "list_workflows",
+    "parse_query",
+    "run_key",
+    "with_status",
+]
 
 _CLAUSE = re.compile(r"^\s*(\w+)\s*(=|!=)\s*'([^']*)'\s*$")
 # The "when" of a row found unreadable by inspection, not quarantined (yet).
@@ -159,6 +167,27 @@ def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
     with store.read() as txn:
         rows = [v for _, v in txn.prefix("histories", key(record.run_id))]
     return flatten([decode_activation(codec, v) for v in rows], [len(v) for v in rows])
+
+
+# Every status a listed workflow can have: a run's, or "quarantined" for an unreadable one.
+LISTED_STATUSES: tuple[str, ...] = (*(s.value for s in RunStatus), "quarantined")
+
+
+def with_status(query: str | None, status: str | None) -> str | None:
+    """``query`` narrowed to the workflows of ``status`` (the CLI's, API's and console's filter).
+
+    Raises:
+        roost.Error: Invalid when ``status`` is not one of ``LISTED_STATUSES``.
+    """
+    if status is None:
+        return query
+    if status not in LISTED_STATUSES:
+        raise invalid(
+            f"status must be one of {', '.join(LISTED_STATUSES)}, got {shown(status)}",
+            status=shown(status),
+        )
+    clause = f"status = '{status}'"
+    return clause if query is None or not query.strip() else f"{query} and {clause}"
 
 
 def parse_query(query: str | None) -> list[tuple[str, str, str]]:

@@ -12,6 +12,7 @@ commits, in arrival order. A start within the limit does not wait (no scheduler 
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Final
 
 import trio
@@ -24,14 +25,19 @@ START_LIMIT: Final = 512
 
 
 class StartGate:
-    """Admission of starts: a slot per start in flight, handed on in arrival order."""
+    """Admission of starts: a slot per start in flight, handed on in arrival order.
 
-    __slots__ = ("_busy", "_limit", "_waiting")
+    A waiting start costs a slot of a deque (its task): in a burst of thousands, what
+    they hold while they wait is part of the burst's peak.
+    """
+
+    __slots__ = ("_busy", "_gone", "_limit", "_waiting")
 
     def __init__(self, limit: int = START_LIMIT) -> None:
         self._limit = limit
         self._busy = 0
-        self._waiting = trio.lowlevel.ParkingLot()
+        self._waiting: deque[trio.lowlevel.Task] = deque()
+        self._gone: set[trio.lowlevel.Task] = set()  # waiters cancelled, still queued
 
     @property
     def in_flight(self) -> int:
@@ -43,11 +49,24 @@ class StartGate:
         if self._busy < self._limit and not self._waiting:
             self._busy += 1
             return
-        await self._waiting.park()  # woken by ``leave``, which hands its slot on
+        task = trio.lowlevel.current_task()
+        self._waiting.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._gone.add(task)  # skipped by ``leave``; it holds no slot
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        # Woken by ``leave``, which hands its slot on.
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def leave(self) -> None:
         """Give the slot back: to the longest waiting start, if any."""
-        if self._waiting:
-            self._waiting.unpark()
-        else:
-            self._busy -= 1
+        waiting, gone = self._waiting, self._gone
+        while waiting:
+            task = waiting.popleft()
+            if gone and task in gone:
+                gone.discard(task)
+                continue
+            trio.lowlevel.reschedule(task)
+            return
+        self._busy -= 1

@@ -23,7 +23,6 @@ from roost.storage._quarantine import (
     decode_error,
     read_quarantine,
 )
-from roost.workflow._drivers import paused_gc
 from roost.workflow._effects import lost_error
 from roost.workflow._history import ProcessExited, TimerFired
 from roost.workflow._phases import RunPhase
@@ -198,9 +197,7 @@ def recover(m: RunHost) -> None:
     owns them); the rest recovers as if they were not there.
     """
     bad = _Unreadable(m)
-    # What the read loads lives until its run closes: young collections in the middle of
-    # it (every 700 allocations: the runtime's threshold is not set yet) find nothing.
-    with paused_gc(), m.store.read() as txn:
+    with m.store.read() as txn:
         tasks, timers = _read(m, txn, bad)
     for workflow_id in bad.workflows:
         _unload(m, workflow_id)

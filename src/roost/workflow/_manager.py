@@ -29,6 +29,7 @@ from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
 from roost.workflow._activities import ActivityWorker
+from roost.workflow._admission import StartGate
 from roost.workflow._closing import announce_closed, close_from_outside
 from roost.workflow._collector import busy_collector, idle_collector
 from roost.workflow._eager import eager_ok, start_eagerly
@@ -80,6 +81,7 @@ class WorkflowManager:
         self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
         self._nursery = nursery
         self.executors = Executors(self)
+        self.start_gate = StartGate()  # bounds the starts in flight (see _admission)
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
@@ -143,6 +145,24 @@ class WorkflowManager:
                 option or input that cannot be encoded (nothing is stored).
         """
         opts = check_start_options(options)
+        await self.start_gate.enter()
+        try:
+            return await self._spawn(
+                parent, entry=entry, args=args, opts=opts, messages=messages, context=context
+            )
+        finally:
+            self.start_gate.leave()
+
+    async def _spawn(
+        self,
+        parent: Process,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        opts: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid:
         workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None
         if workflow_id is None:

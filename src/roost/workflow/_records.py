@@ -137,8 +137,9 @@ def with_progress(record: RunRecord, progress: object) -> RunRecord:
         or record.status is not RunStatus.RUNNING
     ):
         return record
-    return attrs.evolve(
+    return with_counters(
         record,
+        children=record.children,
         activations=progress.activations,
         history_length=progress.history_length,
         history_size=progress.history_size,

@@ -133,11 +133,12 @@ class Writer:
         # LMDB's commit protocol keeps the data consistent even then.
         self._thread.daemon = True
         self._thread.start()
+        self._thread_id = self._thread.ident  # read on every submit: not the property
 
     def running_here(self) -> bool:
         """Whether the calling thread is running a batch (inside a transact function)."""
         me = threading.get_ident()
-        return me in (self._thread.ident, self._inline)
+        return me in (self._thread_id, self._inline)
 
     def submit(self, req: Request) -> None:
         """Queue a request now (the blocking ``transact_sync`` path)."""

@@ -66,7 +66,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
-_NO_VALUES: Mapping[str, Any] = types.MappingProxyType({})  # a task whose run is gone
+# Results that always encode, at any depth (ints of any size too: a bignum is one tag).
+_SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
 
 
 class ActivityWorker:
@@ -80,6 +81,7 @@ class ActivityWorker:
         # with no current process and the node bound (see prepare_base).
         self._base = contextvars.copy_context()
         self._base.run(prepare_base, manager.node)
+        self._settle_now = manager.settle_now  # once per finished attempt
         self._ready: deque[Attempt] = deque()  # attempts to start, and outcomes to hand on
         self._runner = False  # a runner task exists (draining _ready, or parked)
         self._parked: trio.lowlevel.Task | None = None  # the runner, waiting for work
@@ -236,7 +238,8 @@ class ActivityWorker:
         if work.cancelled:
             self.running.pop((task.run_id, task.seq), None)
             return None
-        if not self._wanted(task):
+        run = self.m.runs.get(task.workflow_id)  # ``_wanted``, keeping the run at hand
+        if run is None or run.record.run_id != task.run_id:
             # No attempt: a task decides about the row.
             self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
             return None
@@ -244,9 +247,9 @@ class ActivityWorker:
         if entry is None:
             outcomes.append(work)  # refused before it ran
             return None
-        ctx = work.ctx = self._context(work)
+        ctx = work.ctx = self._context(work, run.context)
         if telemetry.tracing:
-            telemetry.activity_started(work, self.m.runs.get(task.workflow_id), ctx)
+            telemetry.activity_started(work, run, ctx)
         if not entry.is_async and not self.m.node.mock_time:
             job = work.job = SyncJob(work, ctx, entry.fn, task.args)
             jobs.append(job)
@@ -328,9 +331,16 @@ class ActivityWorker:
             self.running.pop(ident, None)
             return
         if work.error is None and self._wanted(task):
+            value = work.value
             try:
-                self._check(work.value)
-                settled = self.m.settle_now(*self._settling(task, work.value, None))
+                self._check(value)
+                settled = self._settle_now(
+                    "tasks",
+                    task_key(task.run_id, task.seq),
+                    (task.workflow_id, task.run_id),
+                    ActivityResolved(seq=task.seq, value=value, error=None),
+                    refuse,
+                )
             except Unstorable as exc:  # nothing was written: the attempt failed
                 work.finish(None, result_error(task, exc.error))
             except Exception as exc:  # noqa: BLE001 - the value's methods: the attempt's failure
@@ -343,29 +353,26 @@ class ActivityWorker:
 
     # -- an attempt's context and limits -------------------------------------------------
 
-    def _context(self, work: Attempt) -> contextvars.Context:
+    def _context(self, work: Attempt, values: Mapping[str, Any]) -> contextvars.Context:
         # An activity is a function, not a process: it sees its workflow's context values
         # (ctx.get) and its own info (roost.activity_info()), and no current process.
         # The run's context values are shared, never copied: nothing changes them in place
         # (the workflow's own process reads the same mapping).
-        task = work.task
-        run = self.m.runs.get(task.workflow_id)
         ctx = self._base.copy()
-        ctx.run(
-            enter,
-            run.context if run is not None else _NO_VALUES,
-            Known(task),
-            self._beater(work) if work.every else None,
-        )
+        ctx.run(enter, values, Known(work.task), self._beater(work) if work.every else None)
         return ctx
 
     def _limits(self, work: Attempt) -> None:
         """The attempt's start_to_close, schedule_to_close and heartbeat limits."""
         task = work.task
-        start_to_close = float(task.options.get("start_to_close_timeout", 600.0))
-        left = work.left = self._schedule_to_close_left(task)
-        timeout = work.timeout = min(start_to_close, max(left, 0.0))
-        every = task.options.get("heartbeat_timeout")
+        options = task.options
+        start_to_close = float(options.get("start_to_close_timeout", 600.0))
+        if "schedule_to_close_timeout" in options:
+            left = work.left = self._schedule_to_close_left(task)
+            timeout = work.timeout = min(start_to_close, max(left, 0.0))
+        else:  # no overall limit (the common case): the attempt's own
+            timeout = work.timeout = start_to_close
+        every = options.get("heartbeat_timeout")
         now = trio.current_time()
         limit = work.limit = now + timeout
         work.every = float(every) if every else None
@@ -594,7 +601,10 @@ class ActivityWorker:
 
     def _check(self, value: Any) -> None:
         # A result is a payload: it gets MAX_DEPTH on its own, not the envelope's allowance
-        # around it, or the workflow would get a value it can never hand on.
+        # around it, or the workflow would get a value it can never hand on. A scalar is
+        # storable at any depth (the codec's walk would say so, one Walk later).
+        if type(value) in _SCALARS:
+            return
         try:
             self.m.codec.check(value, what=RESULT_PATH)
         except Error as exc:

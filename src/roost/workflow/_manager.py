@@ -309,7 +309,10 @@ class WorkflowManager:
             # The workflow gets what will be recorded (a tuple comes back a list), as on
             # replay; an event of plain values is that already (encoded once, at the commit).
             event = self.codec.decode(data)
-        self.accept(run, [(Settled(table, row), event)])
+        # ``accept`` for one settled row of the current run (checked above): nothing to
+        # look up or decode again (a result per activity: the hot path).
+        run.pending.append((Settled(table, row), event))
+        self.ready(run)
         return True
 
     # -- incoming events -----------------------------------------------------------------

@@ -22,10 +22,9 @@ import contextvars
 import datetime as dt
 import heapq
 import itertools
-import math
 import types
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -33,17 +32,19 @@ import trio
 
 from roost import _telemetry as telemetry
 from roost._duration import deadline_after
-from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
+from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
 from roost.workflow._activity_attempt import (
-    RESULT_PATH,
     Attempt,
     Unstorable,
+    check_result,
     failed,
     failed_with,
     refuse,
     result_error,
     resume,
+    task_row,
+    unreadable,
 )
 from roost.workflow._activity_info import (
     ActivityInfo,
@@ -52,6 +53,12 @@ from roost.workflow._activity_info import (
     enter,
     heartbeat,
     prepare_base,
+)
+from roost.workflow._activity_limits import (
+    expired,
+    schedule_to_close_error,
+    schedule_to_close_left,
+    set_limits,
 )
 from roost.workflow._activity_log import KEPT_ERRORS, log_failure
 from roost.workflow._activity_threads import SyncJob, ThreadPool, never_raising
@@ -66,9 +73,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
-# Results that always encode, at any depth (ints of any size too: a bignum is one tag).
-_SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
-
 
 class ActivityWorker:
     """Runs each submitted task until it resolves: attempts in passes of one runner task."""
@@ -82,6 +86,10 @@ class ActivityWorker:
         self._base = contextvars.copy_context()
         self._base.run(prepare_base, manager.node)
         self._settle_now = manager.settle_now  # once per finished attempt
+        self._codec = manager.codec
+        # Each activity's entry, resolved on its first attempt: an app's entries never
+        # change once registered (a taken id is refused), and the node's app is fixed.
+        self._entries: dict[str, Entry] = {}
         self._ready: deque[Attempt] = deque()  # attempts to start, and outcomes to hand on
         self._runner = False  # a runner task exists (draining _ready, or parked)
         self._parked: trio.lowlevel.Task | None = None  # the runner, waiting for work
@@ -195,7 +203,7 @@ class ActivityWorker:
         assert handed is not None  # the loop ends only when an attempt was handed over
         work = handed[0]
         if scope.cancelled_caught and not work.cancelled:
-            work.finish(None, self._expired(work))
+            work.finish(None, expired(work))
         await self._work_on(work)
 
     def _pass(self) -> tuple[Attempt, Coroutine[Any, Any, Any], Any] | None:
@@ -207,12 +215,13 @@ class ActivityWorker:
         ready = self._ready
         outcomes: list[Attempt] = []
         jobs: list[SyncJob] = []
+        faults = self.m.node.ext.get("activity_faults")  # roost.testing's fail_activity
         while ready:
             work = ready.popleft()
             if work.done:
                 outcomes.append(work)
                 continue
-            suspended = self._start(work, jobs, outcomes)
+            suspended = self._start(work, jobs, outcomes, faults)
             if suspended is not None:
                 if jobs:
                     self._pool.submit(jobs)
@@ -228,7 +237,7 @@ class ActivityWorker:
         return None
 
     def _start(
-        self, work: Attempt, jobs: list[SyncJob], outcomes: list[Attempt]
+        self, work: Attempt, jobs: list[SyncJob], outcomes: list[Attempt], faults: Any
     ) -> tuple[Coroutine[Any, Any, Any], Any] | None:
         """Start ``work``'s attempt: inline, or queued for the threads.
 
@@ -243,11 +252,29 @@ class ActivityWorker:
             # No attempt: a task decides about the row.
             self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
             return None
-        entry = self._ready_entry(work)
+        work.began = self.m.counters.attempt(task.entry)
+        entry = self._entries.get(task.entry)
         if entry is None:
-            outcomes.append(work)  # refused before it ran
+            found = self._entry(task)
+            if isinstance(found, Error):
+                work.finish(None, found)
+                outcomes.append(work)  # refused before it ran
+                return None
+            entry = self._entries[task.entry] = found
+        options = task.options
+        wall = self.m.node.now() if "schedule_to_close_timeout" in options else None
+        set_limits(work, trio.current_time(), wall)
+        failure = faults.take(task.entry) if faults is not None else None
+        if failure is not None:
+            work.finish(None, failed(failure))
+            outcomes.append(work)
             return None
-        ctx = work.ctx = self._context(work, run.context)
+        # An activity is a function, not a process: it sees its workflow's context values
+        # (ctx.get) and its own info (roost.activity_info()), and no current process.
+        # The run's context values are shared, never copied: nothing changes them in place
+        # (the workflow's own process reads the same mapping).
+        ctx = work.ctx = self._base.copy()
+        ctx.run(enter, run.context, Known(task, self._beater(work) if work.every else None))
         if telemetry.tracing:
             telemetry.activity_started(work, run, ctx)
         if not entry.is_async and not self.m.node.mock_time:
@@ -261,22 +288,6 @@ class ActivityWorker:
         if suspended is None:
             outcomes.append(work)
         return suspended
-
-    def _ready_entry(self, work: Attempt) -> Entry | None:
-        """The attempt's entry, its limits set; None if it failed before it ran."""
-        task = work.task
-        work.began = self.m.counters.attempt(task.entry)
-        entry = self._entry(task)
-        if isinstance(entry, Error):
-            work.finish(None, entry)
-            return None
-        self._limits(work)
-        faults = self.m.node.ext.get("activity_faults")  # roost.testing's fail_activity
-        failure = faults.take(task.entry) if faults is not None else None
-        if failure is not None:
-            work.finish(None, failed(failure))
-            return None
-        return entry
 
     def _inline(
         self, work: Attempt, entry: Entry, ctx: contextvars.Context
@@ -324,19 +335,22 @@ class ActivityWorker:
             work.scope = None
 
     def _hand_on(self, work: Attempt) -> None:
-        """Hand a finished attempt's outcome on: a success at once, anything else by a task."""
+        """Hand a finished attempt's outcome on: a success at once, anything else by a task.
+
+        ``settle_now`` is the check that the task's run still takes it: a run that closed
+        meanwhile leaves the outcome to a task, as a failure does.
+        """
         task = work.task
-        ident = (task.run_id, task.seq)
         if work.cancelled:
-            self.running.pop(ident, None)
+            self.running.pop((task.run_id, task.seq), None)
             return
-        if work.error is None and self._wanted(task):
+        if work.error is None:
             value = work.value
             try:
-                self._check(value)
+                check_result(self._codec, value)
                 settled = self._settle_now(
                     "tasks",
-                    task_key(task.run_id, task.seq),
+                    task_row(task),
                     (task.workflow_id, task.run_id),
                     ActivityResolved(seq=task.seq, value=value, error=None),
                     refuse,
@@ -344,40 +358,14 @@ class ActivityWorker:
             except Unstorable as exc:  # nothing was written: the attempt failed
                 work.finish(None, result_error(task, exc.error))
             except Exception as exc:  # noqa: BLE001 - the value's methods: the attempt's failure
-                work.finish(None, result_error(task, _unreadable(exc)))
+                work.finish(None, result_error(task, unreadable(exc)))
             else:
                 if settled:
-                    self.running.pop(ident, None)
+                    self.running.pop((task.run_id, task.seq), None)
                     return
         self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
 
-    # -- an attempt's context and limits -------------------------------------------------
-
-    def _context(self, work: Attempt, values: Mapping[str, Any]) -> contextvars.Context:
-        # An activity is a function, not a process: it sees its workflow's context values
-        # (ctx.get) and its own info (roost.activity_info()), and no current process.
-        # The run's context values are shared, never copied: nothing changes them in place
-        # (the workflow's own process reads the same mapping).
-        ctx = self._base.copy()
-        ctx.run(enter, values, Known(work.task), self._beater(work) if work.every else None)
-        return ctx
-
-    def _limits(self, work: Attempt) -> None:
-        """The attempt's start_to_close, schedule_to_close and heartbeat limits."""
-        task = work.task
-        options = task.options
-        start_to_close = float(options.get("start_to_close_timeout", 600.0))
-        if "schedule_to_close_timeout" in options:
-            left = work.left = self._schedule_to_close_left(task)
-            timeout = work.timeout = min(start_to_close, max(left, 0.0))
-        else:  # no overall limit (the common case): the attempt's own
-            timeout = work.timeout = start_to_close
-        every = options.get("heartbeat_timeout")
-        now = trio.current_time()
-        limit = work.limit = now + timeout
-        work.every = float(every) if every else None
-        # One deadline for both limits: a beat never pushes past the attempt's timeout.
-        work.deadline = min(now + float(every), limit) if every else limit
+    # -- heartbeats ----------------------------------------------------------------------
 
     def _beater(self, work: Attempt) -> Callable[[Any], None]:
         attempt = work.task.attempt
@@ -404,24 +392,6 @@ class ActivityWorker:
                 extend()
 
         return beat
-
-    def _expired(self, work: Attempt) -> Error:
-        """The error of an attempt whose deadline passed."""
-        task = work.task
-        if work.deadline < work.limit:
-            return self._timeout(task, "heartbeat", float(work.every or 0))
-        expired = self._timeout(task, "start_to_close", work.timeout)
-        if work.left < float(task.options.get("start_to_close_timeout", 600.0)):
-            return self._schedule_to_close_error(task, expired)
-        return expired
-
-    def _timeout(self, task: ActivityTask, kind: str, seconds: float) -> Error:
-        return Error(
-            f"activity {task.entry!r} attempt {task.attempt} exceeded its {kind}_timeout "
-            f"of {seconds:g}s",
-            kind=ErrorKind.TIMEOUT,
-            details={"timeout_type": kind, "attempt": task.attempt},
-        )
 
     # -- sync attempts in the threads ----------------------------------------------------
 
@@ -468,7 +438,7 @@ class ActivityWorker:
                 self._pool.drop(work.job)
                 work.job = None
                 self._timed -= 1
-                work.finish(None, self._expired(work))
+                work.finish(None, expired(work))
                 self._queue(work)
         finally:
             self._timing = False
@@ -518,8 +488,8 @@ class ActivityWorker:
         if not self._wanted(task):
             return False  # its run closed meanwhile (its row is gone): no more attempts
         delay = next_retry(task.options, task.attempt, error)
-        if delay is not None and self._past_schedule_to_close(task, delay):
-            error = self._schedule_to_close_error(task, error)
+        if delay is not None and schedule_to_close_left(task, self.m.node.now()) <= delay:
+            error = schedule_to_close_error(task, error)
             delay = None
         log_failure(task, error, delay, telemetry.trace_id_of(self._record(task)))
         self.m.counters.attempt_failed(task.entry)
@@ -546,26 +516,6 @@ class ActivityWorker:
         if record is None or record.run_id != task.run_id or record.status.value != "running":
             key = task_key(task.run_id, task.seq)
             await self.m.transact(lambda txn: txn.delete("tasks", key))
-
-    def _schedule_to_close_left(self, task: ActivityTask) -> float:
-        limit = task.options.get("schedule_to_close_timeout")
-        if limit is None:
-            return math.inf
-        elapsed = (self.m.node.now() - task.scheduled_at).total_seconds()
-        return float(limit) - elapsed
-
-    def _past_schedule_to_close(self, task: ActivityTask, delay: float) -> bool:
-        return self._schedule_to_close_left(task) <= delay
-
-    def _schedule_to_close_error(self, task: ActivityTask, last: Error) -> Error:
-        limit = task.options.get("schedule_to_close_timeout")
-        return Error(
-            f"activity {task.entry!r} did not complete within its schedule_to_close_timeout "
-            f"of {limit:g}s (attempt {task.attempt}; last error: {last})",
-            kind=ErrorKind.TIMEOUT,
-            retryable=False,
-            details={"timeout_type": "schedule_to_close", "attempt": task.attempt},
-        )
 
     async def _wait_until(self, when: dt.datetime | None, work: Attempt) -> bool:
         """Sleep until ``when``; False if the workflow cancelled the task meanwhile."""
@@ -596,21 +546,8 @@ class ActivityWorker:
             Unstorable: ``value`` cannot be recorded (nothing was written).
         """
         if error is None:
-            self._check(value)
+            check_result(self._codec, value)
         await self.m.settle(*self._settling(task, value, error))
-
-    def _check(self, value: Any) -> None:
-        # A result is a payload: it gets MAX_DEPTH on its own, not the envelope's allowance
-        # around it, or the workflow would get a value it can never hand on. A scalar is
-        # storable at any depth (the codec's walk would say so, one Walk later).
-        if type(value) in _SCALARS:
-            return
-        try:
-            self.m.codec.check(value, what=RESULT_PATH)
-        except Error as exc:
-            raise Unstorable(exc) from None
-        except Exception as exc:  # the value's own methods raised
-            raise Unstorable(_unreadable(exc)) from exc
 
     def _settling(
         self, task: ActivityTask, value: Any, error: Error | None
@@ -618,7 +555,7 @@ class ActivityWorker:
         """The arguments of ``settle`` for this outcome."""
         return (
             "tasks",
-            task_key(task.run_id, task.seq),
+            task_row(task),
             (task.workflow_id, task.run_id),
             ActivityResolved(seq=task.seq, value=value, error=error),
             refuse if error is None else failed_with(task.seq),
@@ -644,11 +581,3 @@ class ActivityWorker:
         await self.m.transact(write)
         return task
 
-
-def _unreadable(exc: Exception) -> Error:
-    """The refusal of a result whose own methods raised while it was read."""
-    return invalid(
-        f"{RESULT_PATH}: reading the value raised {type_name(exc)}: {safe_text(exc, 1000)}",
-        path=RESULT_PATH,
-        exception=type_name(exc),
-    )

@@ -4,30 +4,40 @@ from __future__ import annotations
 
 import contextvars
 import math
+import struct
 import types
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from roost import _telemetry as telemetry
 from roost._counters import RuntimeCounters
-from roost._errors import Error, ErrorKind
+from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost.actors._contain import must_propagate
 from roost.workflow._activity_threads import SyncJob
 from roost.workflow._history import ActivityResolved
 from roost.workflow._records import ActivityTask
 
+if TYPE_CHECKING:
+    from roost.storage import Codec
+
 __all__ = [
     "RESULT_PATH",
     "Attempt",
     "Unstorable",
+    "check_result",
     "failed",
     "failed_with",
     "refuse",
     "result_error",
     "resume",
+    "task_row",
 ]
+
+# Results that always encode, at any depth (ints of any size too: a bignum is one tag).
+_SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
+_U64 = struct.Struct(">Q")
 
 
 class Unstorable(Exception):  # noqa: N818 - private control flow, never seen by users
@@ -65,6 +75,47 @@ def result_error(task: ActivityTask, problem: Error) -> Error:
 
 
 RESULT_PATH = "payload.value"  # where the codec finds a result in ActivityResolved
+
+
+def check_result(codec: Codec, value: Any) -> None:
+    """Check that an attempt's result can be recorded.
+
+    A result is a payload: it gets MAX_DEPTH on its own, not the envelope's allowance
+    around it, or the workflow would get a value it can never hand on. A scalar is
+    storable at any depth (the codec's walk would say so, one Walk later).
+
+    Raises:
+        Unstorable: it cannot (nothing was written).
+    """
+    if type(value) in _SCALARS:
+        return
+    try:
+        codec.check(value, what=RESULT_PATH)
+    except Error as exc:
+        raise Unstorable(exc) from None
+    except Exception as exc:  # the value's own methods raised
+        raise Unstorable(unreadable(exc)) from exc
+
+
+def unreadable(exc: Exception) -> Error:
+    """The refusal of a result whose own methods raised while it was read."""
+    return invalid(
+        f"{RESULT_PATH}: reading the value raised {type_name(exc)}: {safe_text(exc, 1000)}",
+        path=RESULT_PATH,
+        exception=type_name(exc),
+    )
+
+
+def task_row(task: ActivityTask) -> bytes:
+    """The task's key in ``tasks``: ``task_key(task.run_id, task.seq)``, built directly.
+
+    The generic key builder checks each part's type and range; a task's parts passed
+    those checks when its row was written (a run id's text, a sequence number), and
+    this is built once per attempt's outcome.
+    """
+    return (
+        task.run_id.encode().replace(b"\x00", b"\x00\xff") + b"\x00\x01" + _U64.pack(task.seq)
+    )
 
 
 def failed(exc: BaseException) -> Error:

@@ -37,12 +37,15 @@ class Known:
 
     ``task`` is the attempt's ActivityTask (anything with its fields): most activities
     never call ``activity_info()``, so an attempt's start builds no record for it.
+    ``beat`` is what ``roost.heartbeat()`` calls (None: the task has no heartbeat
+    timeout); one context variable holds both, so an attempt's start sets one.
     """
 
-    __slots__ = ("info", "task")
+    __slots__ = ("beat", "info", "task")
 
-    def __init__(self, task: Any) -> None:
+    def __init__(self, task: Any, beat: Callable[[Any], None] | None = None) -> None:
         self.task = task
+        self.beat = beat
         self.info: ActivityInfo | None = None
 
     def get(self) -> ActivityInfo:
@@ -71,11 +74,6 @@ def activity_info() -> ActivityInfo | None:
     return known.get() if known is not None else None
 
 
-_beat: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar(
-    "roost_heartbeat", default=None
-)
-
-
 def heartbeat(details: Any = None) -> None:
     """Tell roost the running activity is alive (resets its ``heartbeat_timeout``).
 
@@ -85,15 +83,14 @@ def heartbeat(details: Any = None) -> None:
     Raises:
         roost.Error: kind InvalidState outside an activity run by a workflow.
     """
-    beat = _beat.get()
-    if beat is None:
-        if _info.get() is None:
-            raise Error(
-                "roost.heartbeat() must be called inside an activity run by a workflow",
-                kind=ErrorKind.INVALID_STATE,
-            )
-        return
-    beat(details)
+    known = _info.get()
+    if known is None:
+        raise Error(
+            "roost.heartbeat() must be called inside an activity run by a workflow",
+            kind=ErrorKind.INVALID_STATE,
+        )
+    if known.beat is not None:
+        known.beat(details)
 
 
 def prepare_base(node: Any) -> None:
@@ -102,8 +99,7 @@ def prepare_base(node: Any) -> None:
     bind_node(node)  # roost.state works here though no process is current
 
 
-def enter(context: Mapping[str, Any], known: Known, beat: Callable[[Any], None] | None) -> None:
+def enter(context: Mapping[str, Any], known: Known) -> None:
     """Set up the calling context (an attempt's own copy of the base) for an attempt."""
     activity_context.set(context)
     _info.set(known)
-    _beat.set(beat)

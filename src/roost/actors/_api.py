@@ -458,7 +458,8 @@ def _context_values() -> Mapping[str, Any] | None:
     proc = maybe_current_process()
     if proc is not None:
         return proc.context
-    return activity_context.get()
+    known = activity_context.get()  # an activity's: its workflow's values
+    return known.context if known is not None else None
 
 
 async def funcs_call(entry: Any, *args: Any) -> Any:

@@ -300,10 +300,10 @@ class Process:
 
 _current: ContextVar[Any] = ContextVar("roost_process", default=None)
 
-# Inside an activity run by a workflow: that workflow's context values (for ctx.get).
-activity_context: ContextVar[Mapping[str, Any] | None] = ContextVar(
-    "roost_activity_context", default=None
-)
+# Inside an activity run by a workflow: what the attempt knows of itself (a ``Known`` of
+# workflow/_activity_info), whose ``context`` is that workflow's context values (ctx.get).
+# One variable for all of it: an attempt's start sets one.
+activity_context: ContextVar[Any] = ContextVar("roost_activity_context", default=None)
 
 
 def maybe_current_process() -> Process | WorkflowProcess | None:

@@ -274,7 +274,7 @@ class ActivityWorker:
         # The run's context values are shared, never copied: nothing changes them in place
         # (the workflow's own process reads the same mapping).
         ctx = work.ctx = self._base.copy()
-        ctx.run(enter, run.context, Known(task, self._beater(work) if work.every else None))
+        ctx.run(enter, Known(task, run.context, self._beater(work) if work.every else None))
         if telemetry.tracing:
             telemetry.activity_started(work, run, ctx)
         if not entry.is_async and not self.m.node.mock_time:

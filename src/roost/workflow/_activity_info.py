@@ -37,14 +37,21 @@ class Known:
 
     ``task`` is the attempt's ActivityTask (anything with its fields): most activities
     never call ``activity_info()``, so an attempt's start builds no record for it.
-    ``beat`` is what ``roost.heartbeat()`` calls (None: the task has no heartbeat
-    timeout); one context variable holds both, so an attempt's start sets one.
+    ``context`` is its workflow's context values (``ctx.get``), ``beat`` what
+    ``roost.heartbeat()`` calls (None: the task has no heartbeat timeout). One context
+    variable holds it all (``activity_context``), so an attempt's start sets one.
     """
 
-    __slots__ = ("beat", "info", "task")
+    __slots__ = ("beat", "context", "info", "task")
 
-    def __init__(self, task: Any, beat: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        task: Any,
+        context: Mapping[str, Any] | None = None,
+        beat: Callable[[Any], None] | None = None,
+    ) -> None:
         self.task = task
+        self.context = context
         self.beat = beat
         self.info: ActivityInfo | None = None
 
@@ -65,7 +72,11 @@ class Known:
         return info
 
 
-_info: contextvars.ContextVar[Known | None] = contextvars.ContextVar("roost_activity", default=None)
+_info: contextvars.ContextVar[Known | None] = activity_context
+
+# Sets up the calling context (an attempt's own copy of the base) for an attempt: the
+# variable's own setter, so an attempt's start runs no Python function for it.
+enter: Callable[[Known], object] = activity_context.set
 
 
 def activity_info() -> ActivityInfo | None:
@@ -98,8 +109,3 @@ def prepare_base(node: Any) -> None:
     set_current(None)
     bind_node(node)  # roost.state works here though no process is current
 
-
-def enter(context: Mapping[str, Any], known: Known) -> None:
-    """Set up the calling context (an attempt's own copy of the base) for an attempt."""
-    activity_context.set(context)
-    _info.set(known)

@@ -580,4 +580,3 @@ class ActivityWorker:
 
         await self.m.transact(write)
         return task
-

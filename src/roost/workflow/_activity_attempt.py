@@ -113,9 +113,7 @@ def task_row(task: ActivityTask) -> bytes:
     those checks when its row was written (a run id's text, a sequence number), and
     this is built once per attempt's outcome.
     """
-    return (
-        task.run_id.encode().replace(b"\x00", b"\x00\xff") + b"\x00\x01" + _U64.pack(task.seq)
-    )
+    return task.run_id.encode().replace(b"\x00", b"\x00\xff") + b"\x00\x01" + _U64.pack(task.seq)
 
 
 def failed(exc: BaseException) -> Error:

@@ -108,4 +108,3 @@ def prepare_base(node: Any) -> None:
     """Set up the calling context (the base every attempt's context copies) for ``node``."""
     set_current(None)
     bind_node(node)  # roost.state works here though no process is current
-

@@ -473,7 +473,13 @@ async def funcs_call(entry: Any, *args: Any) -> Any:
     # the result).
     proc = _get_current()
     if proc is not None and proc.workflow is not None:
-        entry_id, defaults = _activity_id(proc, entry)
+        node = proc.node
+        if node is not None:  # ``_activity_id``'s common case
+            resolved = node.app.resolve(entry)
+            if resolved.kind == "activity":
+                options = (resolved.options, _NO_OPTIONS)
+                return await proc.workflow.start_activity(resolved.id, args, options)
+        entry_id, defaults = _activity_id(proc, entry)  # its refusal, or no node (a replay)
         return await proc.workflow.start_activity(entry_id, args, (defaults, _NO_OPTIONS))
     return await _call_activity(entry, args, {})
 

@@ -35,6 +35,7 @@ from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
 from roost.workflow._activity_attempt import (
+    SCALARS,
     Attempt,
     Unstorable,
     check_result,
@@ -347,7 +348,8 @@ class ActivityWorker:
         if work.error is None:
             value = work.value
             try:
-                check_result(self._codec, value)
+                if type(value) not in SCALARS:  # a scalar is always storable
+                    check_result(self._codec, value)
                 settled = self._settle_now(
                     "tasks",
                     task_row(task),

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RESULT_PATH",
+    "SCALARS",
     "Attempt",
     "Unstorable",
     "check_result",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 # Results that always encode, at any depth (ints of any size too: a bignum is one tag).
-_SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
+SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
 _U64 = struct.Struct(">Q")
 
 
@@ -87,7 +88,7 @@ def check_result(codec: Codec, value: Any) -> None:
     Raises:
         Unstorable: it cannot (nothing was written).
     """
-    if type(value) in _SCALARS:
+    if type(value) in SCALARS:
         return
     try:
         codec.check(value, what=RESULT_PATH)

@@ -5,7 +5,9 @@ Tables (all keys built with ``roost.storage.key`` so byte order is logical order
 - ``runs``       workflow id              -> ``RunRecord`` (the latest run of that id)
 - ``histories``  (run id, activation)     -> ``Activation``
 - ``inbox``      (run id, arrival number) -> an incoming event not yet fed to the workflow
-- ``tasks``      (run id, seq)            -> ``ActivityTask`` (scheduled, not yet resolved)
+- ``tasks``      (run id, seq)            -> ``ActivityTask`` of a pending activity whose
+  attempt failed: the next attempt, its backoff and the latest errors. A scheduled
+  activity has no row until then: the command in the history is its record (``_pending``).
 - ``timers``     (due ms, run id, seq)    -> ``TimerTask``
 - ``visibility`` workflow id              -> ``RunProgress`` (``PROGRESS_TABLE``): the
   counters of an open run that change with every activation. An activation that changes

@@ -350,7 +350,7 @@ def _pending(txn: Any, codec: Codec, record: Any) -> list[Any]:
     """
     if record.status.value != "running":
         return [codec.decode(v) for _, v in txn.prefix("tasks", key(record.run_id))]
-    return read_pending(txn, codec, record.workflow_id, record.run_id)
+    return read_pending(txn, codec, record)
 
 
 def snapshot(data_dir: str) -> dict[str, Any]:

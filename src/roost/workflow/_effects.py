@@ -301,7 +301,9 @@ class Effects:
                 children = record.children  # unchanged: the record keeps its list
             unread = driver.mailbox.unread_messages()
         # Only the counters change (no close, child, attribute or failure) of a stored
-        # record: the small progress row is written instead of it (see RunProgress).
+        # record: the history counters are read from the history rows (_pending), so only
+        # a changed unread count is written, in the small progress row (see RunProgress).
+        # The stored unread count is always the last step's: every step changing it writes.
         progress_only = (
             act.index > 1  # the first one stores the record (with an eager start, at all)
             and record is run.record
@@ -309,6 +311,7 @@ class Effects:
             and not self.children
             and children is record.children
         )
+        counters_only = progress_only and unread == record.unread
         self.record = record = with_counters(
             record,
             children=children,
@@ -323,8 +326,11 @@ class Effects:
         # built once per step, each row's key is that prefix and its number.
         prefix = key(run_id)
         history_row = prefix + u64(act.index)
+        record_bytes: bytes | None
         if self.continued is not None:
             record_bytes = codec.encode(self.continued[0].record)  # the id names the new run
+        elif counters_only:
+            record_bytes = None
         elif progress_only:
             record_bytes = codec.encode_checked(  # counters and an id: nothing to walk
                 RunProgress(
@@ -362,7 +368,8 @@ class Effects:
                 rest(txn)
             if closing:  # a closing run's record has it all
                 txn.delete(PROGRESS_TABLE, run_key)
-            txn.put(row_table, run_key, record_bytes)
+            if record_bytes is not None:
+                txn.put(row_table, run_key, record_bytes)
 
         return write
 

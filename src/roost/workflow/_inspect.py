@@ -24,7 +24,7 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._history import flatten
 from roost.workflow._history_format import decode_activation
-from roost.workflow._pending import read_pending
+from roost.workflow._pending import read_open
 from roost.workflow._records import ActivityTask, RunRecord, RunStatus, read_progress
 
 __all__ = ["describe", "history", "list_workflows", "parse_query", "run_key"]
@@ -108,16 +108,15 @@ def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
     if isinstance(found, dict):
         return {**found, "pending_activities": []}
     with store.read() as txn:
-        pending = _pending_of(txn, codec, found)
-    return {**_as_dict(found), "pending_activities": pending}
+        return _view(txn, codec, found)
 
 
-def _pending_of(txn: ReadTxn, codec: Codec, record: RunRecord) -> list[dict[str, Any]]:
-    """The pending activities of a run, from its history (a closed run waits for none)."""
+def _view(txn: ReadTxn, codec: Codec, record: RunRecord) -> dict[str, Any]:
+    """A run as described: an open one's counters and pending activities from its history."""
     if record.status is not RunStatus.RUNNING:
-        return []
-    tasks = read_pending(txn, codec, record.workflow_id, record.run_id)
-    return [_pending(t) for t in tasks]
+        return {**_as_dict(record), "pending_activities": []}  # a closed run waits for none
+    record, tasks = read_open(txn, codec, record)
+    return {**_as_dict(record), "pending_activities": [_pending(t) for t in tasks]}
 
 
 def _pending(task: ActivityTask) -> dict[str, Any]:
@@ -192,27 +191,18 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     clauses = parse_query(query)
     with store.read() as txn:
         found = [_decode_row(codec, k, v, txn) for k, v in txn.range("runs")]
-        rows = [r if isinstance(r, dict) else _as_dict(r) for r in found]
-        open_runs = {
-            r.run_id: r for r in found if not isinstance(r, dict) and r.status is RunStatus.RUNNING
-        }
+        rows = [
+            {**r, "pending_activities": []} if isinstance(r, dict) else _view(txn, codec, r)
+            for r in found
+        ]
         entries = read_quarantine(txn, codec, "workflow")
         if entries:
             listed = {row["workflow_id"] for row in rows}
             rows += [_quarantined(codec, e) for e in entries if e.id not in listed]
             rows.sort(key=lambda row: row["workflow_id"].encode("utf-8", "surrogateescape"))
         rows = [row for row in rows if all(_matches(row, clause) for clause in clauses)]
-        listed_runs = {row["run_id"] for row in rows}
-        pending = {
-            run_id: _pending_of(txn, codec, record)
-            for run_id, record in open_runs.items()
-            if run_id in listed_runs
-        }
     return [
-        {**row, "pending_activities": pending.get(row["run_id"], [])}
-        if row["status"] != "quarantined"
-        else {**row, "pending_activities": []}
-        for row in rows
+        row if row["status"] != "quarantined" else {**row, "pending_activities": []} for row in rows
     ]
 
 

@@ -1,4 +1,4 @@
-"""The activities a run waits for, read from its history: the source of truth for them.
+"""What an open run's history says: the activities it waits for, and its counters.
 
 A scheduled activity is pending from the activation whose ``ScheduleActivity`` command
 scheduled it until one whose events hold its ``ActivityResolved`` or whose commands hold a
@@ -22,12 +22,12 @@ from roost.workflow._history import (
     ScheduleActivity,
 )
 from roost.workflow._history_format import decode_activation
-from roost.workflow._records import ActivityTask
+from roost.workflow._records import ActivityTask, RunRecord, with_history
 
 if TYPE_CHECKING:
     from roost.storage import Codec, ReadTxn
 
-__all__ = ["pending_tasks", "read_pending", "task_rows"]
+__all__ = ["pending_tasks", "read_open", "read_pending", "task_rows"]
 
 
 def pending_tasks(
@@ -96,27 +96,44 @@ def task_rows(codec: Codec, rows: Iterable[tuple[bytes, bytes]]) -> dict[int, Ac
     return found
 
 
-def read_pending(
+def read_open(
     txn: ReadTxn,
     codec: Codec,
-    workflow_id: str,
-    run_id: str,
+    record: RunRecord,
     *,
     rows: Mapping[int, ActivityTask] | None = None,
     resolved: Iterable[object] = (),
-) -> list[ActivityTask]:
-    """``pending_tasks`` of a stored run (its ``tasks`` rows read here unless given).
+) -> tuple[RunRecord, list[ActivityTask]]:
+    """An open run's record with the counters its history gives, and its pending tasks.
 
-    A run with a history row that cannot be decoded has only its rows' tasks (what it
-    waits for is not known): its next activation's replay quarantines it.
+    A step that changes nothing but the counters writes no run row (see ``_effects``): the
+    history's rows are the count of activations, their sizes the history's size, their
+    events and commands its length. The stored ``tasks`` rows are read here unless
+    ``rows`` gives them. A run with a history row that cannot be decoded keeps its stored
+    counters and has only its rows' tasks (what it waits for is not known): its next
+    activation's replay quarantines it.
     """
-    prefix = key(run_id)
+    prefix = key(record.run_id)
     if rows is None:
         rows = task_rows(codec, txn.prefix("tasks", prefix))
     acts = []
+    size = length = 0
     for _, data in txn.prefix("histories", prefix):
         try:
-            acts.append(decode_activation(codec, data))
+            act = decode_activation(codec, data)
         except Exception:  # noqa: BLE001 - whatever the decoder raises, replay reports it
-            return list(rows.values())
-    return pending_tasks(workflow_id, run_id, acts, rows, resolved)
+            return record, list(rows.values())
+        acts.append(act)
+        size += len(data)
+        length += len(act.events) + len(act.commands)
+    tasks = pending_tasks(record.workflow_id, record.run_id, acts, rows, resolved)
+    if acts and acts[-1].index > record.activations:
+        record = with_history(
+            record, activations=acts[-1].index, history_length=length, history_size=size
+        )
+    return record, tasks
+
+
+def read_pending(txn: ReadTxn, codec: Codec, record: RunRecord) -> list[ActivityTask]:
+    """The pending activity tasks of the open run ``record`` (see ``read_open``)."""
+    return read_open(txn, codec, record)[1]

@@ -25,7 +25,7 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._effects import lost_error
 from roost.workflow._history import ProcessExited, TimerFired
-from roost.workflow._pending import read_pending
+from roost.workflow._pending import read_open
 from roost.workflow._phases import RunPhase
 from roost.workflow._quarantine import commit_quarantines, workflow_entry
 from roost.workflow._records import (
@@ -146,8 +146,9 @@ def _pending_tasks(
     """The activity tasks to run again, each with whether it has a row in ``tasks``.
 
     A loaded run's are read from its history (``_pending``), with its rows (attempts after
-    a failure) standing for theirs; other rows (of a closed run, say) go to the worker as
-    they are, which deletes the row of a run that is not open.
+    a failure) standing for theirs; the same read gives the run's counters. Other rows (of
+    a closed run, say) go to the worker as they are, which deletes the row of a run that
+    is not open.
     """
     by_run: dict[str, dict[int, ActivityTask]] = {}
     for row in rows:
@@ -157,9 +158,10 @@ def _pending_tasks(
     for run_id, run in loaded.items():
         stored = by_run.get(run_id, {})
         events = [event for _, event in run.pending]
-        found = read_pending(
-            txn, m.codec, run.record.workflow_id, run_id, rows=stored, resolved=events
-        )
+        record, found = read_open(txn, m.codec, run.record, rows=stored, resolved=events)
+        if record is not run.record:  # steps after its stored counters: the history's
+            run.record = record
+            run.next_index = record.activations + 1
         tasks += [(task, task.seq in stored) for task in found]
     tasks += [
         (row, True)

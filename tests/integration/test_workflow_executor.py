@@ -179,6 +179,12 @@ async def test_a_step_that_changes_only_counters_writes_no_run_row(autojump_cloc
             unread["history_size"],
         )
         assert node._node.ext["workflows"].runs.get("p").next_index == 6
+        pid = roost.Pid(node.name, "executor:workflows", "p")
+        process.monitor(pid)
+        await process.send(pid, "go", 1)
+        assert (await process.events().receive()).value == 3
+    record, progress = _rows(tmp_path, "p")
+    assert progress is None and record.activations == 6  # its close deleted the row
 
 
 async def test_a_store_without_progress_rows_resumes_and_closes_with_its_counters(

@@ -344,6 +344,9 @@ class Effects:
         else:
             record_bytes = codec.encode(record)
         row_table = PROGRESS_TABLE if progress_only else "runs"
+        if progress_only and not counters_only:
+            run.progress_row = True
+        dropped_progress = plan is not None and run.progress_row
         closing = plan is not None
         rest = (
             self._rest(codec, prefix, closing)
@@ -366,7 +369,7 @@ class Effects:
                     txn.delete(k.table, k.row)
             if rest is not None:
                 rest(txn)
-            if closing:  # a closing run's record has it all
+            if dropped_progress:  # a closing run's record has it all
                 txn.delete(PROGRESS_TABLE, run_key)
             if record_bytes is not None:
                 txn.put(row_table, run_key, record_bytes)

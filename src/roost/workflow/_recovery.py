@@ -132,6 +132,8 @@ def _read(
     for run_id, record in resumable.items():
         if run_id not in unreadable:
             _resume(m, record, inbox.get(run_id, ()))
+    for run in m.runs.values():  # its close deletes the row
+        run.progress_row = run.record.workflow_id.encode() in progress
     task_owner = _owner_by_run(by_run, str, int, at=0)
     rows = [bad.decode("tasks", k, v, task_owner) for k, v in txn.range("tasks")]
     timer_owner = _owner_by_run(by_run, int, str, int, at=1)

@@ -76,6 +76,8 @@ class Run:
     closed_event: trio.Event | None = None
     arriving: int = 0  # messages being committed to it, not yet in ``pending`` (_unread)
     task_failures: int = 0  # consecutive failed tasks (the backoff grows with them)
+    # It may have a progress row (see RunProgress), which its close deletes.
+    progress_row: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.context:

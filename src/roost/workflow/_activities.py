@@ -27,11 +27,9 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from roost import _telemetry as telemetry
-from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
 from roost.workflow._activity_attempt import (
@@ -61,15 +59,16 @@ from roost.workflow._activity_limits import (
     schedule_to_close_left,
     set_limits,
 )
-from roost.workflow._activity_log import KEPT_ERRORS, log_failure
+from roost.workflow._activity_log import log_failure
+from roost.workflow._activity_rows import forget_if_orphan, reschedule
 from roost.workflow._activity_threads import SyncJob, ThreadPool, never_raising
 from roost.workflow._drivers import paused_gc
 from roost.workflow._history import ActivityResolved
-from roost.workflow._records import ActivityTask, task_key
+from roost.workflow._records import ActivityTask
 from roost.workflow._retry import next_retry
+from roost.workflow._run import NO_ROW
 
 if TYPE_CHECKING:
-    from roost.storage import WriteTxn
     from roost.workflow._host import RunHost
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
@@ -82,6 +81,9 @@ class ActivityWorker:
         self.m = manager
         self._nursery = nursery
         self.running: dict[tuple[str, int], Attempt] = {}
+        # The tasks with a row in ``tasks``: an attempt failed (or it was recovered from a
+        # row). The others' only record is the command that scheduled them.
+        self._rows: set[tuple[str, int]] = set()
         # What every attempt's context starts from: the runtime's own, never a caller's,
         # with no current process and the node bound (see prepare_base).
         self._base = contextvars.copy_context()
@@ -119,11 +121,17 @@ class ActivityWorker:
         """How many worker-thread hops sync attempts took so far."""
         return self._pool.hops
 
-    def submit(self, task: ActivityTask) -> None:
-        """Start working on ``task`` (a task already being worked on is ignored)."""
+    def submit(self, task: ActivityTask, *, stored: bool = False) -> None:
+        """Start working on ``task`` (a task already being worked on is ignored).
+
+        ``stored``: the task has a row in ``tasks`` (recovered from one), which its
+        outcome's commit deletes; a task only in the history it was scheduled in has none.
+        """
         ident = (task.run_id, task.seq)
         if ident in self.running:
             return
+        if stored:
+            self._rows.add(ident)
         work = self.running[ident] = Attempt(task, self.m.counters)
         when = task.not_before
         if when is not None and when > self.m.node.now():
@@ -146,7 +154,12 @@ class ActivityWorker:
             self._pool.drop(job)
             work.job = None
             self._timed -= 1
-            self.running.pop((run_id, seq), None)
+            self._forget((run_id, seq))
+
+    def _forget(self, ident: tuple[str, int]) -> None:
+        """The task is done here: resolved, cancelled, or of a run no longer open."""
+        self.running.pop(ident, None)
+        self._rows.discard(ident)
 
     # -- the runner ----------------------------------------------------------------------
 
@@ -246,7 +259,7 @@ class ActivityWorker:
         """
         task = work.task
         if work.cancelled:
-            self.running.pop((task.run_id, task.seq), None)
+            self._forget((task.run_id, task.seq))
             return None
         run = self.m.runs.get(task.workflow_id)  # ``_wanted``, keeping the run at hand
         if run is None or run.record.run_id != task.run_id:
@@ -342,8 +355,9 @@ class ActivityWorker:
         meanwhile leaves the outcome to a task, as a failure does.
         """
         task = work.task
+        ident = (task.run_id, task.seq)
         if work.cancelled:
-            self.running.pop((task.run_id, task.seq), None)
+            self._forget(ident)
             return
         if work.error is None:
             value = work.value
@@ -351,7 +365,7 @@ class ActivityWorker:
                 if type(value) not in SCALARS:  # a scalar is always storable
                     check_result(self._codec, value)
                 settled = self._settle_now(
-                    "tasks",
+                    "tasks" if ident in self._rows else NO_ROW,  # a row only after a failure
                     task_row(task),
                     (task.workflow_id, task.run_id),
                     ActivityResolved(seq=task.seq, value=value, error=None),
@@ -363,7 +377,7 @@ class ActivityWorker:
                 work.finish(None, result_error(task, unreadable(exc)))
             else:
                 if settled:
-                    self.running.pop((task.run_id, task.seq), None)
+                    self._forget(ident)
                     return
         self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
 
@@ -465,14 +479,14 @@ class ActivityWorker:
             if not await self._wait_until(task.not_before, work):
                 return  # cancelled while waiting for its next attempt
             if not self._wanted(task):
-                await self._forget_if_orphan(task)
+                await forget_if_orphan(self.m, task)
                 return  # its run closed (its row went with it): no more attempts
             work.done = False
             requeued = True
             self._queue(work)
         finally:
             if not requeued:
-                self.running.pop(ident, None)
+                self._forget(ident)
 
     async def _outcome(self, work: Attempt) -> bool:
         """Resolve or reschedule after an attempt; True if another attempt follows."""
@@ -498,7 +512,8 @@ class ActivityWorker:
         if delay is None:
             await self._resolve(task, None, error)
             return False
-        work.task = await self._reschedule(task, error, delay)
+        work.task = await reschedule(self.m, task, error, delay)
+        self._rows.add((task.run_id, task.seq))
         return True
 
     # -- shared --------------------------------------------------------------------------
@@ -510,14 +525,6 @@ class ActivityWorker:
     def _wanted(self, task: ActivityTask) -> bool:
         run = self.m.runs.get(task.workflow_id)
         return run is not None and run.record.run_id == task.run_id
-
-    async def _forget_if_orphan(self, task: ActivityTask) -> None:
-        # A row whose run has closed (left by a version that did not delete it at the
-        # close) is deleted; one of a run that is open but cannot resume here stays.
-        record = self.m.stored_record(task.workflow_id)
-        if record is None or record.run_id != task.run_id or record.status.value != "running":
-            key = task_key(task.run_id, task.seq)
-            await self.m.transact(lambda txn: txn.delete("tasks", key))
 
     async def _wait_until(self, when: dt.datetime | None, work: Attempt) -> bool:
         """Sleep until ``when``; False if the workflow cancelled the task meanwhile."""
@@ -555,30 +562,12 @@ class ActivityWorker:
         self, task: ActivityTask, value: Any, error: Error | None
     ) -> tuple[str, bytes, tuple[str, str], ActivityResolved, Callable[[Error], Any]]:
         """The arguments of ``settle`` for this outcome."""
+        ident = (task.run_id, task.seq)
+        table = "tasks" if ident in self._rows else NO_ROW
         return (
-            "tasks",
+            table,
             task_row(task),
             (task.workflow_id, task.run_id),
             ActivityResolved(seq=task.seq, value=value, error=error),
             refuse if error is None else failed_with(task.seq),
         )
-
-    async def _reschedule(self, task: ActivityTask, error: Error, delay: float) -> ActivityTask:
-        # The latest errors only: under an unlimited policy the row must not grow for ever.
-        errors = [*task.errors[-(KEPT_ERRORS - 1) :], error]
-        task = attrs.evolve(
-            task,
-            attempt=task.attempt + 1,
-            not_before=deadline_after(self.m.node.now(), delay),
-            errors=errors,
-        )
-        data = self.m.codec.encode(task)
-        key = task_key(task.run_id, task.seq)
-
-        def write(txn: WriteTxn) -> None:
-            # Not if the workflow cancelled the activity meanwhile (it deleted the row).
-            if txn.get("tasks", key) is not None:
-                txn.put("tasks", key, data)
-
-        await self.m.transact(write)
-        return task

@@ -10,6 +10,7 @@ import http.server
 import json
 import signal
 import threading
+from typing import ClassVar
 
 import pytest
 from test_cli_ops import APP, Node, cli_json, roost_cli, seed
@@ -79,7 +80,7 @@ async def test_an_explicit_running_id_is_refused_with_or_without_a_node(tmp_path
 class _Impostor(http.server.BaseHTTPRequestHandler):
     """Another program on a port a killed node's admin server had: it records what it gets."""
 
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
     def _answer(self):
         self.seen.append(f"{self.command} {self.path} {self.headers.get('Authorization')}")
@@ -90,7 +91,11 @@ class _Impostor(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_GET = do_POST = _answer
+    def do_GET(self):  # noqa: N802 - the name BaseHTTPRequestHandler calls
+        self._answer()
+
+    def do_POST(self):  # noqa: N802 - as above
+        self._answer()
 
     def log_message(self, *args):
         pass

@@ -266,7 +266,8 @@ def _load(m: RunHost, record: RunRecord) -> Run:
     entry = m.node.app.resolve(record.workflow_type)
     if entry.kind is not EntryKind.WORKFLOW:  # stored by hand (a CLI start with no node)
         raise invalid(
-            f"{record.workflow_type!r} is declared as {entry.kind.value!r} by this app, not as a workflow",
+            f"{record.workflow_type!r} is declared as {entry.kind.value!r} by this app, "
+            "not as a workflow",
             entry=record.workflow_type,
         )
     pid = Pid.trusted(m.node.name, m.host, record.workflow_id)

@@ -91,10 +91,10 @@ class _Impostor(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self):  # noqa: N802 - the name BaseHTTPRequestHandler calls
+    def do_GET(self):
         self._answer()
 
-    def do_POST(self):  # noqa: N802 - as above
+    def do_POST(self):
         self._answer()
 
     def log_message(self, *args):

@@ -7,7 +7,6 @@ counted once.
 """
 
 import logging
-import os
 
 import pytest
 from test_cli_ops import cli_json, roost_cli, until

@@ -15,6 +15,7 @@ import click
 import pytest
 
 from roost.cli._main import main
+from roost.workflow._inspect import LISTED_STATUSES
 
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -60,6 +61,12 @@ def test_the_docs_show_the_operating_commands():
     shown = {line.split()[1] for line in (p.values[0] for p in LINES)}
     assert {"run", "workflow", "queue", "dlq", "cron", "history", "replay"} <= shown
     assert len(LINES) >= 25
+
+
+def test_the_docs_list_the_statuses_workflow_list_takes():
+    text = " ".join((ROOT / "docs" / "operating.md").read_text().split())
+    listed = ", ".join(f"`{status}`" for status in LISTED_STATUSES)
+    assert f"(one of {listed}; any other is a usage error, exit 2)" in text
 
 
 @pytest.mark.parametrize("line", LINES)

@@ -115,7 +115,7 @@ def parse_json(text: str | None, what: str, *, default: Any = None) -> Any:
     except RecursionError:
         raise click.BadParameter(
             f"{what} is nested too deeply to parse ({len(text)} characters): "
-            "flatten it (a few hundred levels at most)"
+            "flatten it (stored values nest at most 256 levels deep)"
         ) from None
 
 

@@ -351,3 +351,23 @@ def test_replay_pauses_the_collector_and_restores_what_the_application_set():
         assert not gc.isenabled()  # the application turned it off: it stays off
     finally:
         gc.enable()
+
+
+async def calls_with_and_without_options(x):
+    a = await funcs.call("t:double", x)
+    b = await funcs.new().with_options(start_to_close_timeout="5s").call("t:double", a)
+    return await funcs.call("t:double", b)
+
+
+def test_an_activity_called_without_options_records_the_defaults_in_its_own_dict():
+    sim = Sim(calls_with_and_without_options, 1, activities=ACTIVITIES)
+    driver = sim.run()
+    assert driver.status == Status.COMPLETED
+    assert driver.result == 8
+    first, second, third = (act.commands[0] for act in sim.history[:3])
+    assert first.options == third.options == {"start_to_close_timeout": 600.0}
+    assert second.options == {"start_to_close_timeout": 5.0}
+    # Each command owns its options: what one step's planning does with them stays its own.
+    assert first.options is not third.options
+    first.options["start_to_close_timeout"] = 1.0
+    assert third.options == {"start_to_close_timeout": 600.0}

@@ -1,10 +1,12 @@
 """The run phases (``workflow/_runs.py``): every transition, and the illegal ones refused."""
 
 import itertools
+import types
 
 import pytest
 
 from roost.workflow._phases import IllegalTransition, PhaseEvent, RunPhase, next_phase
+from roost.workflow._runs import RunTable
 
 P, E = RunPhase, PhaseEvent
 
@@ -58,3 +60,77 @@ def test_a_closed_run_never_reopens():
     for event in (E.QUEUE, E.TAKE, E.RETRY, E.RELEASE, E.FAIL):
         with pytest.raises(IllegalTransition):
             next_phase(P.CLOSED, event)
+
+
+class _Drained:
+    """Stands in for the trio.Event a closer waits on (``RunTable.wait_drained``)."""
+
+    def __init__(self) -> None:
+        self.is_set = False
+
+    def set(self) -> None:
+        self.is_set = True
+
+
+@pytest.mark.parametrize(("phase", "event"), list(itertools.product(P, E)))
+def test_the_run_table_moves_a_run_exactly_as_next_phase_says(phase, event):
+    # ``RunTable.move`` probes the transition table itself (the hot path); it must agree
+    # with ``next_phase`` on every pair, refuse the same ones and leave such a run as it is.
+    table = RunTable(cache_size=10)
+    run = types.SimpleNamespace(phase=phase, drained=_Drained())
+    waiter = run.drained
+    if (phase, event) not in LEGAL:
+        with pytest.raises(IllegalTransition, match=f"phase {phase.name} cannot {event.value}"):
+            table.move(run, event)
+        assert run.phase is phase
+        assert not waiter.is_set
+        return
+    assert table.move(run, event) is LEGAL[phase, event] is run.phase
+    in_flight = {P.ACTIVE, P.DRAINING}
+    # A closer waiting for the activation in flight is woken once it is over, not before.
+    woken = phase in in_flight and run.phase not in in_flight
+    assert waiter.is_set is woken
+    assert (run.drained is None) is woken
+
+
+class _Driver:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _run(workflow_id: str, phase: RunPhase = P.IDLE) -> types.SimpleNamespace:
+    record = types.SimpleNamespace(workflow_id=workflow_id)
+    return types.SimpleNamespace(record=record, phase=phase, driver=_Driver(), drained=None)
+
+
+def test_the_driver_cache_evicts_the_least_recently_activated_run():
+    table = RunTable(cache_size=2)
+    a, b, c = _run("a"), _run("b"), _run("c")
+    assert [table.touch(r) for r in (a, b, a)] == [0, 0, 0]  # a again: most recent now
+    driver_b = b.driver
+    assert table.touch(c) == 1
+    assert list(table.cache()) == ["a", "c"]
+    assert b.driver is None and driver_b.closed
+    assert a.driver is not None and not a.driver.closed
+
+
+def test_a_newer_run_of_a_cached_id_takes_its_place():
+    table = RunTable(cache_size=2)
+    old, other, new = _run("w"), _run("x"), _run("w")
+    table.touch(old)
+    table.touch(other)
+    assert table.touch(new) == 0
+    assert list(table.cache().items()) == [("x", other), ("w", new)]
+
+
+def test_a_cache_over_its_size_shrinks_once_the_active_run_is_done():
+    table = RunTable(cache_size=1)
+    busy, idle = _run("busy", P.ACTIVE), _run("idle")
+    table.touch(busy)
+    assert table.touch(idle) == 0  # the oldest is in flight: nothing is evicted
+    busy.phase = P.IDLE
+    assert table.touch(idle) == 1  # touching a cached run evicts what is over the size
+    assert list(table.cache()) == ["idle"]

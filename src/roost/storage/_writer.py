@@ -115,7 +115,10 @@ class Writer:
         self._stats = stats
         self._max_map_size = max_map_size
         self._path = env.path()
-        self._cond = threading.Condition()
+        # The trio thread's paths take the condition's lock as such (``with self._lock``):
+        # the same lock, without Condition's Python-level __enter__/__exit__ per request.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._pending: list[Request] = []
         # Trio requests wait here until the end of the current scheduler tick, then move to
         # _pending together: one hand-off (and one thread wake-up) per tick, not per request.
@@ -133,11 +136,12 @@ class Writer:
         # LMDB's commit protocol keeps the data consistent even then.
         self._thread.daemon = True
         self._thread.start()
+        self._thread_id = self._thread.ident  # read on every submit: not the property
 
     def running_here(self) -> bool:
         """Whether the calling thread is running a batch (inside a transact function)."""
         me = threading.get_ident()
-        return me in (self._thread.ident, self._inline)
+        return me in (self._thread_id, self._inline)
 
     def submit(self, req: Request) -> None:
         """Queue a request now (the blocking ``transact_sync`` path)."""
@@ -160,7 +164,7 @@ class Writer:
         assert req.token is not None
         if self.running_here():
             raise reentrant_error()
-        with self._cond:
+        with self._lock:
             if self._closing:
                 raise closed_error()
             self._staged.append(req)
@@ -181,7 +185,7 @@ class Writer:
         (its caller takes it without waiting): the batch committed here, or ``req`` failed
         by a close meanwhile; 0 when its caller is to wait for its outcome.
         """
-        with self._cond:
+        with self._lock:
             if self._flusher is req:
                 self._flusher = None
             if not self._staged or self._staged[0] is not req:
@@ -231,7 +235,7 @@ class Writer:
             bug = Error.from_exception(exc)
             results = [outcome.Error(bug.clone()) for _ in batch]
         finally:
-            with self._cond:
+            with self._lock:
                 self._inline = None
                 if results is None:
                     self._pending[:0] = batch  # first: they were staged before the rest

@@ -30,7 +30,7 @@ from roost.workflow._effects import Effects
 from roost.workflow._history import Activation
 from roost.workflow._phases import RunPhase
 from roost.workflow._quarantine import RunQuarantined
-from roost.workflow._run import Pending, Run
+from roost.workflow._run import Pending, Run, Settled
 from roost.workflow._task_failure import (
     DEFAULT_TASK_TIMEOUT,
     fail_task,
@@ -111,8 +111,15 @@ def prepare(
         StepFailed: the activation failed or its writes cannot be built (a value that no
             longer encodes, say); nothing of it is staged.
     """
+    keys: list[bytes | Settled] = []
     if events is None:
-        events = [event for _, event in batch]
+        events = []
+        for k, event in batch:  # one walk for both (most batches hold one event)
+            keys.append(k)
+            events.append(event)
+    else:
+        for k, _ in batch:
+            keys.append(k)
     index = run.next_index
     seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
     try:
@@ -129,7 +136,7 @@ def prepare(
     try:
         for command in commands:
             effects.add(command)
-        write = effects.writer(act, [k for k, _ in batch])
+        write = effects.writer(act, keys)
     except Exception as exc:  # nothing of it is committed: a task failure
         effects.discard()
         raise StepFailed(task_failure_error(run, index, exc, stage="commit"), exc) from exc
@@ -144,15 +151,16 @@ def begin(m: RunHost, run: Run, stored: Stored | None = None) -> Step | RunQuara
     Returns the prepared step; the ``RunQuarantined`` to act on when a stored row of the
     run is unreadable; or None when the task failed (already handed to ``fail_task``).
     """
-    try:
-        driver = run.driver or rebuild(m, run, stored)
-    except RunQuarantined as exc:  # a stored row is unreadable: set aside, not retried
-        return exc
-    except ReplayFailed as exc:
-        error = task_failure_error(run, exc.activation, exc.cause, stage="replay")
-        fail_task(m, run, [], error, exc.cause)
-        return None
-    run.driver = driver
+    driver = run.driver
+    if driver is None:
+        try:
+            driver = run.driver = rebuild(m, run, stored)
+        except RunQuarantined as exc:  # a stored row is unreadable: set aside, not retried
+            return exc
+        except ReplayFailed as exc:
+            error = task_failure_error(run, exc.activation, exc.cause, stage="replay")
+            fail_task(m, run, [], error, exc.cause)
+            return None
     touch(m, run)
     batch, run.pending = run.pending, []
     try:

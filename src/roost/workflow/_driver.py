@@ -86,6 +86,11 @@ RUNNING = Status.RUNNING
 # Names of the shared empties, as the driver uses them.
 _NONE = NONE
 _BETWEEN_ACTIVATIONS = BETWEEN_ACTIVATIONS
+# The options of an activity called without any (the common case), merged once; each
+# command gets its own copy.
+_DEFAULT_OPTIONS = activity_options()
+# Arguments that always encode (a str may hold a lone surrogate: it is checked).
+_SCALARS = frozenset({type(None), bool, int, float, bytes})
 
 
 class Driver(Chance, DriverBackend, Versions):
@@ -449,8 +454,12 @@ class Driver(Chance, DriverBackend, Versions):
             self._commands.append(recorded)
             self._seq = seq
         else:
-            self._validate_args(args, f"activity {entry!r}")
-            merged = activity_options(*options)
+            if self._expected is None:
+                for arg in args:
+                    if type(arg) not in _SCALARS:  # the message is built only if needed
+                        self._validate_args(args, f"activity {entry!r}")
+                        break
+            merged = activity_options(*options) if any(options) else dict(_DEFAULT_OPTIONS)
             self._seq = seq
             self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
         # The handle is the future the result resolves: one object per activity.

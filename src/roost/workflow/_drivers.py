@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import gc
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from roost._interrupt import is_ctrl_c
@@ -216,21 +214,23 @@ def _quarantined(k: bytes, data: bytes, exc: Exception) -> RunQuarantined:
     return RunQuarantined(QuarantinedRow(table="histories", key=k, data=data, error=error))
 
 
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """No cyclic garbage collection while a history replays.
+class paused_gc:  # noqa: N801 - used as a function: ``with paused_gc():``
+    """No cyclic garbage collection while a history replays (or a pass runs).
 
     A replay allocates many objects that live until it ends, so the collector's passes
     find nothing to free: on a 100k-event history they were most of the replay's time.
     Garbage made meanwhile is collected after; a collector the application disabled stays
-    disabled.
+    disabled. A class, not a generator: every executor and activity pass enters one.
     """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+
+    __slots__ = ("enabled",)
+
+    def __enter__(self) -> None:
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *_: object) -> None:
+        if self.enabled:
             gc.enable()
 
 

@@ -92,25 +92,23 @@ class Executors:
         self._idle.unpark(count=min(len(self._idle), -(-queued // PASS_LIMIT)))
         return False
 
-    async def take_pass(self) -> None:
-        """Take the queued runs (up to PASS_LIMIT) and run their pass in this task."""
-        await self._take_pass()
-
     async def _executor(self) -> None:
         ready, idle = self._ready, self._idle
         while True:
             while not ready:
                 await idle.park()
-            await self._take_pass()
+            await self.take_pass()
 
-    async def _take_pass(self) -> None:
+    async def take_pass(self) -> None:
+        """Take the queued runs (up to PASS_LIMIT) and run their pass in this task."""
         ready, table = self._ready, self.m.runs
+        current, move = table.get, table.move
         runs: list[Run] = []
         while ready and len(runs) < PASS_LIMIT:
             run = ready.popleft()
-            if run.phase is not RunPhase.QUEUED or not table.is_current(run):
+            if run.phase is not _QUEUED or current(run.record.workflow_id) is not run:
                 continue  # closed or set aside since it was queued
-            table.move(run, PhaseEvent.TAKE)
+            move(run, _TAKE)
             runs.append(run)
         if ready and self._idle:
             self._idle.unpark()  # more than one pass is ready
@@ -118,29 +116,38 @@ class Executors:
             await self._pass(runs)
         finally:
             for run in runs:
-                table.move(run, PhaseEvent.DONE)  # a close from outside waits for this
+                move(run, _DONE)  # a close from outside waits for this
+            again = self.m.ready
             for run in runs:
-                self.m.ready(run)
+                again(run)
 
     async def _pass(self, runs: list[Run]) -> None:
         """One pass: every run's activation, one group commit, their effects."""
         m = self.m
         steps: list[Step] = []
-        quarantined: list[tuple[Run, RunQuarantined]] = []
+        quarantined: list[tuple[Run, RunQuarantined]] | None = None
         # No collection in the middle of a pass: what a pass allocates lives until its
         # commit, so the young collections it would trigger find little to free, and each
         # one counts towards the full collections that walk every open run.
         with paused_gc():
-            histories = read_histories(m, runs)  # after a restart, most runs replay first
+            # After a restart, most runs replay first: their histories in one read (one run
+            # alone reads its own, as ``read_histories`` would have it do anyway).
+            histories = read_histories(m, runs) if len(runs) > 1 else None
             for run in runs:
-                began = begin(m, run, histories.get(run.record.run_id))
+                began = begin(m, run, histories.get(run.record.run_id) if histories else None)
                 if isinstance(began, Step):
                     steps.append(began)
                 elif began is not None:
+                    if quarantined is None:
+                        quarantined = []
                     quarantined.append((run, began))
         committed = await commit_steps(m, steps)
         with paused_gc():
             for step in committed:
                 finish(m, step)
-        for run, exc in quarantined:
-            await quarantine_run(m, run, exc)
+        if quarantined is not None:
+            for run, exc in quarantined:
+                await quarantine_run(m, run, exc)
+
+
+_QUEUED, _TAKE, _DONE = RunPhase.QUEUED, PhaseEvent.TAKE, PhaseEvent.DONE

@@ -6,7 +6,6 @@ import contextlib
 import datetime as dt
 import functools
 import re
-from collections.abc import Iterable
 from typing import Any, Final
 
 import attrs
@@ -25,6 +24,7 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._history import flatten
 from roost.workflow._history_format import decode_activation
+from roost.workflow._pending import read_open
 from roost.workflow._records import ActivityTask, RunRecord, RunStatus, read_progress
 from roost.workflow._unread import counts
 
@@ -121,11 +121,7 @@ def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
         found = _lookup_in(txn, codec, workflow_id)
         if isinstance(found, dict):
             return {**found, "pending_activities": []}
-        tasks = _readable_tasks(codec, txn.prefix("tasks", key(found.run_id)))
-        arrived = _arrived(codec, txn, found) if found.status is RunStatus.RUNNING else 0
-    described = {**_as_dict(found), "pending_activities": [_pending(t) for t in tasks]}
-    described["unread_messages"] += arrived
-    return described
+        return _view(txn, codec, found)
 
 
 def _arrived(codec: Codec, txn: ReadTxn, record: RunRecord) -> int:
@@ -142,13 +138,14 @@ def _arrived(codec: Codec, txn: ReadTxn, record: RunRecord) -> int:
     return count
 
 
-def _readable_tasks(codec: Codec, rows: Iterable[tuple[bytes, bytes]]) -> list[ActivityTask]:
-    # A task row the node has not quarantined yet (a directory read beside it) is left out.
-    tasks = []
-    for _, data in rows:
-        with contextlib.suppress(Error):
-            tasks.append(codec.decode(data))
-    return tasks
+def _view(txn: ReadTxn, codec: Codec, record: RunRecord) -> dict[str, Any]:
+    """A run as described: an open one's counters and pending activities from its history."""
+    if record.status is not RunStatus.RUNNING:
+        return {**_as_dict(record), "pending_activities": []}  # a closed run waits for none
+    record, tasks = read_open(txn, codec, record)
+    described = {**_as_dict(record), "pending_activities": [_pending(t) for t in tasks]}
+    described["unread_messages"] += _arrived(codec, txn, record)
+    return described
 
 
 def _pending(task: ActivityTask) -> dict[str, Any]:
@@ -243,22 +240,19 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     """Latest runs of every workflow id that match ``query`` (see ``parse_query``)."""
     clauses = parse_query(query)
     with store.read() as txn:
-        rows = [_as_dict_or_unreadable(codec, k, v, txn) for k, v in txn.range("runs")]
+        found = [_decode_row(codec, k, v, txn) for k, v in txn.range("runs")]
+        rows = [
+            {**r, "pending_activities": []} if isinstance(r, dict) else _view(txn, codec, r)
+            for r in found
+        ]
         entries = read_quarantine(txn, codec, "workflow")
         if entries:
             listed = {row["workflow_id"] for row in rows}
             rows += [_quarantined(codec, e) for e in entries if e.id not in listed]
             rows.sort(key=lambda row: row["workflow_id"].encode("utf-8", "surrogateescape"))
         rows = [row for row in rows if all(_matches(row, clause) for clause in clauses)]
-        pending: dict[str, list[dict[str, Any]]] = {}
-        if rows:  # one pass over every pending activity, as describe lists them per run
-            for task in _readable_tasks(codec, txn.range("tasks")):
-                pending.setdefault(task.run_id, []).append(_pending(task))
     return [
-        {**row, "pending_activities": pending.get(row["run_id"], [])}
-        if row["status"] != "quarantined"
-        else {**row, "pending_activities": []}
-        for row in rows
+        row if row["status"] != "quarantined" else {**row, "pending_activities": []} for row in rows
     ]
 
 
@@ -284,11 +278,6 @@ def _decode_row(codec: Codec, k: bytes, data: bytes, txn: ReadTxn) -> RunRecord 
         entry = Quarantine(unit="workflow", id=workflow_id, error=row.error, at=_NEVER)
         return _quarantined(codec, attrs.evolve(entry, rows=[row]))
     return record
-
-
-def _as_dict_or_unreadable(codec: Codec, k: bytes, data: bytes, txn: ReadTxn) -> dict[str, Any]:
-    found = _decode_row(codec, k, data, txn)
-    return found if isinstance(found, dict) else _as_dict(found)
 
 
 @functools.cache

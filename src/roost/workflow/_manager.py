@@ -29,6 +29,7 @@ from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow import _inspect
 from roost.workflow._activities import ActivityWorker
+from roost.workflow._admission import StartGate
 from roost.workflow._closing import announce_closed, close_from_outside
 from roost.workflow._collector import busy_collector, idle_collector
 from roost.workflow._eager import eager_ok, start_eagerly
@@ -55,7 +56,7 @@ from roost.workflow._records import (
 )
 from roost.workflow._recovery import recover
 from roost.workflow._replies import ReplyHost
-from roost.workflow._run import Pending, Run, Settled
+from roost.workflow._run import NO_ROW, Pending, Run, Settled
 from roost.workflow._runs import RunTable
 from roost.workflow._starting import check_input, claim_name, make_room
 from roost.workflow._task_failure import task_backoff
@@ -80,6 +81,7 @@ class WorkflowManager:
         self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
         self._nursery = nursery
         self.executors = Executors(self)
+        self.start_gate = StartGate()  # bounds the starts in flight (see _admission)
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
@@ -143,6 +145,24 @@ class WorkflowManager:
                 option or input that cannot be encoded (nothing is stored).
         """
         opts = check_start_options(options)
+        await self.start_gate.enter()
+        try:
+            return await self._spawn(
+                parent, entry=entry, args=args, opts=opts, messages=messages, context=context
+            )
+        finally:
+            self.start_gate.leave()
+
+    async def _spawn(
+        self,
+        parent: Process,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        opts: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid:
         workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None
         if workflow_id is None:
@@ -253,7 +273,7 @@ class WorkflowManager:
         The row is deleted in the transaction that records the event in the history (one
         commit instead of two), or at once when no run takes the event.
         """
-        if self.settle_now(table, row, task, event, on_unencodable):
+        if self.settle_now(table, row, task, event, on_unencodable) or table == NO_ROW:
             await trio.lowlevel.checkpoint()
             return
         await self.commit_retrying(
@@ -289,7 +309,10 @@ class WorkflowManager:
             # The workflow gets what will be recorded (a tuple comes back a list), as on
             # replay; an event of plain values is that already (encoded once, at the commit).
             event = self.codec.decode(data)
-        self.accept(run, [(Settled(table, row), event)])
+        # ``accept`` for one settled row of the current run (checked above): nothing to
+        # look up or decode again (a result per activity: the hot path).
+        run.pending.append((Settled(table, row), event))
+        self.ready(run)
         return True
 
     # -- incoming events -----------------------------------------------------------------
@@ -367,7 +390,7 @@ class WorkflowManager:
 
     def drop_settled(self, items: list[Pending]) -> None:
         """Delete the task and timer rows of events no run will record (it has closed)."""
-        rows = [k for k, _ in items if isinstance(k, Settled)]
+        rows = [k for k, _ in items if isinstance(k, Settled) and k.table != NO_ROW]
         if rows and not self.node.stopping:
 
             def write(txn: WriteTxn) -> None:

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["IllegalTransition", "PhaseEvent", "RunPhase", "next_phase"]
+__all__ = ["TRANSITIONS", "IllegalTransition", "PhaseEvent", "RunPhase", "next_phase"]
 
 
 class RunPhase(enum.Enum):
     """What an open run is doing, as the executors and the closers see it."""
+
+    # Members are singletons compared by identity: hashing them by identity (C) instead of
+    # by name (``Enum.__hash__``, Python) makes each transition lookup one dict probe.
+    __hash__ = object.__hash__
 
     IDLE = "idle"  # waiting for events
     QUEUED = "queued"  # has events, waits for an executor's pass
@@ -37,6 +41,8 @@ class RunPhase(enum.Enum):
 
 class PhaseEvent(enum.Enum):
     """What happens to a run (the input of ``next_phase``)."""
+
+    __hash__ = object.__hash__  # see RunPhase
 
     QUEUE = "queue"  # events are pending: an executor should take it
     TAKE = "take"  # an executor (or an eager start) runs its activation
@@ -54,7 +60,9 @@ class IllegalTransition(AssertionError):  # noqa: N818 - a bug, asserted in test
 
 _P, _E = RunPhase, PhaseEvent
 _OPEN = (_P.IDLE, _P.QUEUED, _P.HELD, _P.BACKOFF)
-_TRANSITIONS: dict[tuple[RunPhase, PhaseEvent], RunPhase] = {
+# Every allowed transition: ``next_phase`` is a lookup in it (``RunTable.move`` probes it
+# directly, and calls ``next_phase`` only to raise for a transition that is missing).
+TRANSITIONS: dict[tuple[RunPhase, PhaseEvent], RunPhase] = {
     (_P.IDLE, _E.QUEUE): _P.QUEUED,
     (_P.IDLE, _E.TAKE): _P.ACTIVE,  # an eager start
     (_P.QUEUED, _E.TAKE): _P.ACTIVE,
@@ -87,6 +95,6 @@ def next_phase(phase: RunPhase, event: PhaseEvent) -> RunPhase:
         IllegalTransition: the phases do not allow ``event`` in ``phase`` (a bug).
     """
     try:
-        return _TRANSITIONS[phase, event]
+        return TRANSITIONS[phase, event]
     except KeyError:
         raise IllegalTransition(f"a run in phase {phase.name} cannot {event.value}") from None

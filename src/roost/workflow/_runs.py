@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._phases import PhaseEvent, RunPhase, next_phase
+from roost.workflow._phases import TRANSITIONS, PhaseEvent, RunPhase, next_phase
 
 if TYPE_CHECKING:
     from roost.workflow._run import Run
@@ -100,9 +100,15 @@ class RunTable:
     def move(self, run: Run, event: PhaseEvent) -> RunPhase:
         """Change ``run``'s phase by ``event`` (see ``next_phase``); wake a waiting closer."""
         old = run.phase
-        new = run.phase = next_phase(old, event)
-        if old in _IN_FLIGHT and new not in _IN_FLIGHT and run.drained is not None:
-            run.drained.set()
+        # The table's own lookup (the hot path: three moves per activation); a missing
+        # transition goes to ``next_phase``, which raises for it.
+        new = _TRANSITION((old, event))
+        if new is None:
+            new = next_phase(old, event)
+        run.phase = new
+        drained = run.drained
+        if drained is not None and old in _IN_FLIGHT and new not in _IN_FLIGHT:
+            drained.set()
             run.drained = None
         return new
 
@@ -152,8 +158,15 @@ class RunTable:
         evicted = 0
         cached = self._cached
         workflow_id = run.record.workflow_id
-        cached[workflow_id] = run
-        cached.move_to_end(workflow_id)
+        try:
+            cached.move_to_end(workflow_id)  # cached already: most steps
+        except KeyError:
+            cached[workflow_id] = run
+        else:
+            if cached[workflow_id] is not run:  # a newer run of the id
+                cached[workflow_id] = run
+            if len(cached) <= self.cache_size:
+                return 0
         while len(cached) > self.cache_size:
             oldest = next(iter(cached.values()))
             if oldest.phase in _IN_FLIGHT or oldest is run:
@@ -175,3 +188,4 @@ class RunTable:
 
 
 _IN_FLIGHT = frozenset({RunPhase.ACTIVE, RunPhase.DRAINING})
+_TRANSITION = TRANSITIONS.get

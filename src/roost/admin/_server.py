@@ -116,7 +116,7 @@ def write_admin_file(data_dir: Path, url: str, token: str) -> Path:
     """Write ``admin.json`` into ``data_dir``: mode 0600, replacing any old one atomically."""
     target = data_dir / ADMIN_FILE
     temp = data_dir / f".{ADMIN_FILE}.{os.getpid()}.tmp"
-    data = json.dumps({"url": url, "token": token}).encode()
+    data = json.dumps({"url": url, "token": token, "pid": os.getpid()}).encode()
     with contextlib.suppress(FileNotFoundError):
         temp.unlink()
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -26,6 +26,7 @@ from roost.workflow._history import flatten
 from roost.workflow._history_format import decode_activation
 from roost.workflow._pending import read_open
 from roost.workflow._records import ActivityTask, RunRecord, RunStatus, read_progress
+from roost.workflow._unread import counts
 
 __all__ = [
     "LISTED_STATUSES",
@@ -66,7 +67,7 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
         "details": record.details,
         "name": record.name,
         "task_failure": record.task_failure,
-        "unread_messages": record.unread,  # as of its last activation (see _unread)
+        "unread_messages": record.unread,  # as of its last activation; describe adds the rest
     }
 
 
@@ -90,15 +91,19 @@ def run_key(workflow_id: object) -> bytes | None:
 
 def _lookup(store: Store, codec: Codec, workflow_id: str) -> RunRecord | dict[str, Any]:
     """The latest run record, or the description of a quarantined (or unreadable) one."""
+    with store.read() as txn:
+        return _lookup_in(txn, codec, workflow_id)
+
+
+def _lookup_in(txn: ReadTxn, codec: Codec, workflow_id: str) -> RunRecord | dict[str, Any]:
     row = run_key(workflow_id)
-    data = entry = None
+    entry = None
     if row is not None:
-        with store.read() as txn:
-            data = txn.get("runs", row)
-            if data is not None:
-                return _decode_row(codec, row, data, txn)
-            raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
-            entry = None if raw is None else _decoded_entry(codec, raw)
+        data = txn.get("runs", row)
+        if data is not None:
+            return _decode_row(codec, row, data, txn)
+        raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
+        entry = None if raw is None else _decoded_entry(codec, raw)
     if entry is None:
         raise not_found(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
     return _quarantined(codec, entry)
@@ -112,11 +117,25 @@ def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
     ``pending_activities`` lists the activities the run waits for, in the order it
     scheduled them (see ``_pending``).
     """
-    found = _lookup(store, codec, workflow_id)
-    if isinstance(found, dict):
-        return {**found, "pending_activities": []}
-    with store.read() as txn:
+    with store.read() as txn:  # one snapshot: the record's count and the rows not in it
+        found = _lookup_in(txn, codec, workflow_id)
+        if isinstance(found, dict):
+            return {**found, "pending_activities": []}
         return _view(txn, codec, found)
+
+
+def _arrived(codec: Codec, txn: ReadTxn, record: RunRecord) -> int:
+    """The messages stored for ``record``'s run and not yet delivered (its pending inbox rows).
+
+    They count as ``_unread.unread`` counts them (messages, not replies or events): the
+    activation that delivers them deletes the rows in the commit that writes the record's
+    new count, so none is counted twice.
+    """
+    count = 0
+    for _, data in txn.prefix("inbox", key(record.run_id)):
+        with contextlib.suppress(Exception):  # unread by nobody yet: a bad row is not counted
+            count += counts(codec.decode(data))
+    return count
 
 
 def _view(txn: ReadTxn, codec: Codec, record: RunRecord) -> dict[str, Any]:
@@ -124,7 +143,9 @@ def _view(txn: ReadTxn, codec: Codec, record: RunRecord) -> dict[str, Any]:
     if record.status is not RunStatus.RUNNING:
         return {**_as_dict(record), "pending_activities": []}  # a closed run waits for none
     record, tasks = read_open(txn, codec, record)
-    return {**_as_dict(record), "pending_activities": [_pending(t) for t in tasks]}
+    described = {**_as_dict(record), "pending_activities": [_pending(t) for t in tasks]}
+    described["unread_messages"] += _arrived(codec, txn, record)
+    return described
 
 
 def _pending(task: ActivityTask) -> dict[str, Any]:

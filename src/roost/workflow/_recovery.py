@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from roost import _telemetry as telemetry
-from roost._errors import Error
+from roost._errors import Error, invalid
 from roost._pid import Pid
+from roost.actors._app import EntryKind
 from roost.actors._events import Exit
 from roost.storage import ReadTxn, unpack_key
 from roost.storage._quarantine import (
@@ -217,12 +218,13 @@ def _same(record: RunRecord, _k: bytes) -> RunRecord:
 def _resume(m: RunHost, record: RunRecord, pending: Iterable[tuple[bytes, Any]]) -> None:
     try:
         run = _load(m, record)
-    except Error:
+    except Error as exc:
         log.exception(
-            "workflow %s of type %s cannot resume: this app has no such entry; "
-            "it stays stored, untouched, until a node with that entry opens",
+            "workflow %s of type %s cannot resume: %s; "
+            "it stays stored, untouched, until a node whose app declares that workflow opens",
             record.workflow_id,
             record.workflow_type,
+            exc.message,
         )
         return
     for k, event in pending:
@@ -301,6 +303,12 @@ def _report_children(m: RunHost, run: Run) -> None:
 
 def _load(m: RunHost, record: RunRecord) -> Run:
     entry = m.node.app.resolve(record.workflow_type)
+    if entry.kind is not EntryKind.WORKFLOW:  # stored by hand (a CLI start with no node)
+        raise invalid(
+            f"{record.workflow_type!r} is declared as {entry.kind.value!r} by this app, "
+            "not as a workflow",
+            entry=record.workflow_type,
+        )
     pid = Pid.trusted(m.node.name, m.host, record.workflow_id)
     run = Run(record=record, entry=entry, pid=pid, context={})
     run.next_index = record.activations + 1

@@ -4,8 +4,14 @@ Every handler calls the node's own public operations (``NodeHandle.describe`` ..
 ``process.spawn`` / ``send`` / ``cancel`` / ``terminate``, ``node.dlq``). Those that need a
 current process run as a short-lived process of their own, as an HTTP trigger's handler
 does (``in_process``). Bodies are checked before anything is done: a bad one is a 400
-naming what to fix, and changes nothing. Errors are ``{"error": {"kind", "message",
-"details"}}`` with the status of their kind (``STATUS``).
+naming what to fix, and changes nothing: a POST's body must be
+``application/json`` (no HTML form can send that type to another origin) and at most
+``MAX_BODY`` bytes. Errors are ``{"error": {"kind", "message", "details"}}`` with the status
+of their kind (``roost.admin._status``).
+
+A workflow id is one percent-encoded path segment (``/`` included, as ``%2F``), read from the
+raw request path: ``/api/workflows/a%2Fhistory`` is workflow ``a/history``, never the history
+of ``a``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,6 +28,7 @@ from roost.actors._app import EntryKind
 from roost.actors._events import Exit
 from roost.actors._process import reset_current, set_current
 from roost.admin._json import error_json, to_jsonable
+from roost.admin._status import http_status
 from roost.admin._views import (
     cron_list,
     dead_letter,
@@ -30,6 +38,7 @@ from roost.admin._views import (
     queue_stats,
     workflow_pid,
 )
+from roost.workflow._inspect import with_status
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
@@ -39,19 +48,13 @@ if TYPE_CHECKING:
 
     from roost.actors._open import NodeHandle
 
-__all__ = ["STATUS", "api_routes", "error_response", "in_process"]
+__all__ = ["MAX_BODY", "api_routes", "error_response", "in_process", "read_limited"]
 
 log = logging.getLogger("roost.admin")
 
-STATUS: Final = {
-    ErrorKind.INVALID: 400,
-    ErrorKind.PERMISSION_DENIED: 401,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.INVALID_STATE: 409,
-    ErrorKind.ALREADY_EXISTS: 409,
-}
-_STATUSES: Final = frozenset({s.value for s in RunStatus} | {"quarantined"})
+MAX_BODY: Final = 1 << 20  # a request body larger than 1 MiB is refused (LimitExceeded)
 _DLQ_LIMIT: Final = 1000
+_PREFIX: Final = b"/api/workflows/"
 
 Handler = Callable[["Request"], Awaitable[Any]]
 
@@ -60,7 +63,7 @@ def error_response(err: Error) -> Response:
     """The JSON answer for ``err``, with its kind's status (500 for the kinds not listed)."""
     from starlette.responses import JSONResponse  # noqa: PLC0415 - starlette loads with the server
 
-    return JSONResponse({"error": error_json(err)}, status_code=STATUS.get(err.kind, 500))
+    return JSONResponse({"error": error_json(err)}, status_code=http_status(err.kind))
 
 
 def _endpoint(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -72,7 +75,7 @@ def _endpoint(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
         try:
             return JSONResponse(to_jsonable(await fn(request)))
         except Error as err:
-            if STATUS.get(err.kind, 500) >= 500:
+            if http_status(err.kind) >= 500 and err.kind is not ErrorKind.UNAVAILABLE:
                 log.error(  # noqa: TRY400 - a roost.Error's message is the whole story
                     "admin %s %s failed: %s", request.method, request.url.path, err
                 )
@@ -112,12 +115,45 @@ async def in_process(handle: NodeHandle, fn: Callable[[], Awaitable[Any]]) -> An
 # -- bodies ------------------------------------------------------------------------------
 
 
+async def read_limited(request: Request, limit: int, what: str) -> bytes:
+    """The request's body, refused with LimitExceeded past ``limit`` bytes (nothing kept)."""
+
+    def too_large(size: int) -> Error:
+        return Error(
+            f"{what} is larger than {limit} bytes ({size}); send a smaller one",
+            kind=ErrorKind.LIMIT_EXCEEDED,
+            details={"limit": limit, "size": size},
+        )
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(int(declared))
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large(len(body))
+    return bytes(body)
+
+
 async def _body(request: Request, allowed: tuple[str, ...], example: str) -> dict[str, Any]:
-    raw = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise invalid(
+            f"the API takes JSON: send the body with 'Content-Type: application/json' (got "
+            f"{shown(kind or 'none')}), e.g. {example}",
+            content_type=kind,
+        )
+    raw = await read_limited(request, MAX_BODY, "the request body")
     if not raw.strip():
         return {}
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise invalid(
+            f"the request body is nested too deeply to read; send a flatter JSON object like "
+            f"{example}"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(
             f"the request body is not JSON ({exc}); send a JSON object like {example}"
@@ -164,16 +200,7 @@ def _handle(request: Request) -> NodeHandle:
 async def list_workflows(request: Request) -> Any:
     query = request.query_params.get("query") or None
     status = request.query_params.get("status") or None
-    if status is not None:
-        if status not in _STATUSES:
-            raise invalid(
-                f"status {status!r} is not a workflow status; use one of "
-                f"{', '.join(sorted(_STATUSES))}",
-                status=status,
-            )
-        clause = f"status = '{status}'"
-        query = clause if query is None else f"{query} and {clause}"
-    return _handle(request).list_workflows(query)
+    return _handle(request).list_workflows(with_status(query, status))
 
 
 @_endpoint
@@ -183,10 +210,8 @@ async def describe(request: Request) -> Any:
 
 @_endpoint
 async def history(request: Request) -> Any:
-    from roost.testing._replayer import history_to_json  # noqa: PLC0415 - loaded when asked
-
-    events = _handle(request).history(request.path_params["id"])
-    return json.loads(history_to_json(events, indent=None))
+    # The rendering of roost.testing.history_to_json (the one renderer), as data.
+    return to_jsonable(_handle(request).history(request.path_params["id"]))
 
 
 @_endpoint
@@ -212,7 +237,15 @@ async def _closed(node: NodeHandle, workflow_id: str) -> None:
     while True:
         event = await events.receive()
         if isinstance(event, Exit) and event.pid == pid:
-            return
+            break
+    if node_of(node).stopping:  # its process stopped with the node: it has not closed
+        raise Error(
+            f"the node is shutting down before workflow {workflow_id!r} closed; ask again "
+            "once the node runs",
+            kind=ErrorKind.UNAVAILABLE,
+            retryable=True,
+            details={"workflow_id": workflow_id},
+        )
 
 
 _START_EXAMPLE: Final = '{"entry": "app:order", "args": [1], "id": null}'
@@ -376,6 +409,53 @@ async def node(request: Request) -> Any:
     return node_info(_handle(request))
 
 
+_GETS: Final[dict[str, Callable[[Request], Awaitable[Response]]]] = {
+    "": describe,
+    "history": history,
+    "result": result,
+}
+_POSTS: Final[dict[str, Callable[[Request], Awaitable[Response]]]] = {
+    "signal": signal,
+    "cancel": cancel,
+    "terminate": terminate,
+}
+
+
+def _split(request: Request) -> tuple[str, str]:
+    """``(workflow id, action)`` of ``/api/workflows/{id}[/{action}]``, from the raw path."""
+    raw: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    rest = raw.split(b"?", 1)[0][len(_PREFIX) :]
+    segment, _, action = rest.partition(b"/")
+    workflow_id = urllib.parse.unquote_to_bytes(segment).decode("utf-8", "replace")
+    return workflow_id, action.decode("latin-1")
+
+
+def _dispatch(
+    table: dict[str, Callable[[Request], Awaitable[Response]]], method: str
+) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        workflow_id, action = _split(request)
+        handler = table.get(action)
+        if not workflow_id or handler is None:
+            choices = ", ".join(f"{method} /api/workflows/{{id}}/{a}".rstrip("/") for a in table)
+            return error_response(
+                Error(
+                    f"no such endpoint {method} {request.url.path}: use {choices} (an id with "
+                    "'/' in it is sent as one segment, '/' as %2F)",
+                    kind=ErrorKind.NOT_FOUND,
+                    details={"path": request.url.path},
+                )
+            )
+        request.scope["path_params"] = {"id": workflow_id}
+        return await handler(request)
+
+    return route
+
+
+_workflow_get = _dispatch(_GETS, "GET")
+_workflow_post = _dispatch(_POSTS, "POST")
+
+
 def api_routes() -> list[BaseRoute]:
     """The ``/api/...`` routes (contract in docs/admin.md)."""
     from starlette.routing import Route  # noqa: PLC0415
@@ -383,12 +463,8 @@ def api_routes() -> list[BaseRoute]:
     return [
         Route("/api/workflows", list_workflows, methods=["GET"]),
         Route("/api/workflows", start, methods=["POST"]),
-        Route("/api/workflows/{id:path}/history", history, methods=["GET"]),
-        Route("/api/workflows/{id:path}/result", result, methods=["GET"]),
-        Route("/api/workflows/{id:path}/signal", signal, methods=["POST"]),
-        Route("/api/workflows/{id:path}/cancel", cancel, methods=["POST"]),
-        Route("/api/workflows/{id:path}/terminate", terminate, methods=["POST"]),
-        Route("/api/workflows/{id:path}", describe, methods=["GET"]),
+        Route("/api/workflows/{rest:path}", _workflow_get, methods=["GET"]),
+        Route("/api/workflows/{rest:path}", _workflow_post, methods=["POST"]),
         Route("/api/queues", queues, methods=["GET"]),
         Route("/api/queues/{q}/dlq", dlq_list, methods=["GET"]),
         Route("/api/queues/{q}/dlq/redrive", dlq_redrive, methods=["POST"]),

@@ -16,12 +16,15 @@ of ``a``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
+
+import trio
 
 from roost._errors import Error, ErrorKind, invalid, shown
 from roost.actors._app import EntryKind
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
 
     from roost.actors._open import NodeHandle
 
-__all__ = ["MAX_BODY", "api_routes", "error_response", "in_process", "read_limited"]
+__all__ = ["MAX_BODY", "Closing", "api_routes", "error_response", "in_process", "read_limited"]
 
 log = logging.getLogger("roost.admin")
 
@@ -223,7 +226,17 @@ async def result(request: Request) -> Any:
         raise invalid(f"wait is 1 or 0, got {wait!r}", wait=wait)
     described = node.describe(workflow_id)
     if wait in ("1", "true") and described["status"] == RunStatus.RUNNING.value:
-        await in_process(node, lambda: _closed(node, workflow_id))
+        closing: Closing = request.app.state.closing
+        with closing.scope() as waiting:
+            await in_process(node, lambda: _closed(node, workflow_id))
+        if waiting.cancelled_caught:
+            raise Error(
+                f"the node stopped before workflow {workflow_id!r} closed; ask again once a "
+                "node runs on its data directory",
+                kind=ErrorKind.UNAVAILABLE,
+                retryable=True,
+                details={"workflow_id": workflow_id},
+            )
         described = node.describe(workflow_id)
     return {key: described[key] for key in ("status", "result", "error")}
 
@@ -237,15 +250,7 @@ async def _closed(node: NodeHandle, workflow_id: str) -> None:
     while True:
         event = await events.receive()
         if isinstance(event, Exit) and event.pid == pid:
-            break
-    if node_of(node).stopping:  # its process stopped with the node: it has not closed
-        raise Error(
-            f"the node is shutting down before workflow {workflow_id!r} closed; ask again "
-            "once the node runs",
-            kind=ErrorKind.UNAVAILABLE,
-            retryable=True,
-            details={"workflow_id": workflow_id},
-        )
+            return
 
 
 _START_EXAMPLE: Final = '{"entry": "app:order", "args": [1], "id": null}'
@@ -277,6 +282,33 @@ async def start(request: Request) -> Any:
     )
     pid = await in_process(node, lambda: spawner.spawn(entry.id, *args))
     return {"workflow_id": pid.id}
+
+
+class Closing:
+    """The admin server's waits that must end, answered, when the node stops."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope that ``close`` cancels (at once, once closed)."""
+        scope = trio.CancelScope()
+        if self.closed:
+            scope.cancel()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+
+    def close(self) -> None:
+        """End every wait: each answers that the node stopped."""
+        self.closed = True
+        for scope in self._scopes:
+            scope.cancel()
 
 
 def _running(node: NodeHandle, workflow_id: str, what: str) -> None:

@@ -56,6 +56,7 @@ __all__ = ["MAX_BODY", "Closing", "api_routes", "error_response", "in_process", 
 log = logging.getLogger("roost.admin")
 
 MAX_BODY: Final = 1 << 20  # a request body larger than 1 MiB is refused (LimitExceeded)
+_DRAIN: Final = 16 << 20  # an oversized body up to this is read to its end before the answer
 _DLQ_LIMIT: Final = 1000
 _PREFIX: Final = b"/api/workflows/"
 
@@ -129,13 +130,20 @@ async def read_limited(request: Request, limit: int, what: str) -> bytes:
         )
 
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise too_large(int(declared))
+    if declared.isdigit() and int(declared) > _DRAIN:
+        raise too_large(int(declared))  # the client may see the connection close
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large(len(body))
+    size = 0
+    async with contextlib.aclosing(request.stream()) as chunks:
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > _DRAIN:
+                break
+            if size <= limit:
+                body += chunk
+    if size > limit:
+        # Read (and dropped) to the end, so that the client, still sending, gets the answer.
+        raise too_large(max(size, int(declared) if declared.isdigit() else 0))
     return bytes(body)
 
 

@@ -33,6 +33,7 @@ from starlette.staticfiles import StaticFiles
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.admin import _console_data as data
+from roost.admin._api import read_limited
 from roost.admin._auth import AUTH_SCOPE_KEY, form_token
 from roost.admin._console_format import (
     ago,
@@ -337,14 +338,7 @@ async def _form(request: Request) -> dict[str, str]:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise invalid("the console's actions take an HTML form (application/x-www-form-urlencoded)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_FORM:
-            raise Error(
-                f"the form is larger than {_MAX_FORM} bytes; send a smaller payload",
-                kind=ErrorKind.LIMIT_EXCEEDED,
-            )
+    body = await read_limited(request, _MAX_FORM, "the form")
     try:
         pairs = urllib.parse.parse_qsl(
             bytes(body).decode("utf-8"), keep_blank_values=True, max_num_fields=100

@@ -262,3 +262,38 @@ async def test_an_open_wait_answers_unavailable_when_the_node_stops_and_stops_pr
     error = error_of(answers[0], 503, ErrorKind.UNAVAILABLE)
     assert error["details"] == {"workflow_id": "w"}
     assert stopped_in < 1.0  # the server's graceful stop is bounded, and here immediate
+
+
+# -- one JSON renderer: the API's history, the CLI's show --json --------------------------------
+
+
+def strict(text: str):
+    def refuse(constant: str):
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+async def test_the_api_history_and_the_cli_show_json_are_the_same_strict_json(tmp_path):
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from roost.cli import main  # noqa: PLC0415
+
+    async with admin_node(data_dir=tmp_path) as (_, client):
+        workflow_id = await start(client, "adm:waiter", "t")
+        # Python's json reads NaN: the stored payload is a real float('nan').
+        body = b'{"topic": "go", "payload": [NaN, Infinity, -Infinity]}'
+        sent = await client.post(f"/api/workflows/{workflow_id}/signal", content=body, headers=JSON)
+        assert sent.json() == {"ok": True}
+        done = await client.get(f"/api/workflows/{workflow_id}/result", params={"wait": "1"})
+        assert strict(done.text)["result"] == {"tag": "t", "got": ["nan", "inf", "-inf"]}
+        api = strict((await client.get(f"/api/workflows/{workflow_id}/history")).text)
+        described = strict((await client.get(f"/api/workflows/{workflow_id}")).text)
+        assert described["result"]["got"] == ["nan", "inf", "-inf"]
+    shown = CliRunner().invoke(
+        main, ["workflow", "show", workflow_id, "--json", "--data-dir", str(tmp_path)]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert strict(shown.output) == api
+    arrived = next(e for e in api if e["type"] == "MessageArrived")
+    assert "nan" in json.dumps(arrived)

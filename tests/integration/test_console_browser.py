@@ -109,7 +109,7 @@ def drive(url: str, token: str, workflow_id: str, shots: Path) -> dict[str, Any]
     return seen
 
 
-async def test_the_console_in_headless_chromium(tmp_path):
+async def test_the_console_in_headless_chromium(tmp_path, mock_clock):
     need_chromium()
     shots = Path(os.environ.get("ROOST_CONSOLE_SCREENSHOTS") or tmp_path)
     await trio.Path(shots).mkdir(parents=True, exist_ok=True)

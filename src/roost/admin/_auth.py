@@ -140,12 +140,14 @@ def _headers(scope: Scope) -> dict[str, str]:
 def _foreign(scope: Scope, headers: dict[str, str]) -> str | None:
     """Why a cookie-carrying POST is not the console's own (None when it is)."""
     own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
+    site = headers.get("sec-fetch-site")
+    if site is not None:  # set by the browser alone; no page can forge it
+        if site == "same-origin":
+            return None
+        return f"the browser says it comes from a {site[:40]!r} page, not the console's own"
     origin = headers.get("origin")
     if origin is not None and origin != own:
         return f"it comes from the page of another origin ({origin[:100]!r}, not {own!r})"
-    site = headers.get("sec-fetch-site")
-    if site is not None and site != "same-origin":
-        return f"the browser says it comes from a {site[:40]!r} page, not the console's own"
     return None
 
 

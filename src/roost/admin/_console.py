@@ -71,7 +71,8 @@ _SECURITY_HEADERS: Final = {
         "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
     ),
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # Never to other sites; same-origin keeps the console's own POSTs' Origin (not "null").
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
 

@@ -158,10 +158,10 @@ def _queues(handle: NodeHandle) -> Iterator[Metric]:
             getattr(runtime, "delivery_failures", {}),
         ),
     ):
-        family = CounterMetricFamily(name, doc, labels=["queue", "entry"])
+        counter = CounterMetricFamily(name, doc, labels=["queue", "entry"])
         for (queue, entry), n in sorted(counts.items()):
-            family.add_metric([queue, entry], n)
-        yield family
+            counter.add_metric([queue, entry], n)
+        yield counter
 
 
 def new_registry(handle: NodeHandle) -> CollectorRegistry:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, invalid
 from roost.admin._auth import TokenAuth, new_token
 
 if TYPE_CHECKING:
@@ -178,20 +178,10 @@ class AdminServer:
         from hypercorn.config import Config  # noqa: PLC0415
         from hypercorn.trio import serve  # noqa: PLC0415
 
-        from roost.queues._http_server import _bound_socket  # noqa: PLC0415
+        from roost.queues._http_server import bound_fd  # noqa: PLC0415
 
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        try:
-            sock = _bound_socket(host, port)
-        except OSError as exc:
-            raise Error(
-                f"cannot serve the admin API on {where}: {exc}; pick another port (0 picks a "
-                "free one)",
-                kind=ErrorKind.UNAVAILABLE,
-                details={"host": host, "port": port},
-            ) from exc
         config = Config()
-        config.bind = [f"fd://{sock.detach()}"]
+        config.bind = [bound_fd(host, port, "the admin API")]
         config.accesslog = None
         config.errorlog = log
         config.graceful_timeout = _GRACE

@@ -80,3 +80,32 @@ async def test_the_node_survives_a_value_raising_late(
             failure = described["task_failure"]
             assert failure is not None, described
             assert raises.__name__ in repr(failure), failure
+
+
+@app.activity(retry_policy=ONE)
+async def hands_back() -> Any:
+    return HELD[0]
+
+
+@app.workflow
+async def takes_back() -> Any:
+    try:
+        return await funcs.call("lateexit:hands_back")
+    except roost.Error as err:
+        return [err.kind.value, err.message]
+
+
+@pytest.mark.parametrize("raises", [SystemExit, GeneratorExit])
+@pytest.mark.parametrize("limit", range(12))
+async def test_the_node_survives_an_activity_result_raising_late(
+    limit: int, raises: type[BaseException], autojump_clock: Any
+) -> None:
+    LaterExit.calls, LaterExit.limit, LaterExit.raises = 0, limit, raises
+    HELD[0] = LaterExit([1])
+    async with open_test_node(app) as node:
+        pid = await process.spawn(takes_back)
+        await node.wait_until_blocked()
+        described = node.describe(pid.id)
+        LaterExit.limit = 10**9
+        assert await process.exec(keep, 41) == 41, described
+        assert described["status"] in ("running", "completed"), described

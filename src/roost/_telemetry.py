@@ -502,7 +502,7 @@ def exc_info(error: BaseException | None) -> tuple[type[BaseException], BaseExce
         # What a handler's formatter does first: an exception's own attributes (notes,
         # its chain) may raise there, and the record would be lost with the traceback.
         traceback.TracebackException(type(cause), cause, tb, lookup_lines=False)
-    except BaseException as exc:  # noqa: BLE001 - whatever the hostile exception raises
+    except BaseException as exc:  # whatever the hostile exception raises
         if must_propagate(exc):
             raise
         shown = UnrenderableError(

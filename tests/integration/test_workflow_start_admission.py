@@ -104,13 +104,12 @@ async def test_a_start_waiting_at_the_gate_ends_when_the_node_stops(autojump_clo
             outcomes.append("started")
 
     with trio.fail_after(60):  # without the close this waits forever
-        async with trio.open_nursery() as nursery:
-            async with roost.open_node(app) as node:
-                gate = node._node.ext["workflows"].start_gate = StartGate(1)
-                await gate.enter()  # every slot taken: the next start waits
-                nursery.start_soon(starter)
-                await trio.testing.wait_all_tasks_blocked()
-                assert gate.waiting == 1
+        async with trio.open_nursery() as nursery, roost.open_node(app) as node:
+            gate = node._node.ext["workflows"].start_gate = StartGate(1)
+            await gate.enter()  # every slot taken: the next start waits
+            nursery.start_soon(starter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert gate.waiting == 1
     assert outcomes == [roost.ErrorKind.UNAVAILABLE]
 
 

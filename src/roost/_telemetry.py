@@ -40,6 +40,7 @@ from opentelemetry.trace import (
 )
 
 from roost._errors import Error, safe_text, type_name
+from roost.actors._contain import must_propagate
 
 # Below the runtime in the module graph: its records are typed here by what is read.
 RunRecord = Any  # roost.workflow._records.RunRecord
@@ -126,7 +127,9 @@ def _guarded(fn: Callable[..., _T]) -> Callable[..., _T | None]:
     def guarded(*args: Any, **kwargs: Any) -> _T | None:
         try:
             return fn(*args, **kwargs)
-        except Exception:  # an exporter's, a sampler's or a value's failure
+        except BaseException as exc:  # an exporter's, a sampler's or a value's failure
+            if must_propagate(exc):  # a cancel or a real Ctrl-C is not telemetry's to keep
+                raise
             log.debug("roost telemetry: %s failed; ignored", fn.__name__, exc_info=True)
             return None
 
@@ -499,7 +502,9 @@ def exc_info(error: BaseException | None) -> tuple[type[BaseException], BaseExce
         # What a handler's formatter does first: an exception's own attributes (notes,
         # its chain) may raise there, and the record would be lost with the traceback.
         traceback.TracebackException(type(cause), cause, tb, lookup_lines=False)
-    except Exception as exc:  # noqa: BLE001 - whatever the hostile exception raises
+    except BaseException as exc:  # whatever the hostile exception raises
+        if must_propagate(exc):
+            raise
         shown = UnrenderableError(
             f"{type_name(cause)} (its traceback cannot be rendered: {type_name(exc)} "
             f"raised while reading it; the frames below are where it was raised)"

@@ -123,3 +123,11 @@ async def test_the_workflow_path_leaves_no_cyclic_garbage():
     # (the busy threshold relies on it; see roost.workflow._collector).
     few, many = await _cyclic_garbage_of(5), await _cyclic_garbage_of(105)
     assert many - few < 10, f"{(many - few) / 100:.2f} cyclic garbage objects per workflow"
+
+
+async def test_threshold_zero_keeps_automatic_collection_off(thresholds):
+    gc.set_threshold(0, 10, 10)  # the documented way to switch automatic collection off
+    async with open_test_node(app):
+        assert await process.exec(done, 1) == 1
+        assert gc.get_threshold() == (0, 10, 10)
+    assert gc.get_threshold() == (0, 10, 10)

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 import roost
-from roost import funcs, process
+from roost import funcs, process, workflow
 from roost.workflow import _manager
 from roost.workflow._admission import StartGate
 
@@ -84,3 +84,43 @@ async def test_a_slot_given_back_goes_to_the_longest_waiting_start(autojump_cloc
             await trio.testing.wait_all_tasks_blocked()
     assert admitted == [0, 1, 2]
     assert gate.in_flight == 1  # the last one holds its slot
+
+
+@app.workflow
+async def parent_of_one(x):
+    await process.listen("go").receive()
+    return await workflow.exec(one_step, x)
+
+
+async def test_a_start_waiting_at_the_gate_ends_when_the_node_stops(autojump_clock):
+    outcomes: list[object] = []
+
+    async def starter() -> None:
+        try:
+            await process.spawn(one_step, 1)
+        except roost.Error as err:
+            outcomes.append(err.kind)
+        else:
+            outcomes.append("started")
+
+    with trio.fail_after(60):  # without the close this waits forever
+        async with trio.open_nursery() as nursery, roost.open_node(app) as node:
+            gate = node._node.ext["workflows"].start_gate = StartGate(1)
+            await gate.enter()  # every slot taken: the next start waits
+            nursery.start_soon(starter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert gate.waiting == 1
+    assert outcomes == [roost.ErrorKind.UNAVAILABLE]
+
+
+async def test_the_runtimes_own_starts_do_not_pass_the_gate(autojump_clock):
+    async with roost.open_node(app) as node:
+        pid = await process.spawn_monitored(parent_of_one, 5)
+        events = process.events()
+        gate = node._node.ext["workflows"].start_gate = StartGate(1)
+        await gate.enter()  # every slot taken by a caller's start in flight
+        await process.send(pid, "go", None)
+        with trio.fail_after(60):
+            exit_event = await events.receive()  # its child started and ran all the same
+    assert exit_event.value == 6
+    assert gate.in_flight == 1

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
 import pytest
 
+from roost.workflow import _watchdog
 from roost.workflow._watchdog import Guard, TaskTimeout, guard
 
 
@@ -37,3 +40,44 @@ def test_each_thread_has_its_own_guard() -> None:
     worker.join()
     assert seen and seen[0] is not here
     assert seen[0].thread != here.thread
+
+
+def test_a_dead_watchdog_thread_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    with guard(5.0):
+        pass  # a watchdog thread exists
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    monkeypatch.setattr(_watchdog, "_THREAD", [dead])  # as if the watchdog thread had died
+    with pytest.raises(TaskTimeout), guard(0.1):
+        spin(10.0)  # stopped all the same: by a watchdog thread started again
+    assert _watchdog._THREAD[0] is not dead and _watchdog._THREAD[0].is_alive()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_the_lock_is_held_can_guard() -> None:
+    with guard(5.0):  # this thread's guard exists; the watchdog thread runs
+        pass
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:  # stands for the watchdog thread inside its ``with _LOCK``
+        with _watchdog._LOCK:
+            held.set()
+            release.wait()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:  # the child: one activation under guard, then a clean exit
+        signal.alarm(10)  # a hang on the inherited lock ends the child (SIGALRM), not the run
+        try:
+            with guard(5.0) as mine:
+                pass
+            os._exit(0 if list(_watchdog._GUARDS.values()) == [mine] else 3)
+        finally:
+            os._exit(2)
+    release.set()
+    t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child hung or kept stale guards"

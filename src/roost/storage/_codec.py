@@ -188,7 +188,7 @@ class Codec:
                 fields = rtype.unstructure(value)
                 if found.check(fields):
                     return rtype.header + cbor2.dumps(fields, default=Walk(self._record_type))
-            except Exception:  # noqa: BLE001, S110 - the full encode below names the problem
+            except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001, S110 - as the value's own methods may raise; the full encode below names the problem
                 pass
         return self.encode(value)
 
@@ -200,7 +200,7 @@ class Codec:
             return None
         try:
             fields = rtype.unstructure(value)
-        except Exception:  # noqa: BLE001 - the full walk reports it
+        except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001 - the full walk reports it
             return None
         if not found.check(fields):
             return None
@@ -351,7 +351,7 @@ def _dump_typed(value: Any, walk: Walk, payloads: Iterable[Any], limit: int) -> 
             if walk.depth(v, limit) >= limit:
                 return None
         return cbor2.dumps(value, default=walk)
-    except Exception:  # noqa: BLE001 - any refusal, or a value's own method raising: the full walk names it
+    except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001 - any refusal, or a value's own method raising: the full walk names it
         return None
 
 

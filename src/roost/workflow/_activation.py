@@ -137,7 +137,7 @@ def prepare(
         for command in commands:
             effects.add(command)
         write = effects.writer(act, keys)
-    except Exception as exc:  # nothing of it is committed: a task failure
+    except (Exception, SystemExit, GeneratorExit) as exc:  # nothing committed: a task failure
         effects.discard()
         raise StepFailed(task_failure_error(run, index, exc, stage="commit"), exc) from exc
     return Step(run, driver, act, batch, effects=effects, write=write)

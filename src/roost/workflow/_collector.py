@@ -55,7 +55,8 @@ def busy_collector() -> None:
     if _policy.open > 1:
         return
     before = gc.get_threshold()
-    busy = (max(before[0], BUSY_THRESHOLD), *before[1:])
+    # Threshold 0 is the application's "no automatic collection": it stays off.
+    busy = before if before[0] == 0 else (max(before[0], BUSY_THRESHOLD), *before[1:])
     gc.set_threshold(*busy)
     _policy.before, _policy.busy = before, busy
 

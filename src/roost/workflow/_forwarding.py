@@ -179,7 +179,8 @@ def put_rows(
             moved = inbox_key(now.run_id, succ.next_seq)
             succ.next_seq += 1
             txn.put("inbox", moved, v)
-            out.append((k, succ.run, moved))
+            if type(event) is not TerminateRequest:  # never accepted into memory
+                out.append((k, succ.run, moved))
 
 
 def move_inbox(

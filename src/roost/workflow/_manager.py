@@ -124,7 +124,15 @@ class WorkflowManager:
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
         self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
         self._nursery.start_soon(_busy_collector, name="roost.workflow.collector")
+        self._nursery.start_soon(self._close_gate_at_exit, name="roost.workflow.gate")
         recover(self)
+
+    async def _close_gate_at_exit(self) -> None:
+        """When the runtime stops, starts waiting at the gate end (Unavailable), not hang."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.start_gate.close()
 
     # -- starting ------------------------------------------------------------------------
 

@@ -81,7 +81,7 @@ def guard(seconds: float) -> Guard:
         mine = _LOCAL.guard = Guard()
         with _LOCK:
             _GUARDS[mine.thread] = mine  # a thread id reused by a new thread: replaced
-    if not _THREAD:
+    if not _THREAD or not _THREAD[0].is_alive():  # none yet, or it died: start one
         _ensure_thread()
     mine.seconds = seconds
     return mine
@@ -103,8 +103,18 @@ def _ensure_thread() -> None:
 
 
 def _forked() -> None:
-    # A forked child has no watchdog thread: the next activation starts one.
+    # A forked child has only the forking thread: no watchdog thread (the next activation
+    # starts one), a lock that some thread of the parent may have held at the fork, and
+    # the guards of threads that do not exist here.
+    global _LOCK  # noqa: PLW0603 - the inherited lock may be held forever: replace it
+    _LOCK = threading.Lock()
     _THREAD.clear()
+    mine: Guard | None = getattr(_LOCAL, "guard", None)
+    _GUARDS.clear()
+    if mine is not None:
+        mine.armed = mine.fired = False  # no activation of the parent's runs here
+        mine.thread = threading.get_ident()
+        _GUARDS[mine.thread] = mine
 
 
 os.register_at_fork(after_in_child=_forked)

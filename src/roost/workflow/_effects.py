@@ -120,19 +120,20 @@ class Effects:
 
     def add(self, command: Any) -> None:
         record = self.run.record
-        match command:
-            case ScheduleActivity(seq=seq, entry=entry, args=args, options=options):
-                self.tasks.append(
-                    ActivityTask(
-                        workflow_id=record.workflow_id,
-                        run_id=record.run_id,
-                        seq=seq,
-                        entry=entry,
-                        args=args,
-                        options=options,
-                        scheduled_at=self.at,
-                    )
+        if type(command) is ScheduleActivity:  # most commands: no match to walk
+            self.tasks.append(
+                ActivityTask(
+                    workflow_id=record.workflow_id,
+                    run_id=record.run_id,
+                    seq=command.seq,
+                    entry=command.entry,
+                    args=command.args,
+                    options=command.options,
+                    scheduled_at=self.at,
                 )
+            )
+            return
+        match command:  # the other commands (records are final: no subclass to match)
             case StartTimer(seq=seq, seconds=seconds):
                 due = deadline_after(self.at, seconds)
                 self.timers.append(

@@ -100,12 +100,25 @@ def _replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     """A function building a copy of a ``cls`` instance with the ``changed`` fields given.
 
     Generated: ``attrs.evolve`` looks every field up by name on each call, and the run
-    record is copied on every activation.
+    record is copied on every activation. The copy is made without ``__init__`` (its
+    keyword parsing and factories are most of the cost): each slot is set directly, as
+    the frozen ``__init__`` itself does. So ``cls`` must have nothing else for
+    ``__init__`` to run: no validator, converter or post-init (checked here).
     """
-    names = [f.name for f in attrs.fields(cls)]
-    values = ", ".join(f"{n}={n}" if n in changed else f"{n}=o.{n}" for n in names)
-    source = f"def replace(o, *, {', '.join(changed)}):\n    return _cls({values})\n"
-    namespace: dict[str, Any] = {"_cls": cls}
+    fields = attrs.fields(cls)
+    plain = not hasattr(cls, "__attrs_post_init__") and all(
+        f.validator is None and f.converter is None and f.init for f in fields
+    )
+    if not plain:  # pragma: no cover - every record it is used on is plain
+        raise TypeError(f"{cls.__name__} runs code in __init__: copy it with attrs.evolve")
+    lines = [f"def replace(o, *, {', '.join(changed)}):"]
+    lines += ["    n = _new(_cls)", "    s = _set.__get__(n)"]
+    for f in fields:
+        value = f.name if f.name in changed else f"o.{f.name}"
+        lines.append(f"    s({f.name!r}, {value})")
+    lines.append("    return n")
+    namespace: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_set": object.__setattr__}
+    source = "\n".join(lines) + "\n"
     exec(compile(source, f"<roost replace {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the class's own field names
     return cast("Callable[..., Any]", namespace["replace"])
 

@@ -44,6 +44,7 @@ from roost.workflow._records import (
     TerminateRequest,
     TimerTask,
     timer_key,
+    with_close,
     with_counters,
 )
 from roost.workflow._run import Run, Settled
@@ -271,7 +272,7 @@ class Effects:
         state = run_state(self.record, self.run.pending)  # pending: arrived meanwhile
         self.plan = plan = plan_close(state, outcome, self.at)
         if plan.status is not None:
-            self.record = attrs.evolve(
+            self.record = with_close(
                 self.record,
                 status=plan.status,
                 result=plan.result,

@@ -44,6 +44,7 @@ __all__ = [
     "read_progress",
     "task_key",
     "timer_key",
+    "with_close",
     "with_counters",
     "with_progress",
 ]
@@ -109,7 +110,7 @@ def _replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     plain = not hasattr(cls, "__attrs_post_init__") and all(
         f.validator is None and f.converter is None and f.init for f in fields
     )
-    if not plain:  # pragma: no cover - every record it is used on is plain
+    if not plain:
         raise TypeError(f"{cls.__name__} runs code in __init__: copy it with attrs.evolve")
     lines = [f"def replace(o, *, {', '.join(changed)}):"]
     lines += ["    n = _new(_cls)", "    s = _set.__get__(n)"]
@@ -127,6 +128,11 @@ with_counters: Callable[..., RunRecord] = _replacer(
     RunRecord, ("children", "activations", "history_length", "history_size", "unread")
 )
 """``record`` with the fields an activation advances (keyword arguments, all required)."""
+
+with_close: Callable[..., RunRecord] = _replacer(
+    RunRecord, ("status", "result", "error", "closed_at")
+)
+"""``record`` with the fields a close sets (keyword arguments, all required)."""
 
 
 @record("wf.progress")

@@ -1,0 +1,88 @@
+"""The generated copies of the run record equal ``attrs.evolve`` and stay frozen."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+import pytest
+
+from roost._errors import Error, ErrorKind
+from roost._pid import Pid
+from roost.workflow._records import RunRecord, RunStatus, _replacer, with_close, with_counters
+
+_AT = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
+def _full_record() -> RunRecord:
+    """A record whose every field differs from its default."""
+    return RunRecord(
+        workflow_id="w",
+        run_id="r",
+        workflow_type="app:flow",
+        status=RunStatus.RUNNING,
+        started_at=_AT,
+        closed_at=_AT,
+        result={"r": 1},
+        error=Error("e", kind=ErrorKind.INTERNAL),
+        activations=3,
+        history_length=9,
+        history_size=300,
+        inbox_seq=4,
+        task_queue="q",
+        parent=Pid.trusted("n", "h", "p"),
+        children=[Pid.trusted("n", "h", "c")],
+        search={"s": 1},
+        memo={"m": 2},
+        child_policies={"c": "abandon"},
+        child_runs={"c": "cr"},
+        name="nm",
+        options={"task_timeout": 5.0},
+        execution_deadline=_AT,
+        summary="sum",
+        details="det",
+        attempt=2,
+        not_before=_AT,
+        cancel_requested=True,
+        task_failure=Error("t", kind=ErrorKind.INTERNAL),
+        unread=7,
+        trace="00-abc",
+    )
+
+
+def test_with_counters_equals_evolve_and_leaves_the_original() -> None:
+    old = _full_record()
+    changes = {
+        "children": [],
+        "activations": 4,
+        "history_length": 12,
+        "history_size": 420,
+        "unread": 0,
+    }
+    new = with_counters(old, **changes)
+    assert new == attrs.evolve(old, **changes)
+    assert type(new) is RunRecord
+    assert old.activations == 3 and old.unread == 7  # the copy is a new object
+    assert new.search is old.search  # unchanged fields are shared, as evolve shares them
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        new.activations = 5  # type: ignore[misc]
+
+
+def test_with_close_equals_evolve() -> None:
+    old = _full_record()
+    changes = {
+        "status": RunStatus.COMPLETED,
+        "result": [1, 2],
+        "error": None,
+        "closed_at": _AT + dt.timedelta(seconds=1),
+    }
+    assert with_close(old, **changes) == attrs.evolve(old, **changes)
+
+
+def test_a_copy_of_a_record_that_runs_code_in_init_is_refused() -> None:
+    @attrs.frozen
+    class Checked:
+        n: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    with pytest.raises(TypeError, match="runs code in __init__"):
+        _replacer(Checked, ("n",))

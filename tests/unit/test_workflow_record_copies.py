@@ -1,4 +1,4 @@
-"""The generated copies of the run record equal ``attrs.evolve`` and stay frozen."""
+"""The generated builders of workflow records equal the attrs ones and stay frozen."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ import pytest
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
-from roost.workflow._records import RunRecord, RunStatus, _replacer, with_close, with_counters
+from roost.workflow._records import (
+    ActivityTask,
+    RunRecord,
+    RunStatus,
+    _maker,
+    _replacer,
+    new_task,
+    with_close,
+    with_counters,
+)
 
 _AT = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
@@ -86,3 +95,28 @@ def test_a_copy_of_a_record_that_runs_code_in_init_is_refused() -> None:
 
     with pytest.raises(TypeError, match="runs code in __init__"):
         _replacer(Checked, ("n",))
+
+
+def test_new_task_equals_the_attrs_init_with_a_fresh_errors_list() -> None:
+    args, options = [1, "a"], {"retry_policy": {"maximum_attempts": 3}}
+    made = new_task("w", "r", 4, "app:step", args, options, _AT)
+    built = ActivityTask(
+        workflow_id="w",
+        run_id="r",
+        seq=4,
+        entry="app:step",
+        args=args,
+        options=options,
+        scheduled_at=_AT,
+    )
+    assert made == built
+    assert (made.attempt, made.not_before, made.errors) == (1, None, [])
+    other = new_task("w", "r", 5, "app:step", [], {}, _AT)
+    assert other.errors is not made.errors  # the factory runs per task, as in __init__
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.attempt = 2  # type: ignore[misc]
+
+
+def test_a_maker_must_be_given_every_field_without_a_default() -> None:
+    with pytest.raises(TypeError, match=r"ActivityTask\.entry has no default"):
+        _maker(ActivityTask, ("workflow_id", "run_id", "seq"))

@@ -43,6 +43,7 @@ from roost.workflow._records import (
     RunProgress,
     TerminateRequest,
     TimerTask,
+    new_task,
     timer_key,
     with_close,
     with_counters,
@@ -123,14 +124,14 @@ class Effects:
         record = self.run.record
         if type(command) is ScheduleActivity:  # most commands: no match to walk
             self.tasks.append(
-                ActivityTask(
-                    workflow_id=record.workflow_id,
-                    run_id=record.run_id,
-                    seq=command.seq,
-                    entry=command.entry,
-                    args=command.args,
-                    options=command.options,
-                    scheduled_at=self.at,
+                new_task(
+                    record.workflow_id,
+                    record.run_id,
+                    command.seq,
+                    command.entry,
+                    command.args,
+                    command.options,
+                    self.at,
                 )
             )
             return

@@ -41,6 +41,7 @@ __all__ = [
     "TimerTask",
     "history_key",
     "inbox_key",
+    "new_task",
     "read_progress",
     "task_key",
     "timer_key",
@@ -97,31 +98,69 @@ class RunRecord:
     trace: str | None = None
 
 
+def _plain_fields(cls: type) -> tuple[attrs.Attribute[Any], ...]:
+    """``cls``'s fields, if its ``__init__`` only sets them (no validator, converter, hook).
+
+    The generated builders below set each slot directly, as the frozen ``__init__``
+    itself does, without its keyword parsing: a class with more to run is refused.
+    """
+    fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(cls)
+    plain = not hasattr(cls, "__attrs_post_init__") and all(
+        f.validator is None and f.converter is None and f.init and not _takes_self(f)
+        for f in fields
+    )
+    if not plain:
+        raise TypeError(f"{cls.__name__} runs code in __init__: build it with its __init__")
+    return fields
+
+
+def _takes_self(field: attrs.Attribute[Any]) -> bool:
+    default: Any = field.default
+    return isinstance(default, attrs.Factory) and bool(default.takes_self)  # type: ignore[arg-type]
+
+
+def _generated(cls: type, kind: str, head: str, values: dict[str, str]) -> Callable[..., Any]:
+    """Compile ``head`` (a ``def`` line) with a body that sets each field to its value."""
+    lines = [head, "    n = _new(_cls)", "    s = _set.__get__(n)"]
+    lines += [f"    s({name!r}, {value})" for name, value in values.items()]
+    lines.append("    return n")
+    namespace: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_set": object.__setattr__}
+    for f in attrs.fields(cls):
+        if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+            namespace[f"_f_{f.name}"] = f.default.factory
+        else:
+            namespace[f"_d_{f.name}"] = f.default
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<roost {kind} {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the class's own field names
+    return cast("Callable[..., Any]", namespace[kind])
+
+
 def _replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     """A function building a copy of a ``cls`` instance with the ``changed`` fields given.
 
     Generated: ``attrs.evolve`` looks every field up by name on each call, and the run
-    record is copied on every activation. The copy is made without ``__init__`` (its
-    keyword parsing and factories are most of the cost): each slot is set directly, as
-    the frozen ``__init__`` itself does. So ``cls`` must have nothing else for
-    ``__init__`` to run: no validator, converter or post-init (checked here).
+    record is copied on every activation (see ``_plain_fields``).
     """
-    fields = attrs.fields(cls)
-    plain = not hasattr(cls, "__attrs_post_init__") and all(
-        f.validator is None and f.converter is None and f.init for f in fields
-    )
-    if not plain:
-        raise TypeError(f"{cls.__name__} runs code in __init__: copy it with attrs.evolve")
-    lines = [f"def replace(o, *, {', '.join(changed)}):"]
-    lines += ["    n = _new(_cls)", "    s = _set.__get__(n)"]
-    for f in fields:
-        value = f.name if f.name in changed else f"o.{f.name}"
-        lines.append(f"    s({f.name!r}, {value})")
-    lines.append("    return n")
-    namespace: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_set": object.__setattr__}
-    source = "\n".join(lines) + "\n"
-    exec(compile(source, f"<roost replace {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the class's own field names
-    return cast("Callable[..., Any]", namespace["replace"])
+    values = {f.name: f.name if f.name in changed else f"o.{f.name}" for f in _plain_fields(cls)}
+    return _generated(cls, "replace", f"def replace(o, *, {', '.join(changed)}):", values)
+
+
+def _maker(cls: type, given: tuple[str, ...]) -> Callable[..., Any]:
+    """A function building a ``cls`` from the ``given`` fields (positional), others default.
+
+    For records built on every step: positional arguments and no keyword parsing.
+    """
+    values: dict[str, str] = {}
+    for f in _plain_fields(cls):
+        if f.name in given:
+            values[f.name] = f.name
+        elif isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+            values[f.name] = f"_f_{f.name}()"
+        elif f.default is not attrs.NOTHING:
+            values[f.name] = f"_d_{f.name}"
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name} has no default: it must be given")
+    return _generated(cls, "make", f"def make({', '.join(given)}):", values)
 
 
 with_counters: Callable[..., RunRecord] = _replacer(
@@ -195,6 +234,15 @@ class ActivityTask:
     scheduled_at: dt.datetime
     not_before: dt.datetime | None = None
     errors: list[Error] = attrs.field(factory=list)
+
+
+new_task: Callable[[str, str, int, str, list[Any], dict[str, Any], dt.datetime], ActivityTask] = (
+    _maker(
+        ActivityTask,
+        ("workflow_id", "run_id", "seq", "entry", "args", "options", "scheduled_at"),
+    )
+)
+"""A first attempt's ``ActivityTask`` (positional: workflow_id ... scheduled_at)."""
 
 
 @record("wf.timer")

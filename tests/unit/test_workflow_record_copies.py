@@ -9,12 +9,18 @@ import pytest
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
+from roost.workflow._builders import maker, replacer
+from roost.workflow._history import (
+    Activation,
+    ActivityResolved,
+    ScheduleActivity,
+    new_activation,
+    new_schedule,
+)
 from roost.workflow._records import (
     ActivityTask,
     RunRecord,
     RunStatus,
-    _maker,
-    _replacer,
     new_task,
     with_close,
     with_counters,
@@ -94,7 +100,7 @@ def test_a_copy_of_a_record_that_runs_code_in_init_is_refused() -> None:
         n: int = attrs.field(validator=attrs.validators.instance_of(int))
 
     with pytest.raises(TypeError, match="runs code in __init__"):
-        _replacer(Checked, ("n",))
+        replacer(Checked, ("n",))
 
 
 def test_new_task_equals_the_attrs_init_with_a_fresh_errors_list() -> None:
@@ -119,4 +125,15 @@ def test_new_task_equals_the_attrs_init_with_a_fresh_errors_list() -> None:
 
 def test_a_maker_must_be_given_every_field_without_a_default() -> None:
     with pytest.raises(TypeError, match=r"ActivityTask\.entry has no default"):
-        _maker(ActivityTask, ("workflow_id", "run_id", "seq"))
+        maker(ActivityTask, ("workflow_id", "run_id", "seq"))
+
+
+def test_the_step_records_of_the_history_equal_their_attrs_init() -> None:
+    schedule = new_schedule(3, "app:step", [1], {"task_queue": "q"})
+    assert schedule == ScheduleActivity(
+        seq=3, entry="app:step", args=[1], options={"task_queue": "q"}
+    )
+    act = new_activation(2, _AT, [ActivityResolved(seq=3, value=1)], [schedule])
+    assert act == Activation(
+        index=2, at=_AT, events=[ActivityResolved(seq=3, value=1)], commands=[schedule]
+    )

@@ -63,6 +63,7 @@ from roost.workflow._history import (
     StopProcess,
     TimerFired,
     UpsertAttributes,
+    new_schedule,
     same_command,
 )
 from roost.workflow._options import check_child_id, check_child_options
@@ -461,7 +462,7 @@ class Driver(Chance, DriverBackend, Versions):
                         break
             merged = activity_options(*options) if any(options) else dict(_DEFAULT_OPTIONS)
             self._seq = seq
-            self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
+            self._issue(new_schedule(seq, entry, list(args), merged))
         # The handle is the future the result resolves: one object per activity.
         handle = WorkflowActivity(self, seq, entry)
         pending = self._pending

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -26,6 +26,7 @@ from roost._errors import Error
 from roost._pid import Pid
 from roost.storage import key
 from roost.storage._codec import record
+from roost.workflow._builders import maker, replacer
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
@@ -98,77 +99,12 @@ class RunRecord:
     trace: str | None = None
 
 
-def _plain_fields(cls: type) -> tuple[attrs.Attribute[Any], ...]:
-    """``cls``'s fields, if its ``__init__`` only sets them (no validator, converter, hook).
-
-    The generated builders below set each slot directly, as the frozen ``__init__``
-    itself does, without its keyword parsing: a class with more to run is refused.
-    """
-    fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(cls)
-    plain = not hasattr(cls, "__attrs_post_init__") and all(
-        f.validator is None and f.converter is None and f.init and not _takes_self(f)
-        for f in fields
-    )
-    if not plain:
-        raise TypeError(f"{cls.__name__} runs code in __init__: build it with its __init__")
-    return fields
-
-
-def _takes_self(field: attrs.Attribute[Any]) -> bool:
-    default: Any = field.default
-    return isinstance(default, attrs.Factory) and bool(default.takes_self)  # type: ignore[arg-type]
-
-
-def _generated(cls: type, kind: str, head: str, values: dict[str, str]) -> Callable[..., Any]:
-    """Compile ``head`` (a ``def`` line) with a body that sets each field to its value."""
-    lines = [head, "    n = _new(_cls)", "    s = _set.__get__(n)"]
-    lines += [f"    s({name!r}, {value})" for name, value in values.items()]
-    lines.append("    return n")
-    namespace: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_set": object.__setattr__}
-    for f in attrs.fields(cls):
-        if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
-            namespace[f"_f_{f.name}"] = f.default.factory
-        else:
-            namespace[f"_d_{f.name}"] = f.default
-    source = "\n".join(lines) + "\n"
-    exec(compile(source, f"<roost {kind} {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the class's own field names
-    return cast("Callable[..., Any]", namespace[kind])
-
-
-def _replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
-    """A function building a copy of a ``cls`` instance with the ``changed`` fields given.
-
-    Generated: ``attrs.evolve`` looks every field up by name on each call, and the run
-    record is copied on every activation (see ``_plain_fields``).
-    """
-    values = {f.name: f.name if f.name in changed else f"o.{f.name}" for f in _plain_fields(cls)}
-    return _generated(cls, "replace", f"def replace(o, *, {', '.join(changed)}):", values)
-
-
-def _maker(cls: type, given: tuple[str, ...]) -> Callable[..., Any]:
-    """A function building a ``cls`` from the ``given`` fields (positional), others default.
-
-    For records built on every step: positional arguments and no keyword parsing.
-    """
-    values: dict[str, str] = {}
-    for f in _plain_fields(cls):
-        if f.name in given:
-            values[f.name] = f.name
-        elif isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
-            values[f.name] = f"_f_{f.name}()"
-        elif f.default is not attrs.NOTHING:
-            values[f.name] = f"_d_{f.name}"
-        else:
-            raise TypeError(f"{cls.__name__}.{f.name} has no default: it must be given")
-    return _generated(cls, "make", f"def make({', '.join(given)}):", values)
-
-
-with_counters: Callable[..., RunRecord] = _replacer(
+with_counters: Callable[..., RunRecord] = replacer(
     RunRecord, ("children", "activations", "history_length", "history_size", "unread")
 )
 """``record`` with the fields an activation advances (keyword arguments, all required)."""
 
-with_close: Callable[..., RunRecord] = _replacer(
+with_close: Callable[..., RunRecord] = replacer(
     RunRecord, ("status", "result", "error", "closed_at")
 )
 """``record`` with the fields a close sets (keyword arguments, all required)."""
@@ -237,7 +173,7 @@ class ActivityTask:
 
 
 new_task: Callable[[str, str, int, str, list[Any], dict[str, Any], dt.datetime], ActivityTask] = (
-    _maker(
+    maker(
         ActivityTask,
         ("workflow_id", "run_id", "seq", "entry", "args", "options", "scheduled_at"),
     )

@@ -211,7 +211,12 @@ class Driver(Chance, DriverBackend, Versions):
         self._expected, self._expected_at = expected, 0
         self._commands = []
         for event in events:
-            self._apply(event)
+            if type(event) is ActivityResolved:  # the most frequent event, without a call
+                waiting = self._pending.pop(event.seq, None)
+                if waiting is not None:  # None: cancelled by the workflow meanwhile
+                    waiting.resolve(event.value, event.error)
+            else:
+                self._apply(event)
         ready, taken, step = self._ready, 0, self._step
         try:
             while taken < len(ready) and self.status == RUNNING:

@@ -42,6 +42,7 @@ import roost
 from roost import channel, coroutine, funcs, process, workflow
 from roost.storage import Codec, key, open_lmdb_store, unpack_key
 from roost.workflow._history_format import decode_activation
+from roost.workflow._pending import read_pending
 
 app = roost.App("crash")
 HOST = "crash:workflows"
@@ -342,6 +343,16 @@ def _decode(codec: Codec, data: bytes) -> Any:
     return codec.decode(data)
 
 
+def _pending(txn: Any, codec: Codec, record: Any) -> list[Any]:
+    """The activity tasks an open run waits for (its history and retry rows); none if closed.
+
+    Scheduled activities have no row of their own (see roost.workflow._pending).
+    """
+    if record.status.value != "running":
+        return [codec.decode(v) for _, v in txn.prefix("tasks", key(record.run_id))]
+    return read_pending(txn, codec, record)
+
+
 def snapshot(data_dir: str) -> dict[str, Any]:
     """Every run with its activations, pending inbox events, activity tasks and timers.
 
@@ -362,7 +373,8 @@ def snapshot(data_dir: str) -> dict[str, Any]:
                         for _, v in txn.prefix("histories", prefix)
                     ],
                     "inbox": [to_json(codec.decode(v)) for _, v in txn.prefix("inbox", prefix)],
-                    "tasks": [to_json(codec.decode(v)) for _, v in txn.prefix("tasks", prefix)],
+                    # The activities it waits for: read from its history, as recovery does.
+                    "tasks": [to_json(t) for t in _pending(txn, codec, record)],
                 }
             timers = [to_json(codec.decode(v)) for _, v in txn.range("timers")]
             for timer in timers:
@@ -857,6 +869,10 @@ def snapshot_runs(data_dir: str) -> dict[str, Any]:
                 timer = codec.decode(v)
                 run_of(timer.run_id)["timers"].append(to_json(timer))
             counts = {table: txn.count(table) for table in ("inbox", "tasks", "timers")}
+            for record in records.values():  # an open run's from its history (rows or not)
+                if record.status.value == "running":
+                    tasks = _pending(txn, codec, record)
+                    run_of(record.run_id)["tasks"] = [to_json(t) for t in tasks]
     finally:
         store.close()
     latest = {r.run_id: r for r in records.values()}

@@ -25,6 +25,7 @@ app.queue("slow", concurrency=1)
 app.cron("0 0 1 1 *", "adm:new_year")
 
 EVENTS: dict[str, trio.Event] = {}
+JSON = {"content-type": "application/json"}
 
 
 @app.activity
@@ -156,21 +157,21 @@ async def test_token_in_the_query_once_sets_a_strict_cookie_and_redirects_withou
     async with admin_node() as (node, client):
         token = client.headers["authorization"].split()[1]
         async with httpx.AsyncClient(base_url=node.admin_url) as browser:
-            answer = await browser.get("/api/node", params={"token": token, "x": "1"})
+            answer = await browser.get("/queues", params={"token": token, "x": "1"})
             assert answer.status_code == 303
-            assert answer.headers["location"] == "/api/node?x=1"
+            assert answer.headers["location"] == "/queues?x=1"
             cookie = answer.headers["set-cookie"]
             assert cookie.startswith(f"roost_token={token};")
             parts = {p.strip().lower() for p in cookie.split(";")}
             assert {"httponly", "samesite=strict", "path=/"} <= parts
-            # The client keeps the cookie: the next request needs no token.
-            followed = await browser.get("/api/node")
+            # The client keeps the cookie: the next console page needs no token.
+            followed = await browser.get("/queues")
             assert followed.status_code == 200
-            assert followed.json()["name"] == "local"
+            assert "doomed" in followed.text
         async with httpx.AsyncClient(
             base_url=node.admin_url, cookies={"roost_token": "forged"}
         ) as forged:
-            assert (await forged.get("/api/node")).status_code == 401
+            assert (await forged.get("/queues")).status_code == 401
 
 
 # -- workflows -------------------------------------------------------------------------
@@ -220,7 +221,7 @@ async def test_signal_cancel_and_terminate_steer_running_workflows():
         assert done.json() == {"status": "canceled", "result": "stopped: not needed", "error": None}
 
         terminated = await start(client, "adm:waiter", "t")
-        ok = await client.post(f"/api/workflows/{terminated}/terminate")
+        ok = await client.post(f"/api/workflows/{terminated}/terminate", json={})
         assert ok.json() == {"ok": True}
         done = await client.get(f"/api/workflows/{terminated}/result", params={"wait": "1"})
         assert done.json()["status"] == "terminated"
@@ -239,14 +240,14 @@ async def test_workflow_errors_map_to_status_codes_and_bad_bodies_store_nothing(
         error = error_of(await client.get("/api/workflows/nope"), 404, ErrorKind.NOT_FOUND)
         assert error["details"]["workflow_id"] == "nope"
         error_of(await client.get("/api/workflows/nope/history"), 404, ErrorKind.NOT_FOUND)
-        error_of(await client.post("/api/workflows/nope/cancel"), 404, ErrorKind.NOT_FOUND)
+        error_of(await client.post("/api/workflows/nope/cancel", json={}), 404, ErrorKind.NOT_FOUND)
         unknown = await client.post("/api/workflows", json={"entry": "adm:nothing"})
         error_of(unknown, 404, ErrorKind.NOT_FOUND)
         not_workflow = await client.post(
             "/api/workflows", json={"entry": "adm:add", "args": [1, 2]}
         )
         assert "not a workflow" in error_of(not_workflow, 400, ErrorKind.INVALID)["message"]
-        bad_json = await client.post("/api/workflows", content=b"{nope")
+        bad_json = await client.post("/api/workflows", content=b"{nope", headers=JSON)
         assert "not JSON" in error_of(bad_json, 400, ErrorKind.INVALID)["message"]
         for body, says in (
             ([1], "JSON object"),

@@ -137,6 +137,14 @@ async def test_metrics_count_what_ran():
         assert value(samples, "roost_activity_failures_total", entry="met:explode") == 1
         # Queue handlers run as targets, not as a workflow's activity attempts.
         assert value(samples, "roost_activity_attempts_total", entry="met:gated") == 0
+        # They have counters of their own: each delivery attempt, and the failed ones.
+        deliveries, failures = "roost_queue_deliveries_total", "roost_queue_delivery_failures_total"
+        assert value(samples, deliveries, queue="slow", entry="met:gated") == 1
+        assert value(samples, failures, queue="slow", entry="met:gated") == 0
+        assert value(samples, deliveries, queue="doomed", entry="met:bad_job") == 1
+        assert value(samples, failures, queue="doomed", entry="met:bad_job") == 1
+        assert value(samples, deliveries, queue="doomed", entry="met:marker") == 1
+        assert value(samples, failures, queue="doomed", entry="met:marker") == 0
         assert value(samples, "roost_activity_duration_seconds_count") == 5
         assert value(samples, "roost_activity_duration_seconds_bucket", le="+Inf") == 5
         assert value(samples, "roost_activity_duration_seconds_sum") > 0

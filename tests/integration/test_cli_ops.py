@@ -174,9 +174,10 @@ async def test_offline_changes_are_picked_up_by_the_next_node(tmp_path, autojump
     roost_cli(data, "dlq", "redrive", "jobs", first, log=log, check=0)
     roost_cli(data, "dlq", "discard", "jobs", second, log=log, check=0)
 
-    # The id policies of a start: a running id is returned as it is, a closed one reused.
-    same = roost_cli(data, "workflow", "start", "ops:waiter", "--id", "w1", check=0)
-    assert same.stdout.strip() == "w1"
+    # The id policies of a start: a running id is refused (as the admin API does), a
+    # closed one reused.
+    same = roost_cli(data, "workflow", "start", "ops:waiter", "--id", "w1", check=1)
+    assert "'w1' is already running" in same.stderr
     old_run = cli_json(data, "workflow", "describe", "g1")["run_id"]
     roost_cli(data, "workflow", "start", "ops:greet", '["cid"]', "--id", "g1", check=0)
     assert cli_json(data, "workflow", "describe", "g1")["run_id"] != old_run

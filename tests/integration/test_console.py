@@ -1,8 +1,9 @@
 """The web console over plain HTTP: every page, every button, and hostile values.
 
-A real client (httpx) against the admin server on 127.0.0.1, on trio's real clock (the
-server's sockets and hypercorn's timeouts need it, as in test_http.py). What a test waits
-for (a workflow reaching a state) is polled through the public ``describe`` with a bound.
+A real client (httpx) against the admin server on 127.0.0.1. The tests run on a MockClock
+that does not jump (``mock_clock``): sockets work as ever, time stands still, and what a
+test waits for (a workflow reaching a state) is read once the node has done all it can
+(``until``), with nothing polled on a clock.
 """
 
 import html
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import trio
+import trio.testing
 
 import roost
 from roost import process
@@ -25,14 +27,15 @@ HOST = "cons:workflows"
 
 
 async def until(check, what: str) -> None:
-    """Poll ``check`` until it holds (at most 10 s).
+    """Let the node take every step it can, then require ``check`` to hold.
 
-    The node's state is read through ``describe``/``history``, which nothing signals: on
-    the real clock a short bounded poll is the way to wait for it.
+    The tests run on trio's MockClock without autojump (the ``mock_clock`` fixture): time
+    stands still, so timers, retries and backoffs wait, and the node commits inline (no
+    writer thread). Once every task is blocked, the node has done all it can without time
+    passing or an outside event: the state ``check`` reads is final, with nothing polled.
     """
-    with trio.fail_after(10):
-        while not check():  # noqa: ASYNC110 - nothing signals the store's state
-            await trio.sleep(0.01)
+    await trio.testing.wait_all_tasks_blocked()
+    assert check(), f"not {what} once the node had done all it could"
 
 
 def blocked_on_select(node, workflow_id: str) -> bool:
@@ -52,7 +55,7 @@ async def start(entry, *args, wid: str | None = None) -> roost.Pid:
 # -- the token ---------------------------------------------------------------------------------
 
 
-async def test_every_page_and_button_needs_the_token_and_the_token_link_sets_a_cookie():
+async def test_every_page_and_button_needs_the_token_and_the_token_link_sets_a_cookie(mock_clock):
     async with open_console_node(app) as c:
         pid = await start(console_app.waiter, "o-1", wid="guarded")
         await until(lambda: blocked_on_select(c.node, "guarded"), "waiting")
@@ -89,7 +92,7 @@ async def test_every_page_and_button_needs_the_token_and_the_token_link_sets_a_c
 # -- workflows ---------------------------------------------------------------------------------
 
 
-async def test_the_list_filters_by_status_searches_and_links_each_workflow():
+async def test_the_list_filters_by_status_searches_and_links_each_workflow(mock_clock):
     async with open_console_node(app) as c:
         await start(console_app.waiter, "o-1", wid="wait-1")
         done = await start(console_app.returns, 7, wid="done-1")
@@ -121,7 +124,7 @@ async def test_the_list_filters_by_status_searches_and_links_each_workflow():
             assert "status must be one of" in bad_status.text
 
 
-async def test_a_workflow_page_shows_status_input_timeline_timers_and_children():
+async def test_a_workflow_page_shows_status_input_timeline_timers_and_children(mock_clock):
     async with open_console_node(app) as c:
         await start(console_app.parent, {"sku": "A-1"}, wid="fam")
         await until(lambda: blocked_on_select(c.node, "fam.1"), "child waiting")
@@ -134,7 +137,7 @@ async def test_a_workflow_page_shows_status_input_timeline_timers_and_children()
                 assert f'<span class="kind">{kind}</span>' in page, kind
             assert "Activation 1" in page
             timers = page.split('id="pending-timers"')[1].split("</table>")[0]
-            assert "7200.0 s" in timers and "in 1h 59m" in timers
+            assert "7200.0 s" in timers and "in 2h 0m" in timers  # the clock stands still
             kids = page.split('id="children"')[1].split("</table>")[0]
             assert 'href="/workflows/fam.1"' in kids and "cons:waiter" in kids
 
@@ -144,7 +147,7 @@ async def test_a_workflow_page_shows_status_input_timeline_timers_and_children()
             assert 'id="signal"' in child and 'id="cancel"' in child
 
 
-async def test_a_closed_workflow_shows_its_result_or_error_and_no_buttons():
+async def test_a_closed_workflow_shows_its_result_or_error_and_no_buttons(mock_clock):
     async with open_console_node(app) as c:
         await start(console_app.returns, {"total": 42}, wid="ok")
         await start(console_app.raises, "card declined <i>twice</i>", wid="bad")
@@ -161,7 +164,7 @@ async def test_a_closed_workflow_shows_its_result_or_error_and_no_buttons():
             assert "<i>twice" not in bad
 
 
-async def test_a_task_failure_and_a_pending_activity_are_shown():
+async def test_a_task_failure_and_a_pending_activity_are_shown(mock_clock):
     async with open_console_node(app) as c:
         await start(console_app.task_fails, wid="broken")
         await start(console_app.retries, wid="retrying")
@@ -181,7 +184,7 @@ async def test_a_task_failure_and_a_pending_activity_are_shown():
             assert "the payment service said &lt;b&gt;no&lt;/b&gt;" in pending
 
 
-async def test_the_signal_cancel_and_terminate_buttons_change_the_workflow():
+async def test_the_signal_cancel_and_terminate_buttons_change_the_workflow(mock_clock):
     async with open_console_node(app) as c:
         for wid in ["sig", "can", "term"]:
             await start(console_app.waiter, wid, wid=wid)
@@ -234,7 +237,7 @@ async def test_the_signal_cancel_and_terminate_buttons_change_the_workflow():
 # -- queues, cron, processes -------------------------------------------------------------------
 
 
-async def test_queues_show_depth_in_flight_and_dead_letters_with_redrive_and_discard():
+async def test_queues_show_depth_in_flight_and_dead_letters_with_redrive_and_discard(mock_clock):
     console_app.FAIL_JOBS[0] = True
     console_app.HANDLED.clear()
     async with open_console_node(app) as c:
@@ -280,7 +283,7 @@ async def test_queues_show_depth_in_flight_and_dead_letters_with_redrive_and_dis
             assert (await http.get("/queues/jobs", params={"limit": "-1"})).status_code == 400
 
 
-async def test_cron_shows_each_trigger_with_its_next_fire_time():
+async def test_cron_shows_each_trigger_with_its_next_fire_time(mock_clock):
     async with open_console_node(app) as c:
         async with c.client() as http:
             page = (await http.get("/cron")).text
@@ -290,7 +293,7 @@ async def test_cron_shows_each_trigger_with_its_next_fire_time():
         assert f"{now.year + 1}-01-01 00:00:00 UTC" in row
 
 
-async def test_processes_show_the_supervision_tree_links_and_names():
+async def test_processes_show_the_supervision_tree_links_and_names(mock_clock):
     async with open_console_node(app) as c:
         sup = await process.spawn("cons:tree")
         process.registry.register("the-tree", sup)
@@ -323,7 +326,7 @@ def nested(depth: int) -> list:
     return value
 
 
-async def test_hostile_values_and_ids_neither_break_a_page_nor_inject_markup():
+async def test_hostile_values_and_ids_neither_break_a_page_nor_inject_markup(mock_clock):
     console_app.FAIL_JOBS[0] = True
     hostile = {
         "html": SCRIPT,

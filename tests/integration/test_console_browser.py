@@ -9,8 +9,10 @@ Screenshots go to a temporary directory, or to ``ROOST_CONSOLE_SCREENSHOTS`` whe
 (``ROOST_CONSOLE_SCREENSHOTS=docs/images`` refreshes the ones in docs/console.md).
 """
 
+import http.server
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +109,7 @@ def drive(url: str, token: str, workflow_id: str, shots: Path) -> dict[str, Any]
     return seen
 
 
-async def test_the_console_in_headless_chromium(tmp_path):
+async def test_the_console_in_headless_chromium(tmp_path, mock_clock):
     need_chromium()
     shots = Path(os.environ.get("ROOST_CONSOLE_SCREENSHOTS") or tmp_path)
     await trio.Path(shots).mkdir(parents=True, exist_ok=True)
@@ -146,6 +148,116 @@ async def test_the_console_in_headless_chromium(tmp_path):
         assert seen["errors"] == []  # no script error, no CSP violation
     for name in ["console-workflows.png", "console-workflow.png", "console-queues.png"]:
         assert (shots / name).stat().st_size > 10_000, name
+
+
+ATTACKS = """
+async ({admin, formToken}) => {
+  const seen = {};
+  const post = async (name, path, type, body) => {
+    try {
+      await fetch(admin + path, {method: "POST", mode: "no-cors", credentials: "include",
+                                 headers: {"content-type": type}, body});
+      seen[name] = "answered";  // opaque: the server answered, the page reads nothing
+    } catch (e) { seen[name] = "refused: " + e; }
+  };
+  // The review's JSON-in-text/plain trick on the API, a start and a console action.
+  await post("api_cancel", "/api/workflows/victim2/cancel", "text/plain", '{"reason": "x"}');
+  await post("api_start", "/api/workflows", "text/plain",
+             '{"entry": "cons:returns", "args": [1], "id": "planted"}');
+  await post("console_fetch", "/workflows/victim", "application/x-www-form-urlencoded",
+             "action=terminate&form_token=" + formToken);
+  // Reading the API is refused too (no CORS): the fetch itself fails.
+  try { await fetch(admin + "/api/workflows", {credentials: "include"}); seen.api_read = "read"; }
+  catch (e) { seen.api_read = "refused"; }
+  return seen;
+}
+"""
+
+FORM = """
+({admin, formToken, action}) => {
+  const form = document.createElement("form");
+  form.method = "post";
+  form.action = admin + action;
+  for (const [name, value] of [["action", "terminate"], ["form_token", formToken]]) {
+    const input = document.createElement("input");
+    input.type = "hidden"; input.name = name; input.value = value;
+    form.appendChild(input);
+  }
+  document.body.appendChild(form);
+  form.submit();
+}
+"""
+
+
+class _Evil(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"<!doctype html><title>another local server</title><p>hello</p>"
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def attack(url: str, token: str, form_token: str, evil: str) -> dict[str, Any]:
+    """A logged-in browser visits a page of another local port, which tries its POSTs."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+
+    seen: dict[str, Any] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        try:
+            context = browser.new_context()
+            context.set_default_timeout(10_000)
+            page = context.new_page()
+            seen["login"] = page.goto(f"{url}/?token={token}").status
+            seen["cookie"] = [c["name"] for c in context.cookies(url)]
+            page.goto(evil)
+            # Every fetch resolves once the admin server has answered it.
+            seen.update(page.evaluate(ATTACKS, {"admin": url, "formToken": form_token}))
+            # A plain form POST (a top-level navigation), with the right form token even.
+            with page.expect_navigation() as nav:
+                page.evaluate(
+                    FORM, {"admin": url, "formToken": form_token, "action": "/workflows/victim"}
+                )
+            seen["form_status"] = nav.value.status if nav.value is not None else None
+            seen["form_body"] = page.inner_text("body")
+        finally:
+            browser.close()
+    return seen
+
+
+async def test_a_page_of_another_local_port_changes_nothing_through_the_browser():
+    need_chromium()
+    from roost.admin._auth import form_token  # noqa: PLC0415 - the console's hidden field
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Evil)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        async with open_console_node(app) as c:
+            await process.with_options(id="victim").spawn(console_app.waiter, "v1")
+            await process.with_options(id="victim2").spawn(console_app.waiter, "v2")
+            evil = f"http://127.0.0.1:{server.server_address[1]}/"
+            seen = await trio.to_thread.run_sync(attack, c.url, c.token, form_token(c.token), evil)
+            assert seen["login"] == 200 and seen["cookie"] == ["roost_token"]
+            assert seen["api_cancel"] == seen["api_start"] == seen["console_fetch"] == "answered"
+            assert seen["api_read"] == "refused"
+            assert seen["form_status"] == 403
+            assert "another origin" in seen["form_body"] or "same-site" in seen["form_body"]
+            # Nothing changed: both still run, nothing was started.
+            assert c.node.describe("victim")["status"] == "running"
+            assert c.node.describe("victim2")["status"] == "running"
+            kinds = {type(e).__name__ for e in c.node.history("victim2")}
+            assert "CancelRequested" not in kinds
+            ids = sorted(w["workflow_id"] for w in c.node.list_workflows())
+            assert ids == ["victim", "victim2"]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_missing_browser_fails_under_ci_and_is_skipped_elsewhere(monkeypatch, tmp_path):

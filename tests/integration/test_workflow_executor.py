@@ -4,11 +4,13 @@ A step whose writes the store refuses fails only its own workflow task; the othe
 its pass commit and go on (see docs/design-notes.md, "Where a run lives").
 """
 
+import attrs
 import trio
 
 import roost
 from roost import funcs, process
 from roost.storage import Codec, _lmdb_txn, open_lmdb_store
+from roost.workflow._history import WorkflowTask
 from roost.workflow._records import PROGRESS_TABLE, history_key, with_progress
 
 app = roost.App("executor")
@@ -118,14 +120,22 @@ def _rows(data_dir, workflow_id):
     return record, None if raw is None else CODEC.decode(raw)
 
 
-def _as_written_without_progress_rows(data_dir, workflow_id):
-    """Rewrite the run's rows the way a store without progress rows holds them."""
+def _as_written_without_progress_rows(data_dir, workflow_id, described):
+    """Rewrite the run's rows the way a store without progress rows holds them: every
+    step's counters in the run record."""
     store = open_lmdb_store(str(data_dir))
     try:
         record, progress = _rows_in(store, workflow_id)
+        record = with_progress(record, progress)
+        record = attrs.evolve(
+            record,
+            activations=described["activations"],
+            history_length=described["history_length"],
+            history_size=described["history_size"],
+        )
 
         def write(txn):
-            txn.put("runs", workflow_id.encode(), CODEC.encode(with_progress(record, progress)))
+            txn.put("runs", workflow_id.encode(), CODEC.encode(record))
             txn.delete(PROGRESS_TABLE, workflow_id.encode())
 
         store.transact_sync(write)
@@ -136,19 +146,45 @@ def _as_written_without_progress_rows(data_dir, workflow_id):
 def _rows_in(store, workflow_id):
     with store.read() as txn:
         record = CODEC.decode(txn.get("runs", workflow_id.encode()))
-        return record, CODEC.decode(txn.get(PROGRESS_TABLE, workflow_id.encode()))
+        raw = txn.get(PROGRESS_TABLE, workflow_id.encode())
+        return record, None if raw is None else CODEC.decode(raw)
 
 
-async def test_a_step_that_changes_only_counters_writes_the_progress_row(autojump_clock, tmp_path):
+async def test_a_step_that_changes_only_counters_writes_no_run_row(autojump_clock, tmp_path):
     async with roost.open_node(app, tmp_path) as node:
         await process.with_options(id="p").spawn(steps_then_waits, 0)
         await trio.testing.wait_all_tasks_blocked()
         described = node.describe("p")
+        history = node.history("p")
+        pid = roost.Pid(node.name, "executor:workflows", "p")
+        await process.send(pid, "unheard", 1)  # unread by the workflow: its count changes
+        await trio.testing.wait_all_tasks_blocked()
+        unread = node.describe("p")
     record, progress = _rows(tmp_path, "p")
     assert record.activations == 1  # stored with the first step, not rewritten after
-    assert progress.activations == 4  # the start step and one per activity result
-    assert described["history_length"] == progress.history_length > record.history_length
-    assert described["history_size"] == progress.history_size
+    # The counters of the three steps after it are read from the history's rows.
+    markers = [x for x in history if isinstance(x, WorkflowTask)]
+    assert len(markers) == 4  # the start step and one per activity result
+    assert described["history_length"] == len(history) - len(markers) > record.history_length
+    assert described["history_size"] == sum(m.size for m in markers)
+    # The step that changed the unread count wrote it, in the progress row.
+    assert progress is not None
+    assert (progress.activations, progress.unread) == (5, 1)
+    assert unread["unread_messages"] == 1
+    assert unread["history_length"] > described["history_length"]
+    async with roost.open_node(app, tmp_path) as node:  # recovery counts them the same
+        again = node.describe("p")
+        assert (again["history_length"], again["history_size"]) == (
+            unread["history_length"],
+            unread["history_size"],
+        )
+        assert node._node.ext["workflows"].runs.get("p").next_index == 6
+        pid = roost.Pid(node.name, "executor:workflows", "p")
+        process.monitor(pid)
+        await process.send(pid, "go", 1)
+        assert (await process.events().receive()).value == 3
+    record, progress = _rows(tmp_path, "p")
+    assert progress is None and record.activations == 6  # its close deleted the row
 
 
 async def test_a_store_without_progress_rows_resumes_and_closes_with_its_counters(
@@ -158,7 +194,8 @@ async def test_a_store_without_progress_rows_resumes_and_closes_with_its_counter
         await process.with_options(id="old").spawn(steps_then_waits, 0)
         await trio.testing.wait_all_tasks_blocked()
         before = node.describe("old")
-    _as_written_without_progress_rows(tmp_path, "old")
+        activations = sum(isinstance(x, WorkflowTask) for x in node.history("old"))
+    _as_written_without_progress_rows(tmp_path, "old", {**before, "activations": activations})
     assert _rows(tmp_path, "old")[1] is None
     async with roost.open_node(app, tmp_path) as node:
         assert node.describe("old")["history_length"] == before["history_length"]

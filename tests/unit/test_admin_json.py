@@ -70,3 +70,33 @@ def test_a_cyclic_live_value_stops_instead_of_recursing_for_ever():
     loop.append(loop)
     out = to_jsonable(loop)
     json.dumps(out)
+
+
+def _strict(text: str):
+    def refuse(constant: str):
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_history_to_json_is_the_same_renderer_strict_and_never_nan():
+    from roost.testing import history_to_json  # noqa: PLC0415 - the public entry point
+    from roost.workflow._history import ActivityResolved  # noqa: PLC0415
+
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    values = [
+        {"nan": float("nan"), "inf": float("inf"), "neg": float("-inf")},
+        {"when": at, "raw": b"\x00\xff", "pid": roost.Pid.parse("{host|1.2}")},
+        roost.Error("nope", kind=roost.ErrorKind.NOT_FOUND, details={"at": at}),
+    ]
+    history = [ActivityResolved(seq=i, value=v, error=None) for i, v in enumerate(values)]
+    text = history_to_json(history)
+    rows = _strict(text)
+    assert rows == to_jsonable(history)  # one renderer, one set of rules
+    assert rows[0]["value"] == {"nan": "nan", "inf": "inf", "neg": "-inf"}
+    assert rows[1]["value"]["when"] == "2026-01-02T03:04:05+00:00"
+    assert rows[1]["value"]["raw"] == {"base64": "AP8="}
+    assert rows[2]["value"]["kind"] == "NotFound"
+    assert rows[0]["type"] == "ActivityResolved"
+    assert history_to_json(history, indent=None) == json.dumps(rows, sort_keys=True)
+    assert "\n" in text and "NaN" not in text and "Infinity" not in text

@@ -233,6 +233,7 @@ async def open_node(
         path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store makes it 0700 exactly
         # Holds the directory's lock until closed: one OS process per data directory.
         store = open_lmdb_store(path, durability=durability)  # type: ignore[arg-type]
+        (path / "admin.json").unlink(missing_ok=True)  # a killed node's: this one holds the lock
         try:
             # Bumped and persisted before any PID exists: PIDs are never reused.
             incarnation = store.next_incarnation()

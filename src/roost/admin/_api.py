@@ -4,23 +4,34 @@ Every handler calls the node's own public operations (``NodeHandle.describe`` ..
 ``process.spawn`` / ``send`` / ``cancel`` / ``terminate``, ``node.dlq``). Those that need a
 current process run as a short-lived process of their own, as an HTTP trigger's handler
 does (``in_process``). Bodies are checked before anything is done: a bad one is a 400
-naming what to fix, and changes nothing. Errors are ``{"error": {"kind", "message",
-"details"}}`` with the status of their kind (``STATUS``).
+naming what to fix, and changes nothing: a POST's body must be
+``application/json`` (no HTML form can send that type to another origin) and at most
+``MAX_BODY`` bytes. Errors are ``{"error": {"kind", "message", "details"}}`` with the status
+of their kind (``roost.admin._status``).
+
+A workflow id is one percent-encoded path segment (``/`` included, as ``%2F``), read from the
+raw request path: ``/api/workflows/a%2Fhistory`` is workflow ``a/history``, never the history
+of ``a``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
+
+import trio
 
 from roost._errors import Error, ErrorKind, invalid, shown
 from roost.actors._app import EntryKind
 from roost.actors._events import Exit
 from roost.actors._process import reset_current, set_current
 from roost.admin._json import error_json, to_jsonable
+from roost.admin._status import http_status
 from roost.admin._views import (
     cron_list,
     dead_letter,
@@ -30,6 +41,7 @@ from roost.admin._views import (
     queue_stats,
     workflow_pid,
 )
+from roost.workflow._inspect import with_status
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
@@ -39,19 +51,14 @@ if TYPE_CHECKING:
 
     from roost.actors._open import NodeHandle
 
-__all__ = ["STATUS", "api_routes", "error_response", "in_process"]
+__all__ = ["MAX_BODY", "Closing", "api_routes", "error_response", "in_process", "read_limited"]
 
 log = logging.getLogger("roost.admin")
 
-STATUS: Final = {
-    ErrorKind.INVALID: 400,
-    ErrorKind.PERMISSION_DENIED: 401,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.INVALID_STATE: 409,
-    ErrorKind.ALREADY_EXISTS: 409,
-}
-_STATUSES: Final = frozenset({s.value for s in RunStatus} | {"quarantined"})
+MAX_BODY: Final = 1 << 20  # a request body larger than 1 MiB is refused (LimitExceeded)
+_DRAIN: Final = 16 << 20  # an oversized body up to this is read to its end before the answer
 _DLQ_LIMIT: Final = 1000
+_PREFIX: Final = b"/api/workflows/"
 
 Handler = Callable[["Request"], Awaitable[Any]]
 
@@ -60,7 +67,7 @@ def error_response(err: Error) -> Response:
     """The JSON answer for ``err``, with its kind's status (500 for the kinds not listed)."""
     from starlette.responses import JSONResponse  # noqa: PLC0415 - starlette loads with the server
 
-    return JSONResponse({"error": error_json(err)}, status_code=STATUS.get(err.kind, 500))
+    return JSONResponse({"error": error_json(err)}, status_code=http_status(err.kind))
 
 
 def _endpoint(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -72,7 +79,7 @@ def _endpoint(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
         try:
             return JSONResponse(to_jsonable(await fn(request)))
         except Error as err:
-            if STATUS.get(err.kind, 500) >= 500:
+            if http_status(err.kind) >= 500 and err.kind is not ErrorKind.UNAVAILABLE:
                 log.error(  # noqa: TRY400 - a roost.Error's message is the whole story
                     "admin %s %s failed: %s", request.method, request.url.path, err
                 )
@@ -112,12 +119,52 @@ async def in_process(handle: NodeHandle, fn: Callable[[], Awaitable[Any]]) -> An
 # -- bodies ------------------------------------------------------------------------------
 
 
+async def read_limited(request: Request, limit: int, what: str) -> bytes:
+    """The request's body, refused with LimitExceeded past ``limit`` bytes (nothing kept)."""
+
+    def too_large(size: int) -> Error:
+        return Error(
+            f"{what} is larger than {limit} bytes ({size}); send a smaller one",
+            kind=ErrorKind.LIMIT_EXCEEDED,
+            details={"limit": limit, "size": size},
+        )
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > _DRAIN:
+        raise too_large(int(declared))  # the client may see the connection close
+    body = bytearray()
+    size = 0
+    async with contextlib.aclosing(request.stream()) as chunks:
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > _DRAIN:
+                break
+            if size <= limit:
+                body += chunk
+    if size > limit:
+        # Read (and dropped) to the end, so that the client, still sending, gets the answer.
+        raise too_large(max(size, int(declared) if declared.isdigit() else 0))
+    return bytes(body)
+
+
 async def _body(request: Request, allowed: tuple[str, ...], example: str) -> dict[str, Any]:
-    raw = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise invalid(
+            f"the API takes JSON: send the body with 'Content-Type: application/json' (got "
+            f"{shown(kind or 'none')}), e.g. {example}",
+            content_type=kind,
+        )
+    raw = await read_limited(request, MAX_BODY, "the request body")
     if not raw.strip():
         return {}
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise invalid(
+            f"the request body is nested too deeply to read; send a flatter JSON object like "
+            f"{example}"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(
             f"the request body is not JSON ({exc}); send a JSON object like {example}"
@@ -164,16 +211,7 @@ def _handle(request: Request) -> NodeHandle:
 async def list_workflows(request: Request) -> Any:
     query = request.query_params.get("query") or None
     status = request.query_params.get("status") or None
-    if status is not None:
-        if status not in _STATUSES:
-            raise invalid(
-                f"status {status!r} is not a workflow status; use one of "
-                f"{', '.join(sorted(_STATUSES))}",
-                status=status,
-            )
-        clause = f"status = '{status}'"
-        query = clause if query is None else f"{query} and {clause}"
-    return _handle(request).list_workflows(query)
+    return _handle(request).list_workflows(with_status(query, status))
 
 
 @_endpoint
@@ -183,10 +221,8 @@ async def describe(request: Request) -> Any:
 
 @_endpoint
 async def history(request: Request) -> Any:
-    from roost.testing._replayer import history_to_json  # noqa: PLC0415 - loaded when asked
-
-    events = _handle(request).history(request.path_params["id"])
-    return json.loads(history_to_json(events, indent=None))
+    # The rendering of roost.testing.history_to_json (the one renderer), as data.
+    return to_jsonable(_handle(request).history(request.path_params["id"]))
 
 
 @_endpoint
@@ -198,7 +234,17 @@ async def result(request: Request) -> Any:
         raise invalid(f"wait is 1 or 0, got {wait!r}", wait=wait)
     described = node.describe(workflow_id)
     if wait in ("1", "true") and described["status"] == RunStatus.RUNNING.value:
-        await in_process(node, lambda: _closed(node, workflow_id))
+        closing: Closing = request.app.state.closing
+        with closing.scope() as waiting:
+            await in_process(node, lambda: _closed(node, workflow_id))
+        if waiting.cancelled_caught:
+            raise Error(
+                f"the node stopped before workflow {workflow_id!r} closed; ask again once a "
+                "node runs on its data directory",
+                kind=ErrorKind.UNAVAILABLE,
+                retryable=True,
+                details={"workflow_id": workflow_id},
+            )
         described = node.describe(workflow_id)
     return {key: described[key] for key in ("status", "result", "error")}
 
@@ -244,6 +290,33 @@ async def start(request: Request) -> Any:
     )
     pid = await in_process(node, lambda: spawner.spawn(entry.id, *args))
     return {"workflow_id": pid.id}
+
+
+class Closing:
+    """The admin server's waits that must end, answered, when the node stops."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope that ``close`` cancels (at once, once closed)."""
+        scope = trio.CancelScope()
+        if self.closed:
+            scope.cancel()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._scopes.discard(scope)
+
+    def close(self) -> None:
+        """End every wait: each answers that the node stopped."""
+        self.closed = True
+        for scope in self._scopes:
+            scope.cancel()
 
 
 def _running(node: NodeHandle, workflow_id: str, what: str) -> None:
@@ -376,6 +449,53 @@ async def node(request: Request) -> Any:
     return node_info(_handle(request))
 
 
+_GETS: Final[dict[str, Callable[[Request], Awaitable[Response]]]] = {
+    "": describe,
+    "history": history,
+    "result": result,
+}
+_POSTS: Final[dict[str, Callable[[Request], Awaitable[Response]]]] = {
+    "signal": signal,
+    "cancel": cancel,
+    "terminate": terminate,
+}
+
+
+def _split(request: Request) -> tuple[str, str]:
+    """``(workflow id, action)`` of ``/api/workflows/{id}[/{action}]``, from the raw path."""
+    raw: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    rest = raw.split(b"?", 1)[0][len(_PREFIX) :]
+    segment, _, action = rest.partition(b"/")
+    workflow_id = urllib.parse.unquote_to_bytes(segment).decode("utf-8", "replace")
+    return workflow_id, action.decode("latin-1")
+
+
+def _dispatch(
+    table: dict[str, Callable[[Request], Awaitable[Response]]], method: str
+) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        workflow_id, action = _split(request)
+        handler = table.get(action)
+        if not workflow_id or handler is None:
+            choices = ", ".join(f"{method} /api/workflows/{{id}}/{a}".rstrip("/") for a in table)
+            return error_response(
+                Error(
+                    f"no such endpoint {method} {request.url.path}: use {choices} (an id with "
+                    "'/' in it is sent as one segment, '/' as %2F)",
+                    kind=ErrorKind.NOT_FOUND,
+                    details={"path": request.url.path},
+                )
+            )
+        request.scope["path_params"] = {"id": workflow_id}
+        return await handler(request)
+
+    return route
+
+
+_workflow_get = _dispatch(_GETS, "GET")
+_workflow_post = _dispatch(_POSTS, "POST")
+
+
 def api_routes() -> list[BaseRoute]:
     """The ``/api/...`` routes (contract in docs/admin.md)."""
     from starlette.routing import Route  # noqa: PLC0415
@@ -383,12 +503,8 @@ def api_routes() -> list[BaseRoute]:
     return [
         Route("/api/workflows", list_workflows, methods=["GET"]),
         Route("/api/workflows", start, methods=["POST"]),
-        Route("/api/workflows/{id:path}/history", history, methods=["GET"]),
-        Route("/api/workflows/{id:path}/result", result, methods=["GET"]),
-        Route("/api/workflows/{id:path}/signal", signal, methods=["POST"]),
-        Route("/api/workflows/{id:path}/cancel", cancel, methods=["POST"]),
-        Route("/api/workflows/{id:path}/terminate", terminate, methods=["POST"]),
-        Route("/api/workflows/{id:path}", describe, methods=["GET"]),
+        Route("/api/workflows/{rest:path}", _workflow_get, methods=["GET"]),
+        Route("/api/workflows/{rest:path}", _workflow_post, methods=["POST"]),
         Route("/api/queues", queues, methods=["GET"]),
         Route("/api/queues/{q}/dlq", dlq_list, methods=["GET"]),
         Route("/api/queues/{q}/dlq/redrive", dlq_redrive, methods=["POST"]),

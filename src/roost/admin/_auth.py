@@ -1,16 +1,25 @@
-"""The admin server's one door: a bearer token on every request, the console's included.
+"""The admin server's one door: the node's token on every request, the console's included.
 
-A request is let in when it carries the node's token as ``Authorization: Bearer TOKEN``
-or in the ``roost_token`` cookie. A browser gets that cookie by opening any page once with
-``?token=TOKEN``: the answer is a redirect to the same URL without the token (so it does
+The JSON API (``/api/...``) and ``/metrics`` take the token only as ``Authorization: Bearer
+TOKEN``, which no page of another origin can add to a request. The console's pages also take
+the ``roost_token`` cookie. A browser gets it by opening any console page once with
+``?token=TOKEN``: the answer is a redirect to the same path without the token (so it does
 not linger in the address bar or the history) that sets the cookie ``HttpOnly`` (no script
-reads it), ``SameSite=Strict`` (no other site's page sends it along) and ``Path=/``.
-Anything else is answered 401 with a JSON error before any route runs, so nothing changes.
-Tokens are compared with ``secrets.compare_digest`` (no timing hints).
+reads it), ``SameSite=Strict`` and ``Path=/``.
+
+SameSite does not tell ports apart: a page served from any other port of 127.0.0.1 is
+"same-site" and its requests carry the cookie. So a console POST authenticated by the cookie
+must also come from the admin server's own origin (``Origin`` and ``Sec-Fetch-Site``, when
+the browser sends them, name it; anything else is 403) and carry the per-node form token
+(``form_token``: an HMAC of the token, in a hidden field of each console form; checked by
+the console). Anything unauthenticated is answered 401 with a JSON error before any route
+runs, so nothing changes. Tokens are compared with ``secrets.compare_digest``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import secrets
 import urllib.parse
@@ -20,9 +29,11 @@ from typing import Any, Final
 from roost._errors import Error, ErrorKind
 from roost.admin._json import error_json
 
-__all__ = ["COOKIE", "TokenAuth", "new_token"]
+__all__ = ["AUTH_SCOPE_KEY", "COOKIE", "TokenAuth", "form_token", "new_token"]
 
 COOKIE: Final = "roost_token"
+AUTH_SCOPE_KEY: Final = "roost.auth"  # how a request got in: "bearer" or "cookie"
+_SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,6 +45,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 def new_token() -> str:
     """A fresh token: 32 random bytes, URL-safe text."""
     return secrets.token_urlsafe(32)
+
+
+def form_token(token: str) -> str:
+    """The console forms' hidden ``form_token`` for the node's ``token`` (an HMAC of it)."""
+    return hmac.new(token.encode(), b"roost console form", hashlib.sha256).hexdigest()
+
+
+def _bearer_only(path: str) -> bool:
+    return path == "/api" or path.startswith("/api/") or path == "/metrics"
 
 
 def _same(given: str, token: str) -> bool:
@@ -53,17 +73,33 @@ class TokenAuth:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
-        if self._bearer(headers.get("authorization", "")) or self._cookie(headers):
+        if self._bearer(headers.get("authorization", "")):
+            scope[AUTH_SCOPE_KEY] = "bearer"
+            await self.app(scope, receive, send)
+            return
+        api = _bearer_only(scope["path"])
+        if not api and self._cookie(headers):
+            if scope["type"] == "http" and scope["method"] not in _SAFE_METHODS:
+                foreign = _foreign(scope, headers)
+                if foreign is not None:
+                    await _forbid(send, foreign)
+                    return
+            scope[AUTH_SCOPE_KEY] = "cookie"
             await self.app(scope, receive, send)
             return
         query = urllib.parse.parse_qsl(
             scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True
         )
         given = [v for k, v in query if k == "token"]
-        if scope["type"] == "http" and len(given) == 1 and _same(given[0], self.token):
+        if not api and scope["type"] == "http" and len(given) == 1 and _same(given[0], self.token):
             await self._set_cookie(scope, query, send)
             return
-        await _refuse(scope, send, bool(given) or "authorization" in headers)
+        wrong = (
+            bool(given)
+            or "authorization" in headers
+            or (api and COOKIE in headers.get("cookie", ""))
+        )
+        await _refuse(scope, send, wrong, api=api)
 
     def _bearer(self, value: str) -> bool:
         scheme, _, given = value.partition(" ")
@@ -78,7 +114,8 @@ class TokenAuth:
 
     async def _set_cookie(self, scope: Scope, query: list[tuple[str, str]], send: Send) -> None:
         rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "token"])
-        path = urllib.parse.quote(scope.get("root_path", "") + scope["path"])
+        # One leading slash: "//evil.example/" would send the browser to another host.
+        path = "/" + urllib.parse.quote(scope.get("root_path", "") + scope["path"]).lstrip("/")
         location = f"{path}?{rest}" if rest else path
         cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
         await send(
@@ -100,27 +137,62 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
-async def _refuse(scope: Scope, send: Send, wrong: bool) -> None:
-    what = "a wrong token" if wrong else "no token"
+def _foreign(scope: Scope, headers: dict[str, str]) -> str | None:
+    """Why a cookie-carrying POST is not the console's own (None when it is)."""
+    own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
+    site = headers.get("sec-fetch-site")
+    if site is not None:  # set by the browser alone; no page can forge it
+        if site == "same-origin":
+            return None
+        return f"the browser says it comes from a {site[:40]!r} page, not the console's own"
+    origin = headers.get("origin")
+    if origin is not None and origin != own:
+        return f"it comes from the page of another origin ({origin[:100]!r}, not {own!r})"
+    return None
+
+
+async def _forbid(send: Send, why: str) -> None:
     err = Error(
-        f"the admin API needs the node's token and this request has {what}: send "
-        "'Authorization: Bearer TOKEN' with the token from admin.json in the node's data "
-        "directory (a browser: open the console once with ?token=TOKEN)",
+        f"the console refuses this request: {why}; use the console's own pages, or the "
+        "JSON API with 'Authorization: Bearer TOKEN'",
+        kind=ErrorKind.PERMISSION_DENIED,
+        details={"status": 403},
+    )
+    await _answer(send, 403, err, [])
+
+
+async def _refuse(scope: Scope, send: Send, wrong: bool, *, api: bool) -> None:
+    what = "a wrong token" if wrong else "no token"
+    how = (
+        "the JSON API and /metrics take only 'Authorization: Bearer TOKEN' (never the "
+        "console's cookie)"
+        if api
+        else "send 'Authorization: Bearer TOKEN' (a browser: open the console once with "
+        "?token=TOKEN)"
+    )
+    err = Error(
+        f"the admin server needs the node's token and this request has {what}: {how}, with "
+        "the token from admin.json in the node's data directory",
         kind=ErrorKind.PERMISSION_DENIED,
         details={"status": 401},
     )
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008})
         return
+    await _answer(send, 401, err, [(b"www-authenticate", b'Bearer realm="roost"')])
+
+
+async def _answer(send: Send, status: int, err: Error, extra: list[tuple[bytes, bytes]]) -> None:
     body = json.dumps({"error": error_json(err)}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="roost"'),
+                (b"cache-control", b"no-store"),
+                *extra,
             ],
         }
     )

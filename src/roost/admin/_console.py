@@ -6,7 +6,9 @@ autoescape on, and every stored value is shown through ``_console_format.preview
 in size and depth), so a hostile value (markup in a string, a huge or deeply nested
 payload) neither breaks a page nor adds markup to it. The pages read without JavaScript;
 ``static/console.js`` only refreshes the parts marked ``data-live`` while the page is open.
-Buttons are plain forms that POST and redirect back (303) to the page they came from.
+Buttons are plain forms that POST and redirect back (303) to the page they came from; each
+carries the node's ``form_token`` (``_auth``), without which a cookie-authenticated POST is
+refused (403) and changes nothing.
 
 Ids and queue names travel as one percent-encoded path segment (``/`` included), read back
 from the raw request path, so any id the runtime accepts has its page.
@@ -14,6 +16,7 @@ from the raw request path, so any id the runtime accepts has its page.
 
 from __future__ import annotations
 
+import hmac
 import importlib.metadata
 import json
 import logging
@@ -30,6 +33,8 @@ from starlette.staticfiles import StaticFiles
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.admin import _console_data as data
+from roost.admin._api import read_limited
+from roost.admin._auth import AUTH_SCOPE_KEY, form_token
 from roost.admin._console_format import (
     ago,
     preview,
@@ -39,13 +44,14 @@ from roost.admin._console_format import (
     workflow_url,
 )
 from roost.admin._json import to_jsonable
+from roost.admin._status import http_status
+from roost.workflow._inspect import LISTED_STATUSES, with_status
 
 __all__ = ["console_routes"]
 
 log = logging.getLogger("roost.admin")
 
 _HERE = Path(__file__).parent
-_STATUSES: Final = ("running", "completed", "failed", "canceled", "terminated", "timed_out")
 _MAX_FORM: Final = 1 << 20  # a signal payload larger than 1 MiB is refused
 _LIST_LIMIT: Final = 200
 _DLQ_LIMIT: Final = 100
@@ -58,14 +64,6 @@ _DONE: Final = {
     "redrive_all": "Dead letters redriven.",
     "discard": "Dead letter discarded.",
 }
-_STATUS_BY_KIND: Final = {
-    ErrorKind.INVALID: 400,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.INVALID_STATE: 409,
-    ErrorKind.ALREADY_EXISTS: 409,
-    ErrorKind.LIMIT_EXCEEDED: 429,
-    ErrorKind.UNAVAILABLE: 503,
-}
 # Defence in depth beside autoescape: no inline script, nothing from elsewhere, no framing.
 _SECURITY_HEADERS: Final = {
     "content-security-policy": (
@@ -73,7 +71,8 @@ _SECURITY_HEADERS: Final = {
         "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
     ),
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # Never to other sites; same-origin keeps the console's own POSTs' Origin (not "null").
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
 
@@ -127,12 +126,12 @@ def _page(handler: Handler) -> Handler:
             response = await handler(request)
         except Exception as exc:
             err = exc if isinstance(exc, Error) else Error.from_exception(exc)
-            if not isinstance(exc, Error) or _STATUS_BY_KIND.get(err.kind, 500) == 500:
+            if not isinstance(exc, Error) or http_status(err.kind) == 500:
                 log.exception("console %s %s failed", request.method, request.url.path)
             response = _render(
                 request,
                 "error.html",
-                status=_STATUS_BY_KIND.get(err.kind, 500),
+                status=http_status(err.kind),
                 title=f"{err.kind.value}",
                 error=err,
                 details=to_jsonable(err.details),
@@ -151,6 +150,7 @@ def _render(request: Request, template: str, *, status: int = 200, **context: An
         path=request.url.path,
         done=_DONE.get(done or ""),
         done_count=request.query_params.get("n", ""),
+        form_token=form_token(request.app.state.token),
         **context,
     )
     return HTMLResponse(page, status_code=status)
@@ -178,12 +178,7 @@ async def _workflows(request: Request) -> Response:
     node = request.app.state.node
     status = request.query_params.get("status", "")
     search = request.query_params.get("q", "").strip()
-    clauses = [search] if search else []
-    if status:
-        if status not in _STATUSES:
-            raise invalid(f"status must be one of {', '.join(_STATUSES)}, got {status[:40]!r}")
-        clauses.append(f"status = '{status}'")
-    query = " and ".join(clauses) or None
+    query = with_status(search or None, status or None)
     try:
         rows = node.list_workflows(query)
         query_error = None
@@ -197,7 +192,7 @@ async def _workflows(request: Request) -> Response:
         "workflows.html",
         rows=rows[:_LIST_LIMIT],
         total=len(rows),
-        statuses=_STATUSES,
+        statuses=LISTED_STATUSES,
         chosen=status,
         search=search,
         query_error=query_error,
@@ -278,6 +273,8 @@ def _json_field(text: str, what: str) -> Any:
         return None
     try:
         return json.loads(text)
+    except RecursionError:
+        raise invalid(f"the {what} is nested too deeply to read; send a flatter value") from None
     except ValueError as exc:
         raise invalid(f"the {what} is not JSON ({exc}); leave it empty for none") from None
 
@@ -342,14 +339,7 @@ async def _form(request: Request) -> dict[str, str]:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise invalid("the console's actions take an HTML form (application/x-www-form-urlencoded)")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_FORM:
-            raise Error(
-                f"the form is larger than {_MAX_FORM} bytes; send a smaller payload",
-                kind=ErrorKind.LIMIT_EXCEEDED,
-            )
+    body = await read_limited(request, _MAX_FORM, "the form")
     try:
         pairs = urllib.parse.parse_qsl(
             bytes(body).decode("utf-8"), keep_blank_values=True, max_num_fields=100
@@ -359,6 +349,15 @@ async def _form(request: Request) -> dict[str, str]:
     form: dict[str, str] = {}
     for name, value in pairs:
         form.setdefault(name, value)
+    if request.scope.get(AUTH_SCOPE_KEY) != "bearer":  # a browser's cookie: prove the page
+        expected = form_token(request.app.state.token)
+        given = form.get("form_token", "")
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode()):
+            raise Error(
+                "the form has no valid form_token: send the console's actions from its own "
+                "pages (reload the page: the token changes when the node restarts)",
+                kind=ErrorKind.PERMISSION_DENIED,
+            )
     return form
 
 

@@ -1,10 +1,15 @@
-"""JSON-safe renderings of stored values, shared by the admin API, the console and the CLI."""
+"""roost's one JSON rendering of stored values.
+
+The admin API, the console, the CLI and ``roost.testing.history_to_json`` all use it, so a
+value reads the same everywhere.
+"""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import enum
+import json
 import math
 import uuid
 from collections.abc import Mapping
@@ -15,7 +20,7 @@ import attrs
 from roost._errors import Error
 from roost._pid import Pid
 
-__all__ = ["error_json", "to_jsonable"]
+__all__ = ["dumps", "error_json", "to_jsonable"]
 
 _MAX_DEPTH = 200  # deeper than the codec stores; a cycle in a live value stops here
 
@@ -23,6 +28,11 @@ _MAX_DEPTH = 200  # deeper than the codec stores; a cycle in a live value stops 
 def error_json(err: Error) -> dict[str, Any]:
     """An error as ``{"kind", "message", "details"}`` (details made JSON-safe too)."""
     return {"kind": err.kind.value, "message": err.message, "details": to_jsonable(err.details)}
+
+
+def dumps(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as strict JSON text (``to_jsonable``'s form, keys sorted, never NaN)."""
+    return json.dumps(to_jsonable(value), indent=indent, sort_keys=True, allow_nan=False)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -145,6 +145,23 @@ def _queues(handle: NodeHandle) -> Iterator[Metric]:
         for field, family in families.items():
             family.add_metric([queue], row[field])
     yield from families.values()
+    runtime = node_of(handle).ext.get("queues")
+    for name, doc, counts in (
+        (
+            "roost_queue_deliveries_total",
+            "Queue delivery attempts started (each handler call, retries included).",
+            getattr(runtime, "deliveries", {}),
+        ),
+        (
+            "roost_queue_delivery_failures_total",
+            "Queue delivery attempts that failed (retried or dead-lettered).",
+            getattr(runtime, "delivery_failures", {}),
+        ),
+    ):
+        counter = CounterMetricFamily(name, doc, labels=["queue", "entry"])
+        for (queue, entry), n in sorted(counts.items()):
+            counter.add_metric([queue, entry], n)
+        yield counter
 
 
 def new_registry(handle: NodeHandle) -> CollectorRegistry:

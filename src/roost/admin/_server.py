@@ -19,13 +19,12 @@ import ipaddress
 import json
 import logging
 import os
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from roost._errors import Error, ErrorKind, invalid
+from roost._errors import Error, invalid
 from roost.admin._auth import TokenAuth, new_token
 
 if TYPE_CHECKING:
@@ -48,6 +47,7 @@ __all__ = [
 log = logging.getLogger("roost.admin")
 
 ADMIN_FILE: Final = "admin.json"
+_GRACE: Final = 1.0  # seconds the answers under way get once the node has stopped
 _HELP: Final = (
     "admin= takes 'host:port' (e.g. '127.0.0.1:8081'; port 0 picks a free one; ':0' means "
     "127.0.0.1), or None for no admin server; got {value!r}"
@@ -91,7 +91,7 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
     from starlette.middleware import Middleware  # noqa: PLC0415
     from starlette.routing import Route  # noqa: PLC0415
 
-    from roost.admin._api import api_routes  # noqa: PLC0415
+    from roost.admin._api import Closing, api_routes  # noqa: PLC0415
     from roost.admin._console import console_routes  # noqa: PLC0415
     from roost.admin._metrics import CONTENT_TYPE, metrics_text, new_registry  # noqa: PLC0415
 
@@ -109,6 +109,7 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
     app.state.node = node
     app.state.token = token
     app.state.metrics = registry
+    app.state.closing = Closing()
     return app
 
 
@@ -116,7 +117,7 @@ def write_admin_file(data_dir: Path, url: str, token: str) -> Path:
     """Write ``admin.json`` into ``data_dir``: mode 0600, replacing any old one atomically."""
     target = data_dir / ADMIN_FILE
     temp = data_dir / f".{ADMIN_FILE}.{os.getpid()}.tmp"
-    data = json.dumps({"url": url, "token": token}).encode()
+    data = json.dumps({"url": url, "token": token, "pid": os.getpid()}).encode()
     with contextlib.suppress(FileNotFoundError):
         temp.unlink()
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -177,27 +178,36 @@ class AdminServer:
         from hypercorn.config import Config  # noqa: PLC0415
         from hypercorn.trio import serve  # noqa: PLC0415
 
-        from roost.queues._http_server import _bound_socket  # noqa: PLC0415
+        from roost.queues._http_server import bound_fd  # noqa: PLC0415
 
-        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        try:
-            sock = _bound_socket(host, port)
-        except OSError as exc:
-            raise Error(
-                f"cannot serve the admin API on {where}: {exc}; pick another port (0 picks a "
-                "free one)",
-                kind=ErrorKind.UNAVAILABLE,
-                details={"host": host, "port": port},
-            ) from exc
         config = Config()
-        config.bind = [f"fd://{sock.detach()}"]
+        config.bind = [bound_fd(host, port, "the admin API")]
         config.accesslog = None
         config.errorlog = log
+        config.graceful_timeout = _GRACE
         asgi_app: Any = self
-        binds: list[str] = await nursery.start(partial(serve, asgi_app, config, mode="asgi"))
+        stopped = trio.Event()
+        # The node cancels its services once its processes have exited. The server is
+        # shielded from that cancel so that it can stop gracefully instead: no new
+        # connections, the waits under way answered (503), then gone within _GRACE.
+        shield = trio.CancelScope(shield=True)
+
+        async def run(task_status: trio.TaskStatus[list[str]]) -> None:
+            with shield:
+                await serve(
+                    asgi_app,
+                    config,
+                    mode="asgi",
+                    shutdown_trigger=stopped.wait,
+                    task_status=task_status,
+                )
+
+        binds: list[str] = await nursery.start(run, name="roost.admin server")
         self.url = binds[0]
         path = write_admin_file(self.data_dir, self.url, self.token)
-        nursery.start_soon(self._remove_on_close, path, name="roost.admin admin.json")
+        nursery.start_soon(
+            self._close_with_node, path, stopped, shield, name="roost.admin admin.json"
+        )
         if not _is_loopback(host):
             log.warning(
                 "the admin server listens on %s, beyond this machine: whoever reaches it with "
@@ -207,11 +217,18 @@ class AdminServer:
             )
         log.info("admin server on %s (token in %s)", self.url, path)
 
-    async def _remove_on_close(self, path: Path) -> None:
+    async def _close_with_node(
+        self, path: Path, stopped: trio.Event, shield: trio.CancelScope
+    ) -> None:
         try:
             await trio.sleep_forever()
         finally:
             _remove_admin_file(path, self.token)
+            app = self.app()
+            if app is not None:
+                app.state.closing.close()
+            shield.deadline = trio.current_time() + 2 * _GRACE  # a bound, whatever happens
+            stopped.set()
 
 
 async def _not_yet(send: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from roost._errors import Error, ErrorKind
-from roost.cli._common import Failed, failures
+from roost.cli._common import Failed
 from roost.storage import Codec, WriteTxn, open_lmdb_store
 
 __all__ = ["AdminClient", "change", "quote"]
@@ -44,19 +44,31 @@ class AdminClient:
     token: str
 
     @classmethod
-    def find(cls, data_dir: Path) -> AdminClient | None:
-        """The client of the node's admin server, if ``admin.json`` names one that answers."""
+    def find(cls, data_dir: Path, holder: int | None) -> AdminClient | None:
+        """The admin client of ``holder``, the OS process that holds the directory's lock.
+
+        ``admin.json`` must name that process (its ``pid``) before its token is sent
+        anywhere, and ``GET /api/node`` must then answer for the same process and data
+        directory: a file left by a killed node, or a port another program took over since,
+        is no node.
+        """
         try:
             info = json.loads((data_dir / ADMIN_FILE).read_text())
             client = cls(url=str(info["url"]).rstrip("/"), token=str(info["token"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            pid = info.get("pid")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if holder is None or pid != holder:
             return None
         try:
-            client.request("GET", "/api/node", timeout=_PROBE_TIMEOUT)
-        except Error as exc:
-            # A server that answers with an error is there: its next answer says why.
-            return client if exc.details.get("http_status") else None
-        return client
+            node = client.request("GET", "/api/node", timeout=_PROBE_TIMEOUT)
+        except Error:
+            return None
+        if not isinstance(node, dict) or node.get("pid") != holder:
+            return None
+        if _same_dir(node.get("data_dir"), data_dir):
+            return client
+        return None
 
     def request(
         self, method: str, path: str, body: Any = None, *, timeout: float = _CALL_TIMEOUT
@@ -106,6 +118,15 @@ def quote(part: str) -> str:
     return urllib.parse.quote(part, safe="")
 
 
+def _same_dir(reported: object, data_dir: Path) -> bool:
+    if not isinstance(reported, str):
+        return False
+    try:
+        return Path(reported).resolve() == data_dir.resolve()
+    except OSError:
+        return False
+
+
 def change(
     data_dir: Path,
     *,
@@ -115,6 +136,9 @@ def change(
 ) -> T:
     """Apply a change through the running node's admin API, or to the stopped store.
 
+    The directory's lock decides: free, no node runs, the change is applied to the store
+    under that lock (an ``admin.json`` left by a killed node is deleted); held, the change
+    goes to the admin API of the process that holds it, if ``admin.json`` names it.
     ``create``: a missing data directory is created (a start); otherwise it must hold a
     store.
 
@@ -122,9 +146,6 @@ def change(
         Failed: a node holds the directory without an admin server, or there is no store.
         roost.Error: what the change itself raised.
     """
-    client = AdminClient.find(data_dir)
-    if client is not None:
-        return admin(client)
     if not create and not (data_dir / "data.mdb").is_file():
         raise Failed(f"there is no roost store in {data_dir}: check --data-dir (or ROOST_DATA_DIR)")
     try:
@@ -133,6 +154,9 @@ def change(
         holder = exc.details.get("holder_pid")
         if exc.kind is not ErrorKind.INVALID_STATE or holder == os.getpid():
             raise
+        client = AdminClient.find(data_dir, holder if isinstance(holder, int) else None)
+        if client is not None:
+            return admin(client)
         raise Failed(
             f"a node (OS pid {holder if holder is not None else 'unknown'}) holds {data_dir} "
             "and serves no admin API, so it cannot be changed from outside: restart it with "
@@ -141,7 +165,7 @@ def change(
         ) from None
     codec = Codec()
     try:
-        with failures():
-            return store.transact_sync(lambda txn: offline(txn, codec))
+        (data_dir / ADMIN_FILE).unlink(missing_ok=True)  # a killed node's: the lock was free
+        return store.transact_sync(lambda txn: offline(txn, codec))
     finally:
         store.close()

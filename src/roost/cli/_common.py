@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from roost._errors import Error, ErrorKind
+from roost.admin._console_format import short
 from roost.admin._json import to_jsonable
 from roost.storage import LmdbStore, open_lmdb_store
 
@@ -33,12 +34,13 @@ __all__ = [
     "parse_json",
     "reading",
     "table",
-    "with_status",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_DATA_DIR = "./roost-data"
+# The most characters a table cell shows of one value (the console's previews are as short).
+CELL_CHARS = 200
 
 
 class Failed(click.ClickException):
@@ -100,14 +102,6 @@ def reading(data_dir: Path) -> Iterator[LmdbStore]:
         store.close()
 
 
-def with_status(query: str | None, status: str | None) -> str | None:
-    """``query`` narrowed to workflows of ``status`` (``--status``)."""
-    if status is None:
-        return query
-    clause = f"status = '{status}'"
-    return clause if not query or not query.strip() else f"{query} and {clause}"
-
-
 def parse_json(text: str | None, what: str, *, default: Any = None) -> Any:
     """Parse a JSON command-line argument; a usage error (exit 2) names what is wrong."""
     if text is None:
@@ -117,6 +111,11 @@ def parse_json(text: str | None, what: str, *, default: Any = None) -> Any:
     except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"{what} must be JSON (e.g. '[1, \"a\"]' or '{{\"k\": 1}}'): {exc}"
+        ) from None
+    except RecursionError:
+        raise click.BadParameter(
+            f"{what} is nested too deeply to parse ({len(text)} characters): "
+            "flatten it (stored values nest at most 256 levels deep)"
         ) from None
 
 
@@ -131,13 +130,14 @@ def echo_json(value: Any) -> None:
 
 
 def cell(value: Any) -> str:
-    """One table cell: text as is, None as '-', anything else as compact JSON."""
+    """One table cell: None as '-', anything else a bounded preview, as the console shows it.
+
+    Text is shown as is, other values as compact JSON; past ``CELL_CHARS`` characters the
+    cell ends with an ellipsis (``--json`` prints every value in full).
+    """
     if value is None:
         return "-"
-    if isinstance(value, str):
-        return value
-    plain = to_jsonable(value)
-    return plain if isinstance(plain, str) else json.dumps(plain, sort_keys=True)
+    return short(value, chars=CELL_CHARS)
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:

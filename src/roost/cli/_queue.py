@@ -17,7 +17,6 @@ from roost.cli._common import (
     json_option,
     reading,
     table,
-    with_status,
 )
 from roost.cli._progress import progress
 from roost.queues import _offline
@@ -87,11 +86,19 @@ def dlq() -> None:
 
 @dlq.command("list")
 @click.argument("queue_name", metavar="QUEUE")
+@click.option("--app", "app_ref", default=None, help="The app whose declared queues are known.")
 @data_dir_option
 @json_option
-def dlq_list(queue_name: str, data_dir: Path, as_json: bool) -> None:
-    """The dead letters of QUEUE, oldest first."""
+def dlq_list(queue_name: str, app_ref: str | None, data_dir: Path, as_json: bool) -> None:
+    """The dead letters of QUEUE, oldest first.
+
+    A queue with no message or dead letter in the store (and, with --app, not declared by
+    the app) is unknown: exit 1, as the admin API answers 404.
+    """
+    app = _declared_app(app_ref)
+    declared = set(queue_specs(app)) if app is not None else None
     with reading(data_dir) as store, store.read() as txn:
+        _offline.check_queue_known(txn, queue_name, declared)
         found = [dead_letter_json(d) for d in _offline.dead_letters(txn, _CODEC, queue_name)]
     if as_json:
         echo_json(found)
@@ -206,7 +213,8 @@ def export(workflow_id: str, file: Path, data_dir: Path) -> None:
 @data_dir_option
 def export_all(directory: Path, query: str | None, status: str | None, data_dir: Path) -> None:
     """Write the history of every (matching) workflow to DIRECTORY/<workflow id>.cbor."""
-    query = with_status(query, status)
+    with failures():
+        query = _inspect.with_status(query, status)
     with reading(data_dir) as store:
         ids = [
             row["workflow_id"]

@@ -9,9 +9,11 @@ from typing import Any, Final
 
 import click
 
+from roost._errors import Error, ErrorKind
 from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
 from roost.cli._common import (
+    Failed,
     data_dir_option,
     echo_json,
     failures,
@@ -19,7 +21,6 @@ from roost.cli._common import (
     parse_json,
     reading,
     table,
-    with_status,
 )
 from roost.storage import Codec, WriteTxn
 from roost.testing import history_to_json
@@ -45,7 +46,8 @@ def workflow() -> None:
 @json_option
 def list_(query: str | None, status: str | None, data_dir: Path, as_json: bool) -> None:
     """List workflows (the latest run of each id), filtered by a query and a status."""
-    query = with_status(query, status)
+    with failures():
+        query = _inspect.with_status(query, status)
     with reading(data_dir) as store:
         found = _inspect.list_workflows(store, _CODEC, query)
     if as_json:
@@ -97,7 +99,7 @@ def show(workflow_id: str, data_dir: Path, as_json: bool) -> None:
     rows = []
     for i, item in enumerate(data, 1):
         kind = item.pop("type", "-")
-        rows.append([i, kind, json.dumps(item, sort_keys=True)])
+        rows.append([i, kind, item])
     table(f"history of {workflow_id}", ["#", "type", "fields"], rows)
 
 
@@ -159,8 +161,9 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
     """Start workflow ENTRY ('app:name') with ARGS, a JSON list of its arguments.
 
     Beside a node with an admin server, the node starts it; with no node, the start is
-    stored and the next node runs it (one whose app lacks ENTRY keeps it stored; --app
-    checks ENTRY first).
+    stored and the next node runs it (one whose app lacks ENTRY, or declares it as no
+    workflow, keeps it stored; --app checks ENTRY first). An explicit --id of a running
+    workflow is refused (exit 1) with or without a node; without --id, a fresh id.
     """
     values = parse_json(args, "ARGS", default=[])
     if not isinstance(values, list):
@@ -170,15 +173,36 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
         if app_ref is not None and load_app(app_ref).resolve(entry).kind != "workflow":
             raise click.BadParameter(f"{entry!r} is not a workflow of {app_ref}")
 
+    stored = False
+
     def admin(client: AdminClient) -> str:
         body = {"entry": entry, "args": values, "id": workflow_id}
         return str(client.request("POST", "/api/workflows", body)["workflow_id"])
 
     def offline(txn: WriteTxn, codec: Codec) -> str:
+        nonlocal stored
+        stored = True
         return _offline.start_offline(txn, codec, entry, values, workflow_id=workflow_id)
 
     with failures():
-        started = change(data_dir, admin=admin, offline=offline, create=True)
+        try:
+            started = change(data_dir, admin=admin, offline=offline, create=True)
+        except Error as exc:
+            if exc.kind is not ErrorKind.ALREADY_EXISTS or workflow_id is None:
+                raise
+            raise Failed(
+                f"[{exc.kind.value}] workflow {workflow_id!r} is already running: steer it "
+                f"with `roost workflow signal|cancel|terminate {workflow_id}`, wait for it "
+                f"with `roost workflow result {workflow_id} --wait`, or start under another "
+                "--id (none generates one)"
+            ) from exc
+    if stored and app_ref is None:
+        click.echo(
+            f"warning: {entry!r} is unchecked (no node runs here, and no --app was given): "
+            "the next node runs it only if its app declares it as a workflow; pass --app "
+            "MODULE:APP to check it now",
+            err=True,
+        )
     if as_json:
         echo_json({"workflow_id": started})
     else:

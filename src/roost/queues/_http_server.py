@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_HOST",
     "HttpServer",
+    "bound_fd",
     "parse_bind",
     "parse_query",
     "split_raw_path",
@@ -128,22 +129,9 @@ class HttpServer:
         from hypercorn.trio import serve  # noqa: PLC0415
 
         config = Config()
-        config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        config.bind = [bound_fd(host, port, "HTTP")]
         config.accesslog = None
         config.errorlog = log
-        try:
-            # Bound here, so that a taken port is a plain OSError (inside hypercorn it
-            # would come wrapped in its nurseries' exception groups); hypercorn then
-            # serves the bound socket by its file descriptor.
-            sock = _bound_socket(host, port)
-        except OSError as exc:
-            raise Error(
-                f"cannot serve HTTP on {config.bind[0]}: {exc}; pick another port (0 picks "
-                "a free one)",
-                kind=ErrorKind.UNAVAILABLE,
-                details={"host": host, "port": port},
-            ) from exc
-        config.bind = [f"fd://{sock.detach()}"]
         asgi_app: Any = self  # hypercorn's ASGI types are TypedDicts; ours are plain dicts
         binds: list[str] = await nursery.start(partial(serve, asgi_app, config, mode="asgi"))
         self.url = binds[0]
@@ -288,6 +276,28 @@ def _port(port: int, value: object) -> int:
     if not 0 <= port <= 65535:
         raise invalid(f"an HTTP port is 0-65535 (0 picks a free one), got {value!r}")
     return port
+
+
+def bound_fd(host: str, port: int, what: str) -> str:
+    """Bind ``host:port`` and return hypercorn's ``fd://N`` bind for the socket.
+
+    Bound here, so that a taken port is a plain OSError (inside hypercorn it would come
+    wrapped in its nurseries' exception groups); hypercorn then serves the bound socket by
+    its file descriptor.
+
+    Raises:
+        roost.Error: kind Unavailable when the address cannot be bound.
+    """
+    try:
+        sock = _bound_socket(host, port)
+    except OSError as exc:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise Error(
+            f"cannot serve {what} on {where}: {exc}; pick another port (0 picks a free one)",
+            kind=ErrorKind.UNAVAILABLE,
+            details={"host": host, "port": port},
+        ) from exc
+    return f"fd://{sock.detach()}"
 
 
 def _bound_socket(host: str, port: int) -> socket.socket:

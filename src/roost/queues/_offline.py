@@ -21,6 +21,7 @@ from roost.workflow._inspect import run_key
 from roost.workflow._records import RunStatus
 
 __all__ = [
+    "check_queue_known",
     "cron_triggers",
     "dead_letters",
     "discard_offline",
@@ -80,6 +81,29 @@ def _check_queue(queue: Any) -> str:
 def dead_letters(txn: ReadTxn, codec: Codec, queue: str) -> list[DeadLetter]:
     """The dead letters of ``queue``, oldest first (none for a queue that never had one)."""
     return _readable(txn, codec, "dlq", key(_check_queue(queue)))
+
+
+def check_queue_known(txn: ReadTxn, queue: str, declared: Any = None) -> None:
+    """Refuse a queue the store knows nothing of, as ``node.dlq`` refuses an undeclared one.
+
+    A queue is known when the store holds a message or a dead letter of it, or when
+    ``declared`` (an app's queue names, None when no app was given) names it.
+
+    Raises:
+        roost.Error: NotFound for an unknown queue; Invalid for a name that is no string.
+    """
+    prefix = key(_check_queue(queue))
+    if declared is not None and queue in declared:
+        return
+    for table in ("dlq", "queue_messages"):
+        for _ in txn.prefix(table, prefix, limit=1):
+            return
+    where = "in the store nor declared by the app" if declared is not None else "in the store"
+    raise not_found(
+        f"queue {queue!r} is not declared: no message or dead letter of it {where} "
+        "(check the name; `roost queue stats --app MODULE:APP` lists the queues)",
+        queue=queue,
+    )
 
 
 def _find(txn: ReadTxn, codec: Codec, queue: str, receipt_id: str) -> DeadLetter:

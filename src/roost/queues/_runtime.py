@@ -84,6 +84,9 @@ class QueueRuntime:
         self._nursery = nursery
         self._seq = 0
         self.dlq = DeadLetters(self)
+        # Delivery attempts and failed ones by (queue, entry), read by /metrics (roost.admin).
+        self.deliveries: dict[tuple[str, str], int] = {}
+        self.delivery_failures: dict[tuple[str, str], int] = {}
         # A test seam: called once a delivery's handler has finished, before its outcome
         # (acknowledgement or failure) commits; crash tests kill the node there.
         self.before_outcome: Callable[[QueueMessage, Error | None], None] | None = None
@@ -214,6 +217,8 @@ class QueueRuntime:
             QueueInfo(receipt_id=message.receipt_id, attempt=message.attempt, queue=spec.name),
             self,
         )
+        key = (message.queue, message.entry)
+        self.deliveries[key] = self.deliveries.get(key, 0) + 1
         error = await telemetry.delivery(message, self._invoke(message, spec, delivery))
         delivery.open = False
         retry = None
@@ -226,6 +231,7 @@ class QueueRuntime:
                 except Error as exc:  # e.g. a hand-off the store refuses: the step failed
                     error = exc
             if error is not None:
+                self.delivery_failures[key] = self.delivery_failures.get(key, 0) + 1
                 retry = await self._failed(message, spec, error)
         except Exception as exc:  # noqa: BLE001 - the store refused the outcome itself
             retry = self._outcome_lost(message, spec, exc)

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import contextvars
-import json
 import os
 import types
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from roost._errors import Error, NondeterminismError, invalid
 from roost._pid import Pid
 from roost.actors._app import App, EntryKind
 from roost.actors._process import WorkflowProcess, set_current
+from roost.admin._json import dumps
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
 from roost.workflow._driver import Driver, Ports, Status
@@ -177,33 +175,12 @@ def save_history(history: Iterable[Any], path: str | os.PathLike[str]) -> Path:
 def history_to_json(history: Iterable[Any], *, indent: int | None = 2) -> str:
     """A readable JSON form of a history (for people and diff tools; load the CBOR file).
 
-    Each event or command becomes ``{"type": "<record tag>", ...its fields}``; PIDs,
-    datetimes, UUIDs and bytes become strings, errors ``{"kind", "message", ...}``.
+    Strict JSON in the admin server's rendering (``roost.admin._json``): each event or
+    command becomes ``{"type": "<record class>", ...its fields}``; datetimes ISO 8601 text,
+    PIDs and UUIDs their text, bytes ``{"base64": ...}``, errors ``{"kind", "message",
+    "details", "retryable"}``, non-finite floats their text (``"nan"``, ``"inf"``).
     """
-    return json.dumps([_jsonable(item) for item in history], indent=indent, sort_keys=True)
-
-
-def _jsonable(value: Any) -> Any:  # noqa: PLR0911 - one arm per kind of value
-    match value:
-        case None | bool() | int() | float() | str():
-            return value
-        case list() | tuple():
-            return [_jsonable(v) for v in value]
-        case dict():
-            return {str(k): _jsonable(v) for k, v in value.items()}
-        case Error():
-            return {
-                "kind": value.kind.value,
-                "message": value.message,
-                "retryable": value.retryable,
-                "details": _jsonable(value.details),
-            }
-        case bytes():
-            return value.hex()
-    if attrs.has(type(value)):
-        fields = {f.name: _jsonable(getattr(value, f.name)) for f in attrs.fields(type(value))}
-        return {"type": type(value).__name__, **fields}
-    return str(value)  # Pid, datetime, UUID, enums
+    return dumps(list(history), indent=indent)
 
 
 def load_history(path: str | os.PathLike[str]) -> list[Any]:

@@ -57,17 +57,20 @@ from roost.workflow._activity_log import KEPT_ERRORS, log_failure
 from roost.workflow._activity_threads import SyncJob, ThreadPool, never_raising
 from roost.workflow._drivers import paused_gc
 from roost.workflow._history import ActivityResolved
-from roost.workflow._records import ActivityTask, task_key
+from roost.workflow._records import ActivityTask, RunRecord, RunStatus, task_key
 from roost.workflow._retry import next_retry
+from roost.workflow._run import NO_ROW
 
 if TYPE_CHECKING:
-    from roost.storage import WriteTxn
+    from roost.storage import Codec, WriteTxn
     from roost.workflow._host import RunHost
 
 __all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
 
 # Results that always encode, at any depth (ints of any size too: a bignum is one tag).
 _SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
+RUNNING = RunStatus.RUNNING
+_NO_VALUES: Mapping[str, Any] = types.MappingProxyType({})  # a task whose run is gone
 
 
 class ActivityWorker:
@@ -77,6 +80,9 @@ class ActivityWorker:
         self.m = manager
         self._nursery = nursery
         self.running: dict[tuple[str, int], Attempt] = {}
+        # The tasks with a row in ``tasks``: an attempt failed (or it was recovered from a
+        # row). The others' only record is the command that scheduled them.
+        self._rows: set[tuple[str, int]] = set()
         # What every attempt's context starts from: the runtime's own, never a caller's,
         # with no current process and the node bound (see prepare_base).
         self._base = contextvars.copy_context()
@@ -110,11 +116,17 @@ class ActivityWorker:
         """How many worker-thread hops sync attempts took so far."""
         return self._pool.hops
 
-    def submit(self, task: ActivityTask) -> None:
-        """Start working on ``task`` (a task already being worked on is ignored)."""
+    def submit(self, task: ActivityTask, *, stored: bool = False) -> None:
+        """Start working on ``task`` (a task already being worked on is ignored).
+
+        ``stored``: the task has a row in ``tasks`` (recovered from one), which its
+        outcome's commit deletes; a task only in the history it was scheduled in has none.
+        """
         ident = (task.run_id, task.seq)
         if ident in self.running:
             return
+        if stored:
+            self._rows.add(ident)
         work = self.running[ident] = Attempt(task, self.m.counters)
         when = task.not_before
         if when is not None and when > self.m.node.now():
@@ -137,7 +149,12 @@ class ActivityWorker:
             self._pool.drop(job)
             work.job = None
             self._timed -= 1
-            self.running.pop((run_id, seq), None)
+            self._forget((run_id, seq))
+
+    def _forget(self, ident: tuple[str, int]) -> None:
+        """The task is done here: resolved, cancelled, or of a run no longer open."""
+        self.running.pop(ident, None)
+        self._rows.discard(ident)
 
     # -- the runner ----------------------------------------------------------------------
 
@@ -236,7 +253,7 @@ class ActivityWorker:
         """
         task = work.task
         if work.cancelled:
-            self.running.pop((task.run_id, task.seq), None)
+            self._forget((task.run_id, task.seq))
             return None
         run = self.m.runs.get(task.workflow_id)  # ``_wanted``, keeping the run at hand
         if run is None or run.record.run_id != task.run_id:
@@ -328,14 +345,14 @@ class ActivityWorker:
         task = work.task
         ident = (task.run_id, task.seq)
         if work.cancelled:
-            self.running.pop(ident, None)
+            self._forget(ident)
             return
         if work.error is None and self._wanted(task):
             value = work.value
             try:
                 self._check(value)
                 settled = self._settle_now(
-                    "tasks",
+                    "tasks" if ident in self._rows else NO_ROW,  # a row only after a failure
                     task_key(task.run_id, task.seq),
                     (task.workflow_id, task.run_id),
                     ActivityResolved(seq=task.seq, value=value, error=None),
@@ -347,7 +364,7 @@ class ActivityWorker:
                 work.finish(None, result_error(task, _unreadable(exc)))
             else:
                 if settled:
-                    self.running.pop(ident, None)
+                    self._forget(ident)
                     return
         self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
 
@@ -500,7 +517,7 @@ class ActivityWorker:
             self._queue(work)
         finally:
             if not requeued:
-                self.running.pop(ident, None)
+                self._forget(ident)
 
     async def _outcome(self, work: Attempt) -> bool:
         """Resolve or reschedule after an attempt; True if another attempt follows."""
@@ -616,8 +633,10 @@ class ActivityWorker:
         self, task: ActivityTask, value: Any, error: Error | None
     ) -> tuple[str, bytes, tuple[str, str], ActivityResolved, Callable[[Error], Any]]:
         """The arguments of ``settle`` for this outcome."""
+        ident = (task.run_id, task.seq)
+        table = "tasks" if ident in self._rows else NO_ROW
         return (
-            "tasks",
+            table,
             task_key(task.run_id, task.seq),
             (task.workflow_id, task.run_id),
             ActivityResolved(seq=task.seq, value=value, error=error),
@@ -633,16 +652,31 @@ class ActivityWorker:
             not_before=deadline_after(self.m.node.now(), delay),
             errors=errors,
         )
-        data = self.m.codec.encode(task)
+        codec = self.m.codec
+        data = codec.encode(task)
         key = task_key(task.run_id, task.seq)
+        run_key = task.workflow_id.encode()
 
         def write(txn: WriteTxn) -> None:
-            # Not if the workflow cancelled the activity meanwhile (it deleted the row).
-            if txn.get("tasks", key) is not None:
+            # Only while its run is open: a close purges the run's rows, and a row written
+            # after it would outlive it. (One the workflow cancelled meanwhile is not read:
+            # its history says it is not pending; the run's close deletes it.)
+            stored = txn.get("runs", run_key)
+            if stored is not None and _open_run(codec, stored, task.run_id):
                 txn.put("tasks", key, data)
 
         await self.m.transact(write)
+        self._rows.add((task.run_id, task.seq))
         return task
+
+
+def _open_run(codec: Codec, data: bytes, run_id: str) -> bool:
+    """Whether the stored run record ``data`` is the open run ``run_id``."""
+    try:
+        record = codec.decode(data)
+    except Exception:  # noqa: BLE001 - a run recovery could not read: not resumed here
+        return False
+    return isinstance(record, RunRecord) and record.run_id == run_id and record.status is RUNNING
 
 
 def _unreadable(exc: Exception) -> Error:

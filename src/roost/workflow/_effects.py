@@ -48,7 +48,7 @@ from roost.workflow._records import (
     with_close,
     with_counters,
 )
-from roost.workflow._run import Run, Settled
+from roost.workflow._run import NO_ROW, Run, Settled
 from roost.workflow._unread import check_room, counts
 
 if TYPE_CHECKING:
@@ -123,6 +123,8 @@ class Effects:
     def add(self, command: Any) -> None:
         record = self.run.record
         if type(command) is ScheduleActivity:  # most commands: no match to walk
+            # No row: the command in this step's history row is the task's record
+            # until an attempt fails (see _pending).
             self.tasks.append(
                 new_task(
                     record.workflow_id,
@@ -302,7 +304,9 @@ class Effects:
                 children = record.children  # unchanged: the record keeps its list
             unread = driver.mailbox.unread_messages()
         # Only the counters change (no close, child, attribute or failure) of a stored
-        # record: the small progress row is written instead of it (see RunProgress).
+        # record: the history counters are read from the history rows (_pending), so only
+        # a changed unread count is written, in the small progress row (see RunProgress).
+        # The stored unread count is always the last step's: every step changing it writes.
         progress_only = (
             act.index > 1  # the first one stores the record (with an eager start, at all)
             and record is run.record
@@ -310,6 +314,7 @@ class Effects:
             and not self.children
             and children is record.children
         )
+        counters_only = progress_only and unread == record.unread
         self.record = record = with_counters(
             record,
             children=children,
@@ -324,8 +329,11 @@ class Effects:
         # built once per step, each row's key is that prefix and its number.
         prefix = key(run_id)
         history_row = prefix + u64(act.index)
+        record_bytes: bytes | None
         if self.continued is not None:
             record_bytes = codec.encode(self.continued[0].record)  # the id names the new run
+        elif counters_only:
+            record_bytes = None
         elif progress_only:
             record_bytes = codec.encode_checked(  # counters and an id: nothing to walk
                 RunProgress(
@@ -339,13 +347,9 @@ class Effects:
         else:
             record_bytes = codec.encode(record)
         row_table = PROGRESS_TABLE if progress_only else "runs"
-        # A task's arguments and options were walked in the history row just encoded (the
-        # command scheduling it holds the same objects): its row does not walk them again.
-        tasks = (
-            [(prefix + u64(t.seq), codec.encode_checked(t)) for t in self.tasks]
-            if self.tasks
-            else ()
-        )
+        if progress_only and not counters_only:
+            run.progress_row = True
+        dropped_progress = plan is not None and run.progress_row
         closing = plan is not None
         rest = (
             self._rest(codec, prefix, closing)
@@ -362,22 +366,21 @@ class Effects:
         def write(txn: WriteTxn) -> None:
             txn.put("histories", history_row, act_bytes)
             for k in consumed:
-                if isinstance(k, Settled):
-                    txn.delete(k.table, k.row)
-                else:
+                if not isinstance(k, Settled):
                     txn.delete("inbox", k)
-            for k, v in tasks:
-                txn.put("tasks", k, v)
+                elif k.table != NO_ROW:  # an activity never retried has no row
+                    txn.delete(k.table, k.row)
             if rest is not None:
                 rest(txn)
-            if closing:  # a closing run's record has it all
+            if dropped_progress:  # a closing run's record has it all
                 txn.delete(PROGRESS_TABLE, run_key)
-            txn.put(row_table, run_key, record_bytes)
+            if record_bytes is not None:
+                txn.put(row_table, run_key, record_bytes)
 
         return write
 
     def _rest(self, codec: Codec, prefix: bytes, closing: bool) -> Callable[[WriteTxn], None]:
-        """The writes of a step beyond its history row, its new tasks and the run's row."""
+        """The writes of a step beyond its history row and the run's row."""
         plan = self.plan
         dropped = [prefix + u64(seq) for seq in self.cancelled]
         # A closing run's timers never fire: their rows go with it (this step's are not kept).
@@ -406,6 +409,7 @@ class Effects:
             successor += [  # moved over (settled rows: their events end with this run)
                 (k.table, k.row, None) if isinstance(k, Settled) else ("inbox", k, None)
                 for k, _ in self.run.pending
+                if not isinstance(k, Settled) or k.table != NO_ROW
             ]
             self.moved = {k for k, _ in self.run.pending}
         if sends or self.continued is not None:  # keyed by the run the store holds then

@@ -75,8 +75,11 @@ class DurableTimers(Protocol):
 class ActivityExecution(Protocol):
     """Runs stored activity tasks; each result is settled into its run's next activation."""
 
-    def submit(self, task: ActivityTask) -> None:
-        """Start working on ``task`` (stored already); a task already running is ignored."""
+    def submit(self, task: ActivityTask, *, stored: bool = False) -> None:
+        """Start working on ``task`` (recorded already); a task already running is ignored.
+
+        ``stored``: it has a row in ``tasks`` for its outcome's commit to delete.
+        """
         ...
 
     def cancel(self, run_id: str, seq: int) -> None:

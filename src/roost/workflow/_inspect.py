@@ -6,7 +6,6 @@ import contextlib
 import datetime as dt
 import functools
 import re
-from collections.abc import Iterable
 from typing import Any, Final
 
 import attrs
@@ -25,7 +24,9 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._history import flatten
 from roost.workflow._history_format import decode_activation
+from roost.workflow._pending import read_open
 from roost.workflow._records import ActivityTask, RunRecord, RunStatus, read_progress
+from roost.workflow._unread import counts
 
 __all__ = [
     "LISTED_STATUSES",
@@ -66,7 +67,7 @@ def _as_dict(record: RunRecord) -> dict[str, Any]:
         "details": record.details,
         "name": record.name,
         "task_failure": record.task_failure,
-        "unread_messages": record.unread,  # as of its last activation (see _unread)
+        "unread_messages": record.unread,  # as of its last activation; describe adds the rest
     }
 
 
@@ -90,15 +91,19 @@ def run_key(workflow_id: object) -> bytes | None:
 
 def _lookup(store: Store, codec: Codec, workflow_id: str) -> RunRecord | dict[str, Any]:
     """The latest run record, or the description of a quarantined (or unreadable) one."""
+    with store.read() as txn:
+        return _lookup_in(txn, codec, workflow_id)
+
+
+def _lookup_in(txn: ReadTxn, codec: Codec, workflow_id: str) -> RunRecord | dict[str, Any]:
     row = run_key(workflow_id)
-    data = entry = None
+    entry = None
     if row is not None:
-        with store.read() as txn:
-            data = txn.get("runs", row)
-            if data is not None:
-                return _decode_row(codec, row, data, txn)
-            raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
-            entry = None if raw is None else _decoded_entry(codec, raw)
+        data = txn.get("runs", row)
+        if data is not None:
+            return _decode_row(codec, row, data, txn)
+        raw = txn.get(QUARANTINE_TABLE, quarantine_key("workflow", workflow_id))
+        entry = None if raw is None else _decoded_entry(codec, raw)
     if entry is None:
         raise not_found(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
     return _quarantined(codec, entry)
@@ -112,21 +117,35 @@ def describe(store: Store, codec: Codec, workflow_id: str) -> dict[str, Any]:
     ``pending_activities`` lists the activities the run waits for, in the order it
     scheduled them (see ``_pending``).
     """
-    found = _lookup(store, codec, workflow_id)
-    if isinstance(found, dict):
-        return {**found, "pending_activities": []}
-    with store.read() as txn:
-        tasks = _readable_tasks(codec, txn.prefix("tasks", key(found.run_id)))
-    return {**_as_dict(found), "pending_activities": [_pending(t) for t in tasks]}
+    with store.read() as txn:  # one snapshot: the record's count and the rows not in it
+        found = _lookup_in(txn, codec, workflow_id)
+        if isinstance(found, dict):
+            return {**found, "pending_activities": []}
+        return _view(txn, codec, found)
 
 
-def _readable_tasks(codec: Codec, rows: Iterable[tuple[bytes, bytes]]) -> list[ActivityTask]:
-    # A task row the node has not quarantined yet (a directory read beside it) is left out.
-    tasks = []
-    for _, data in rows:
-        with contextlib.suppress(Error):
-            tasks.append(codec.decode(data))
-    return tasks
+def _arrived(codec: Codec, txn: ReadTxn, record: RunRecord) -> int:
+    """The messages stored for ``record``'s run and not yet delivered (its pending inbox rows).
+
+    They count as ``_unread.unread`` counts them (messages, not replies or events): the
+    activation that delivers them deletes the rows in the commit that writes the record's
+    new count, so none is counted twice.
+    """
+    count = 0
+    for _, data in txn.prefix("inbox", key(record.run_id)):
+        with contextlib.suppress(Exception):  # unread by nobody yet: a bad row is not counted
+            count += counts(codec.decode(data))
+    return count
+
+
+def _view(txn: ReadTxn, codec: Codec, record: RunRecord) -> dict[str, Any]:
+    """A run as described: an open one's counters and pending activities from its history."""
+    if record.status is not RunStatus.RUNNING:
+        return {**_as_dict(record), "pending_activities": []}  # a closed run waits for none
+    record, tasks = read_open(txn, codec, record)
+    described = {**_as_dict(record), "pending_activities": [_pending(t) for t in tasks]}
+    described["unread_messages"] += _arrived(codec, txn, record)
+    return described
 
 
 def _pending(task: ActivityTask) -> dict[str, Any]:
@@ -221,22 +240,19 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     """Latest runs of every workflow id that match ``query`` (see ``parse_query``)."""
     clauses = parse_query(query)
     with store.read() as txn:
-        rows = [_as_dict_or_unreadable(codec, k, v, txn) for k, v in txn.range("runs")]
+        found = [_decode_row(codec, k, v, txn) for k, v in txn.range("runs")]
+        rows = [
+            {**r, "pending_activities": []} if isinstance(r, dict) else _view(txn, codec, r)
+            for r in found
+        ]
         entries = read_quarantine(txn, codec, "workflow")
         if entries:
             listed = {row["workflow_id"] for row in rows}
             rows += [_quarantined(codec, e) for e in entries if e.id not in listed]
             rows.sort(key=lambda row: row["workflow_id"].encode("utf-8", "surrogateescape"))
         rows = [row for row in rows if all(_matches(row, clause) for clause in clauses)]
-        pending: dict[str, list[dict[str, Any]]] = {}
-        if rows:  # one pass over every pending activity, as describe lists them per run
-            for task in _readable_tasks(codec, txn.range("tasks")):
-                pending.setdefault(task.run_id, []).append(_pending(task))
     return [
-        {**row, "pending_activities": pending.get(row["run_id"], [])}
-        if row["status"] != "quarantined"
-        else {**row, "pending_activities": []}
-        for row in rows
+        row if row["status"] != "quarantined" else {**row, "pending_activities": []} for row in rows
     ]
 
 
@@ -262,11 +278,6 @@ def _decode_row(codec: Codec, k: bytes, data: bytes, txn: ReadTxn) -> RunRecord 
         entry = Quarantine(unit="workflow", id=workflow_id, error=row.error, at=_NEVER)
         return _quarantined(codec, attrs.evolve(entry, rows=[row]))
     return record
-
-
-def _as_dict_or_unreadable(codec: Codec, k: bytes, data: bytes, txn: ReadTxn) -> dict[str, Any]:
-    found = _decode_row(codec, k, data, txn)
-    return found if isinstance(found, dict) else _as_dict(found)
 
 
 @functools.cache

@@ -56,7 +56,7 @@ from roost.workflow._records import (
 )
 from roost.workflow._recovery import recover
 from roost.workflow._replies import ReplyHost
-from roost.workflow._run import Pending, Run, Settled
+from roost.workflow._run import NO_ROW, Pending, Run, Settled
 from roost.workflow._runs import RunTable
 from roost.workflow._starting import check_input, claim_name, make_room
 from roost.workflow._task_failure import task_backoff
@@ -273,7 +273,7 @@ class WorkflowManager:
         The row is deleted in the transaction that records the event in the history (one
         commit instead of two), or at once when no run takes the event.
         """
-        if self.settle_now(table, row, task, event, on_unencodable):
+        if self.settle_now(table, row, task, event, on_unencodable) or table == NO_ROW:
             await trio.lowlevel.checkpoint()
             return
         await self.commit_retrying(
@@ -390,7 +390,7 @@ class WorkflowManager:
 
     def drop_settled(self, items: list[Pending]) -> None:
         """Delete the task and timer rows of events no run will record (it has closed)."""
-        rows = [k for k, _ in items if isinstance(k, Settled)]
+        rows = [k for k, _ in items if isinstance(k, Settled) and k.table != NO_ROW]
         if rows and not self.node.stopping:
 
             def write(txn: WriteTxn) -> None:

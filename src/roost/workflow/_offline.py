@@ -19,11 +19,12 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
+from roost.actors._app import _check_name as check_name
 from roost.storage import Codec, ReadTxn, WriteTxn, key, unpack_key
 from roost.storage._quarantine import QUARANTINE_TABLE, quarantine_key
 from roost.workflow._history import CancelRequested, MessageArrived, Started
 from roost.workflow._inspect import run_key
-from roost.workflow._options import check_start_options
+from roost.workflow._options import check_start_options, check_workflow_id
 from roost.workflow._plan_start import plan_new_run, start_fields
 from roost.workflow._planner import ExistingRun, plan_start
 from roost.workflow._records import (
@@ -75,8 +76,8 @@ def check_start(
     """Check a start before anything is opened or stored; return its checked options.
 
     Raises:
-        roost.Error: Invalid for an entry that is not ``app:name``, an id that cannot be
-            stored, or input that cannot be encoded.
+        roost.Error: Invalid for an entry that is not ``app:name`` (or whose names an app
+            cannot have), an id that cannot be stored, or input that cannot be encoded.
     """
     app_name, _, name = entry.partition(":")
     if not app_name or not name:
@@ -84,7 +85,14 @@ def check_start(
             f"a workflow entry is 'app:name' (the app's name, then the workflow's), got {entry!r}",
             entry=entry,
         )
-    opts = check_start_options({} if workflow_id is None else {"id": workflow_id})
+    # The names an App accepts: an entry no app can declare is never stored.
+    check_name("app name", app_name)
+    check_name("entry name", name)
+    # An explicit id is refused if it runs already, with or without a node (the admin API's
+    # policy): a start never silently returns a workflow someone else started.
+    opts = check_start_options(
+        {} if workflow_id is None else {"id": workflow_id, "id_conflict_policy": "fail"}
+    )
     if workflow_id is not None and run_key(workflow_id) is None:
         raise invalid(f"workflow id {workflow_id!r} cannot be stored: use 1 to 511 UTF-8 bytes")
     check_input(codec, entry, tuple(args), opts, ())
@@ -101,18 +109,19 @@ def start_offline(
 ) -> str:
     """Store a start of ``entry`` with ``args``; return the workflow id (the next node runs it).
 
-    The id policies are the runtime's defaults: an explicit id of an open run returns that
-    run (``use_existing``); a closed one is started again.
+    The id policies are the admin API's: an explicit id of an open run is refused
+    (``id_conflict_policy="fail"``); a closed one is started again.
 
     Raises:
         roost.Error: Invalid for an entry that is not ``app:name`` or input that cannot be
-            stored; InvalidState for a quarantined id.
+            stored; AlreadyExists for the id of a running workflow; InvalidState for a
+            quarantined id.
     """
     opts = check_start(codec, entry, args, workflow_id)
     app_name = entry.partition(":")[0]
     explicit = workflow_id is not None
     if workflow_id is None:
-        workflow_id = f"{app_name}-{os.urandom(8).hex()}"
+        workflow_id = check_workflow_id(f"{app_name}-{os.urandom(8).hex()}")
     record = _record(txn, codec, workflow_id)
     existing = None
     if record is not None:

@@ -5,13 +5,17 @@ Tables (all keys built with ``roost.storage.key`` so byte order is logical order
 - ``runs``       workflow id              -> ``RunRecord`` (the latest run of that id)
 - ``histories``  (run id, activation)     -> ``Activation``
 - ``inbox``      (run id, arrival number) -> an incoming event not yet fed to the workflow
-- ``tasks``      (run id, seq)            -> ``ActivityTask`` (scheduled, not yet resolved)
+- ``tasks``      (run id, seq)            -> ``ActivityTask`` of a pending activity whose
+  attempt failed: the next attempt, its backoff and the latest errors. A scheduled
+  activity has no row until then: the command in the history is its record (``_pending``).
 - ``timers``     (due ms, run id, seq)    -> ``TimerTask``
 - ``visibility`` workflow id              -> ``RunProgress`` (``PROGRESS_TABLE``): the
-  counters of an open run that change with every activation. An activation that changes
-  nothing else writes this small row instead of the whole run record; readers take the
-  row's counters when it is newer than the record (``with_progress``). A record without
-  such a row (any data directory written before it existed) reads as it is.
+  counters of an open run as of an activation that changed its unread-message count and
+  nothing else of its record: this small row instead of the whole record. An activation
+  that changes only the history counters writes neither: readers of an open run count
+  them from its history rows (``_pending.read_open``). Readers take the row's counters
+  when it is newer than the record (``with_progress``); a record without such a row reads
+  as it is.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ __all__ = [
     "timer_key",
     "with_close",
     "with_counters",
+    "with_history",
     "with_progress",
 ]
 
@@ -108,6 +113,12 @@ with_close: Callable[..., RunRecord] = replacer(
     RunRecord, ("status", "result", "error", "closed_at")
 )
 """``record`` with the fields a close sets (keyword arguments, all required)."""
+
+
+with_history: Callable[..., RunRecord] = replacer(
+    RunRecord, ("activations", "history_length", "history_size")
+)
+"""``record`` with the counters its history gives (keyword arguments, all required)."""
 
 
 @record("wf.progress")

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from roost import _telemetry as telemetry
-from roost._errors import Error
+from roost._errors import Error, invalid
 from roost._pid import Pid
+from roost.actors._app import EntryKind
 from roost.actors._events import Exit
 from roost.storage import ReadTxn, unpack_key
 from roost.storage._quarantine import (
@@ -26,10 +27,12 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._effects import lost_error
 from roost.workflow._history import ProcessExited, TimerFired
+from roost.workflow._pending import read_open
 from roost.workflow._phases import RunPhase
 from roost.workflow._quarantine import commit_quarantines, workflow_entry
 from roost.workflow._records import (
     PROGRESS_TABLE,
+    ActivityTask,
     RunRecord,
     RunStatus,
     TerminateRequest,
@@ -103,7 +106,9 @@ def _owner_by_run(
     return owner
 
 
-def _read(m: RunHost, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[tuple[bytes, Any]]]:
+def _read(
+    m: RunHost, txn: ReadTxn, bad: _Unreadable
+) -> tuple[list[tuple[ActivityTask, bool]], list[tuple[bytes, Any]]]:
     """Load the open runs; return the activity tasks and the (row, timer) pairs to arm.
 
     Each table is read in one scan, whatever the number of runs: a run's progress row and
@@ -129,11 +134,46 @@ def _read(m: RunHost, txn: ReadTxn, bad: _Unreadable) -> tuple[list[Any], list[t
     for run_id, record in resumable.items():
         if run_id not in unreadable:
             _resume(m, record, inbox.get(run_id, ()))
+    for run in m.runs.values():  # its close deletes the row
+        run.progress_row = run.record.workflow_id.encode() in progress
     task_owner = _owner_by_run(by_run, str, int, at=0)
-    tasks = [bad.decode("tasks", k, v, task_owner) for k, v in txn.range("tasks")]
+    rows = [bad.decode("tasks", k, v, task_owner) for k, v in txn.range("tasks")]
     timer_owner = _owner_by_run(by_run, int, str, int, at=1)
     timers = [(k, bad.decode("timers", k, v, timer_owner)) for k, v in txn.range("timers")]
-    return [t for t in tasks if t is not _BAD], [(k, t) for k, t in timers if t is not _BAD]
+    tasks = _pending_tasks(m, txn, [t for t in rows if t is not _BAD])
+    return tasks, [(k, t) for k, t in timers if t is not _BAD]
+
+
+def _pending_tasks(
+    m: RunHost, txn: ReadTxn, rows: list[ActivityTask]
+) -> list[tuple[ActivityTask, bool]]:
+    """The activity tasks to run again, each with whether it has a row in ``tasks``.
+
+    A loaded run's are read from its history (``_pending``), with its rows (attempts after
+    a failure) standing for theirs; the same read gives the run's counters. Other rows (of
+    a closed run, say) go to the worker as they are, which deletes the row of a run that
+    is not open.
+    """
+    by_run: dict[str, dict[int, ActivityTask]] = {}
+    for row in rows:
+        by_run.setdefault(row.run_id, {})[row.seq] = row
+    tasks: list[tuple[ActivityTask, bool]] = []
+    loaded = {run.record.run_id: run for run in m.runs.values()}
+    for run_id, run in loaded.items():
+        stored = by_run.get(run_id, {})
+        events = [event for _, event in run.pending]
+        record, found = read_open(txn, m.codec, run.record, rows=stored, resolved=events)
+        if record is not run.record:  # steps after its stored counters: the history's
+            run.record = record
+            run.next_index = record.activations + 1
+        tasks += [(task, task.seq in stored) for task in found]
+    tasks += [
+        (row, True)
+        for run_id, run_rows in by_run.items()
+        if run_id not in loaded
+        for row in run_rows.values()
+    ]
+    return tasks
 
 
 def _with_progress(m: RunHost, record: RunRecord, data: bytes) -> RunRecord:
@@ -178,12 +218,13 @@ def _same(record: RunRecord, _k: bytes) -> RunRecord:
 def _resume(m: RunHost, record: RunRecord, pending: Iterable[tuple[bytes, Any]]) -> None:
     try:
         run = _load(m, record)
-    except Error:
+    except Error as exc:
         log.exception(
-            "workflow %s of type %s cannot resume: this app has no such entry; "
-            "it stays stored, untouched, until a node with that entry opens",
+            "workflow %s of type %s cannot resume: %s; "
+            "it stays stored, untouched, until a node whose app declares that workflow opens",
             record.workflow_id,
             record.workflow_type,
+            exc.message,
         )
         return
     for k, event in pending:
@@ -209,9 +250,9 @@ def recover(m: RunHost) -> None:
             continue
         m.ready(run)
         _report_children(m, run)
-    for task in tasks:
+    for task, stored in tasks:
         if task.workflow_id not in m.quarantined:
-            m.activities.submit(task)
+            m.activities.submit(task, stored=stored)
     _arm(m, timers)
     telemetry.log_recovered(len(m.runs), len(tasks), len(timers), len(bad.workflows))
 
@@ -262,6 +303,12 @@ def _report_children(m: RunHost, run: Run) -> None:
 
 def _load(m: RunHost, record: RunRecord) -> Run:
     entry = m.node.app.resolve(record.workflow_type)
+    if entry.kind is not EntryKind.WORKFLOW:  # stored by hand (a CLI start with no node)
+        raise invalid(
+            f"{record.workflow_type!r} is declared as {entry.kind.value!r} by this app, "
+            "not as a workflow",
+            entry=record.workflow_type,
+        )
     pid = Pid.trusted(m.node.name, m.host, record.workflow_id)
     run = Run(record=record, entry=entry, pid=pid, context={})
     run.next_index = record.activations + 1

@@ -16,7 +16,7 @@ from roost.workflow._driver import Driver
 from roost.workflow._phases import RunPhase
 from roost.workflow._records import RunRecord, TimerTask
 
-__all__ = ["Pending", "Run", "Settled"]
+__all__ = ["NO_ROW", "Pending", "Run", "Settled"]
 
 # The shared empty value of a Run's sets until one is needed: most runs never get a link or
 # a reported exit, and an empty set costs 216 bytes (and a collector visit) per open run.
@@ -34,9 +34,13 @@ class Settled:
     fires the timer) again, and the event is recorded exactly once.
     """
 
-    table: str
+    table: str  # NO_ROW: nothing stored to delete (see NO_ROW)
     row: bytes
 
+
+# The table of a Settled event with no row of its own: an activity whose first attempt
+# succeeded is recorded only by the command that scheduled it (see _pending).
+NO_ROW = ""
 
 # An event waiting for the run's next activation, keyed by where it is stored: its inbox
 # row, or the task or timer row it settles.
@@ -72,6 +76,8 @@ class Run:
     closed_event: trio.Event | None = None
     arriving: int = 0  # messages being committed to it, not yet in ``pending`` (_unread)
     task_failures: int = 0  # consecutive failed tasks (the backoff grows with them)
+    # It may have a progress row (see RunProgress), which its close deletes.
+    progress_row: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.context:

@@ -10,6 +10,7 @@ from typing import Any
 import lmdb
 
 from roost.storage._store import (
+    MAX_KEY_SIZE,
     ReadTxnBase,
     check_key,
     check_range,
@@ -86,11 +87,19 @@ class LmdbReadTxn(ReadTxnBase):
 
     def get(self, table: str, key: bytes) -> bytes | None:
         """Return the value stored under ``key``, or None."""
-        txn, db = self._live(), self._db(table)
-        if db is MISSING_TABLE:
+        txn = self._txn
+        if txn is None:
+            raise finished_error()
+        db = self._dbs.get(table)
+        if db is None:
+            db = self._dbs[check_table(table)]
+        # check_key's test inline (every row of a step passes here): only a key that
+        # fails it takes the call, for its error.
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_SIZE:
             check_key(key)
+        if db is MISSING_TABLE:
             return None
-        return txn.get(check_key(key), db=db)
+        return txn.get(key, db=db)
 
     def range(
         self,
@@ -171,18 +180,35 @@ class LmdbWriteTxn(LmdbReadTxn):
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
         """Store ``value`` under ``key``, replacing any previous value."""
-        txn = self._live()
+        txn = self._txn
+        if txn is None:
+            raise finished_error()
+        # The checks inline, in check_key's and check_value's order (see ``get``).
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_SIZE:
+            check_key(key)
+        if type(value) is not bytes:
+            check_value(value)
+        db = self._dbs.get(table)
+        if db is None:
+            db = self._dbs[check_table(table)]
         try:
-            txn.put(check_key(key), check_value(value), db=self._db(table))
+            txn.put(key, value, db=db)
         except (lmdb.MapFullError, lmdb.TxnFullError) as exc:
             self.fatal = exc
             raise
 
     def delete(self, table: str, key: bytes) -> bool:
         """Remove ``key``; return True if it was present."""
-        txn = self._live()
+        txn = self._txn
+        if txn is None:
+            raise finished_error()
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_SIZE:
+            check_key(key)
+        db = self._dbs.get(table)
+        if db is None:
+            db = self._dbs[check_table(table)]
         try:
-            return txn.delete(check_key(key), db=self._db(table))
+            return txn.delete(key, db=db)
         except (lmdb.MapFullError, lmdb.TxnFullError) as exc:
             self.fatal = exc
             raise

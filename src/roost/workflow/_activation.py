@@ -27,7 +27,7 @@ from roost.storage import WriteTxn
 from roost.workflow._driver import Driver
 from roost.workflow._drivers import ReplayFailed, Stored, rebuild, touch
 from roost.workflow._effects import Effects
-from roost.workflow._history import Activation
+from roost.workflow._history import Activation, new_activation
 from roost.workflow._phases import RunPhase
 from roost.workflow._quarantine import RunQuarantined
 from roost.workflow._run import Pending, Run, Settled
@@ -131,7 +131,7 @@ def prepare(
         if is_ctrl_c(exc):
             raise
         raise StepFailed(task_failure_error(run, index, exc, stage="activation"), exc) from exc
-    act = Activation(index=index, at=at, events=events, commands=commands)
+    act = new_activation(index, at, events, commands)
     effects = Effects(m, run, at, events)
     try:
         for command in commands:

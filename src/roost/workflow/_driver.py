@@ -63,6 +63,7 @@ from roost.workflow._history import (
     StopProcess,
     TimerFired,
     UpsertAttributes,
+    new_schedule,
     same_command,
 )
 from roost.workflow._options import check_child_id, check_child_options
@@ -210,7 +211,12 @@ class Driver(Chance, DriverBackend, Versions):
         self._expected, self._expected_at = expected, 0
         self._commands = []
         for event in events:
-            self._apply(event)
+            if type(event) is ActivityResolved:  # the most frequent event, without a call
+                waiting = self._pending.pop(event.seq, None)
+                if waiting is not None:  # None: cancelled by the workflow meanwhile
+                    waiting.resolve(event.value, event.error)
+            else:
+                self._apply(event)
         ready, taken, step = self._ready, 0, self._step
         try:
             while taken < len(ready) and self.status == RUNNING:
@@ -461,7 +467,7 @@ class Driver(Chance, DriverBackend, Versions):
                         break
             merged = activity_options(*options) if any(options) else dict(_DEFAULT_OPTIONS)
             self._seq = seq
-            self._issue(ScheduleActivity(seq=seq, entry=entry, args=list(args), options=merged))
+            self._issue(new_schedule(seq, entry, list(args), merged))
         # The handle is the future the result resolves: one object per activity.
         handle = WorkflowActivity(self, seq, entry)
         pending = self._pending

@@ -43,7 +43,9 @@ from roost.workflow._records import (
     RunProgress,
     TerminateRequest,
     TimerTask,
+    new_task,
     timer_key,
+    with_close,
     with_counters,
 )
 from roost.workflow._run import NO_ROW, Run, Settled
@@ -120,21 +122,22 @@ class Effects:
 
     def add(self, command: Any) -> None:
         record = self.run.record
-        match command:
-            case ScheduleActivity(seq=seq, entry=entry, args=args, options=options):
-                # No row: the command in this step's history row is the task's record
-                # until an attempt fails (see _pending).
-                self.tasks.append(
-                    ActivityTask(
-                        workflow_id=record.workflow_id,
-                        run_id=record.run_id,
-                        seq=seq,
-                        entry=entry,
-                        args=args,
-                        options=options,
-                        scheduled_at=self.at,
-                    )
+        if type(command) is ScheduleActivity:  # most commands: no match to walk
+            # No row: the command in this step's history row is the task's record
+            # until an attempt fails (see _pending).
+            self.tasks.append(
+                new_task(
+                    record.workflow_id,
+                    record.run_id,
+                    command.seq,
+                    command.entry,
+                    command.args,
+                    command.options,
+                    self.at,
                 )
+            )
+            return
+        match command:  # the other commands (records are final: no subclass to match)
             case StartTimer(seq=seq, seconds=seconds):
                 due = deadline_after(self.at, seconds)
                 self.timers.append(
@@ -272,7 +275,7 @@ class Effects:
         state = run_state(self.record, self.run.pending)  # pending: arrived meanwhile
         self.plan = plan = plan_close(state, outcome, self.at)
         if plan.status is not None:
-            self.record = attrs.evolve(
+            self.record = with_close(
                 self.record,
                 status=plan.status,
                 result=plan.result,

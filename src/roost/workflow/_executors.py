@@ -119,7 +119,8 @@ class Executors:
                 move(run, _DONE)  # a close from outside waits for this
             again = self.m.ready
             for run in runs:
-                again(run)
+                if run.pending:  # most runs wait for an activity: no call to make
+                    again(run)
 
     async def _pass(self, runs: list[Run]) -> None:
         """One pass: every run's activation, one group commit, their effects."""

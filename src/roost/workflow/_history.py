@@ -9,6 +9,7 @@ boundaries matters: which events arrive *together* decides, for example, which c
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -16,6 +17,7 @@ import attrs
 from roost._errors import Error, invalid
 from roost._pid import Pid
 from roost.storage._codec import record
+from roost.workflow._builders import maker
 
 __all__ = [
     "Activation",
@@ -42,6 +44,8 @@ __all__ = [
     "WorkflowTask",
     "describe",
     "flatten",
+    "new_activation",
+    "new_schedule",
     "unflatten",
 ]
 
@@ -317,6 +321,14 @@ class Activation:
     events: list[Any]
     commands: list[Any]
 
+
+# Built on every step (see _builders): positional, without keyword parsing.
+new_activation: Callable[[int, dt.datetime, list[Any], list[Any]], Activation] = maker(
+    Activation, ("index", "at", "events", "commands")
+)
+new_schedule: Callable[[int, str, list[Any], dict[str, Any]], ScheduleActivity] = maker(
+    ScheduleActivity, ("seq", "entry", "args", "options")
+)
 
 _COMMANDS = (
     ScheduleActivity,

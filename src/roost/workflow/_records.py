@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -30,6 +30,7 @@ from roost._errors import Error
 from roost._pid import Pid
 from roost.storage import key
 from roost.storage._codec import record
+from roost.workflow._builders import maker, replacer
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
@@ -45,9 +46,11 @@ __all__ = [
     "TimerTask",
     "history_key",
     "inbox_key",
+    "new_task",
     "read_progress",
     "task_key",
     "timer_key",
+    "with_close",
     "with_counters",
     "with_history",
     "with_progress",
@@ -101,27 +104,18 @@ class RunRecord:
     trace: str | None = None
 
 
-def _replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
-    """A function building a copy of a ``cls`` instance with the ``changed`` fields given.
-
-    Generated: ``attrs.evolve`` looks every field up by name on each call, and the run
-    record is copied on every activation.
-    """
-    names = [f.name for f in attrs.fields(cls)]
-    values = ", ".join(f"{n}={n}" if n in changed else f"{n}=o.{n}" for n in names)
-    source = f"def replace(o, *, {', '.join(changed)}):\n    return _cls({values})\n"
-    namespace: dict[str, Any] = {"_cls": cls}
-    exec(compile(source, f"<roost replace {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the class's own field names
-    return cast("Callable[..., Any]", namespace["replace"])
-
-
-with_counters: Callable[..., RunRecord] = _replacer(
+with_counters: Callable[..., RunRecord] = replacer(
     RunRecord, ("children", "activations", "history_length", "history_size", "unread")
 )
 """``record`` with the fields an activation advances (keyword arguments, all required)."""
 
+with_close: Callable[..., RunRecord] = replacer(
+    RunRecord, ("status", "result", "error", "closed_at")
+)
+"""``record`` with the fields a close sets (keyword arguments, all required)."""
 
-with_history: Callable[..., RunRecord] = _replacer(
+
+with_history: Callable[..., RunRecord] = replacer(
     RunRecord, ("activations", "history_length", "history_size")
 )
 """``record`` with the counters its history gives (keyword arguments, all required)."""
@@ -187,6 +181,15 @@ class ActivityTask:
     scheduled_at: dt.datetime
     not_before: dt.datetime | None = None
     errors: list[Error] = attrs.field(factory=list)
+
+
+new_task: Callable[[str, str, int, str, list[Any], dict[str, Any], dt.datetime], ActivityTask] = (
+    maker(
+        ActivityTask,
+        ("workflow_id", "run_id", "seq", "entry", "args", "options", "scheduled_at"),
+    )
+)
+"""A first attempt's ``ActivityTask`` (positional: workflow_id ... scheduled_at)."""
 
 
 @record("wf.timer")

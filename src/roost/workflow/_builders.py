@@ -1,0 +1,82 @@
+"""Generated builders for attrs records made on every workflow step.
+
+A frozen attrs ``__init__`` parses keyword arguments and sets each slot; ``attrs.evolve``
+also looks every field up by name. The records a step builds (its activation, its
+commands, its tasks, the run's record copy) are built instead by functions compiled once
+per class: positional arguments, each slot set directly, as the frozen ``__init__`` does.
+Only classes whose ``__init__`` does nothing more qualify (checked when generated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import attrs
+
+__all__ = ["maker", "replacer"]
+
+
+def _plain_fields(cls: type) -> tuple[attrs.Attribute[Any], ...]:
+    """``cls``'s fields, if its ``__init__`` only sets them (no validator, converter, hook).
+
+    The generated builders below set each slot directly, as the frozen ``__init__``
+    itself does, without its keyword parsing: a class with more to run is refused.
+    """
+    fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(cls)
+    plain = not hasattr(cls, "__attrs_post_init__") and all(
+        f.validator is None and f.converter is None and f.init and not _takes_self(f)
+        for f in fields
+    )
+    if not plain:
+        raise TypeError(f"{cls.__name__} runs code in __init__: build it with its __init__")
+    return fields
+
+
+def _takes_self(field: attrs.Attribute[Any]) -> bool:
+    default: Any = field.default
+    return isinstance(default, attrs.Factory) and bool(default.takes_self)  # type: ignore[arg-type]
+
+
+def _generated(cls: type, kind: str, head: str, values: dict[str, str]) -> Callable[..., Any]:
+    """Compile ``head`` (a ``def`` line) with a body that sets each field to its value."""
+    lines = [head, "    n = _new(_cls)", "    s = _set.__get__(n)"]
+    lines += [f"    s({name!r}, {value})" for name, value in values.items()]
+    lines.append("    return n")
+    namespace: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_set": object.__setattr__}
+    for f in attrs.fields(cls):
+        if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+            namespace[f"_f_{f.name}"] = f.default.factory
+        else:
+            namespace[f"_d_{f.name}"] = f.default
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<roost {kind} {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the class's own field names
+    return cast("Callable[..., Any]", namespace[kind])
+
+
+def replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
+    """A function building a copy of a ``cls`` instance with the ``changed`` fields given.
+
+    Generated: ``attrs.evolve`` looks every field up by name on each call, and the run
+    record is copied on every activation (see ``_plain_fields``).
+    """
+    values = {f.name: f.name if f.name in changed else f"o.{f.name}" for f in _plain_fields(cls)}
+    return _generated(cls, "replace", f"def replace(o, *, {', '.join(changed)}):", values)
+
+
+def maker(cls: type, given: tuple[str, ...]) -> Callable[..., Any]:
+    """A function building a ``cls`` from the ``given`` fields (positional), others default.
+
+    For records built on every step: positional arguments and no keyword parsing.
+    """
+    values: dict[str, str] = {}
+    for f in _plain_fields(cls):
+        if f.name in given:
+            values[f.name] = f.name
+        elif isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+            values[f.name] = f"_f_{f.name}()"
+        elif f.default is not attrs.NOTHING:
+            values[f.name] = f"_d_{f.name}"
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name} has no default: it must be given")
+    return _generated(cls, "make", f"def make({', '.join(given)}):", values)

@@ -339,14 +339,7 @@ async def delivery(message: Any, invoke: Awaitable[Error | None]) -> Error | Non
     span = _start_delivery(tracer, message) if tracing and tracer is not None else None
     if span is None:
         return await invoke
-    try:
-        with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-            error = await invoke
-    except BaseException:
-        _end(span, None, cancelled=True)
-        raise
-    _end(span, error)
-    return error
+    return await _awaited_in(span, invoke, _end)
 
 
 @_guarded
@@ -377,20 +370,30 @@ def _end(span: trace.Span, error: Error | None, *, cancelled: bool = False) -> N
     span.end()
 
 
+async def _awaited_in(
+    span: trace.Span, work: Awaitable[_T], finish: Callable[[trace.Span, _T], object]
+) -> _T:
+    """Await ``work`` with ``span`` current, then ``finish`` the span with what it gave.
+
+    A cancel or a failure ends the span as cancelled, and propagates.
+    """
+    try:
+        with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+            result = await work
+    except BaseException:
+        _end(span, None, cancelled=True)
+        raise
+    finish(span, result)
+    return result
+
+
 async def http_request(scope: dict[str, Any], respond: Awaitable[Any]) -> Any:
     """Await an HTTP request's ``respond`` inside its server span (current meanwhile)."""
     tracer = _tracer
     span = _start_request(tracer, scope) if tracing and tracer is not None else None
     if span is None:
         return await respond
-    try:
-        with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-            rendered = await respond
-    except BaseException:
-        _end(span, None, cancelled=True)
-        raise
-    _answered(span, rendered)
-    return rendered
+    return await _awaited_in(span, respond, _answered)
 
 
 @_guarded

@@ -37,7 +37,8 @@ import pytest
 
 APP = Path(__file__).with_name("crash_app.py")
 sys.path.insert(0, str(APP.parent))
-import crash_app  # noqa: E402 - the child's module; its constants define the scenarios
+import crash_app_base  # noqa: E402 - the child's modules: their constants define the scenarios
+import crash_app_core as scenarios  # noqa: E402 - as crash_app_base
 import crash_harness  # noqa: E402 - next to this module, on the path set above
 
 pytestmark = pytest.mark.slow
@@ -191,7 +192,7 @@ def check_report(report: dict[str, Any], expected: dict[str, Any], lines: list[d
 
 
 def sq(x: int) -> int:
-    return crash_app.square_plus_one(x)
+    return crash_app_base.square_plus_one(x)
 
 
 # -- the tests -------------------------------------------------------------------------------
@@ -265,9 +266,9 @@ def test_kill_right_after_scheduling_many(tmp_path: Path, kill: str) -> None:
         child.kill()
     report = child.resume()
 
-    plans = {f"fan{k}": crash_app.FANOUT for k in range(3 if kill == "self" else 4)}
+    plans = {f"fan{k}": scenarios.FANOUT for k in range(3 if kill == "self" else 4)}
     if kill == "self":
-        plans["die"] = crash_app.FANOUT_DIE
+        plans["die"] = scenarios.FANOUT_DIE
     expected = {}
     for wf, (delays, timers) in plans.items():
         got = [["activity", i, sq(i)] for i in range(len(delays))]
@@ -306,7 +307,7 @@ def test_kill_with_durable_timers_pending(tmp_path: Path) -> None:
     The first must fire at once on restart, the second at its stored due time: neither
     early nor lost, and each exactly once.
     """
-    short, long = crash_app.SLEEP_SHORT, crash_app.SLEEP_LONG
+    short, long = scenarios.SLEEP_SHORT, scenarios.SLEEP_LONG
     child = Child(tmp_path, "timers")
     child.start()
     child.wait_for("both timers to be stored", lambda: child.marker("ready"))
@@ -347,7 +348,7 @@ def test_kill_with_durable_timers_pending(tmp_path: Path) -> None:
     # loaded that the restart took longer, it fell due too and the checks above still hold.
 
 
-@pytest.mark.parametrize("burst", [1, crash_app.SIGNAL_BURST])
+@pytest.mark.parametrize("burst", [1, scenarios.SIGNAL_BURST])
 def test_kill_with_signals_in_flight(tmp_path: Path, burst: int) -> None:
     """A plain process signals a workflow, logging each value once its receipt resolved.
 
@@ -370,14 +371,14 @@ def test_kill_with_signals_in_flight(tmp_path: Path, burst: int) -> None:
     logged = [x["i"] for x in child.lines("signals.log")]
     assert logged == list(range(len(logged))), logged  # receipts awaited in send order
     got = report["exits"]["sig"]["value"]["got"]
-    extra = list(range(crash_app.SIGNAL_BASE, crash_app.SIGNAL_BASE + crash_app.SIGNAL_EXTRA))
+    extra = list(range(scenarios.SIGNAL_BASE, scenarios.SIGNAL_BASE + scenarios.SIGNAL_EXTRA))
     received = len(got) - len(extra)
     assert got == [*range(received), *extra], f"lost, reordered or doubled signals: {got}"
     assert len(logged) <= received <= len(logged) + burst, (logged, got)
     expected = {
         "sig": {
             "got": got,
-            "squares": [sq(v) for v in got if v % crash_app.SIGNAL_EVERY == 0],
+            "squares": [sq(v) for v in got if v % scenarios.SIGNAL_EVERY == 0],
         }
     }
     check_report(report, expected, child.lines("activities.log"))

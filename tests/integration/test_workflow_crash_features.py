@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import crash_app
+import crash_app_features as scenarios
 import pytest
 import trio
 from test_workflow_crash import (  # the harness (Child) and its helpers
@@ -218,7 +218,7 @@ def exit_value(report: dict[str, Any], wf: str) -> Any:
 
 
 def pid_str(wf: str) -> str:
-    return str(crash_app.wf_pid(wf))
+    return str(scenarios.wf_pid(wf))
 
 
 # -- child workflows -------------------------------------------------------------------------
@@ -247,7 +247,7 @@ def test_kill_while_child_workflows_run(tmp_path: Path, kill: str) -> None:
     child = Child(tmp_path, "children_hold" if held else "children")
     child.start()
     if held:
-        markers = [f"held-{label}-a" for label in crash_app.KIDS_HELD]
+        markers = [f"held-{label}-a" for label in scenarios.KIDS_HELD]
         child.wait_for(
             "two children to hold, two to finish and their EXITs recorded",
             lambda: all(child.marker(m) for m in [*markers, "exits-in"]),
@@ -259,12 +259,12 @@ def test_kill_while_child_workflows_run(tmp_path: Path, kill: str) -> None:
 
     def label(name: str) -> str:
         hold = f"hold-{name}"
-        return hold if held and hold in crash_app.KIDS_HELD else name
+        return hold if held and hold in scenarios.KIDS_HELD else name
 
-    async_ids = [f"fam.{i + 1}" for i in range(len(crash_app.KIDS))]  # seqs 1..3
+    async_ids = [f"fam.{i + 1}" for i in range(len(scenarios.KIDS))]  # seqs 1..3
     sync_ids = ["fam.4", "fam-sync1"]  # seq 4 (a generated id), then an explicit one
-    kids = [(i, label(n), x) for i, (n, x) in zip(async_ids, crash_app.KIDS, strict=True)]
-    sync = [(i, label(n), x) for i, (n, x) in zip(sync_ids, crash_app.SYNC_KIDS, strict=True)]
+    kids = [(i, label(n), x) for i, (n, x) in zip(async_ids, scenarios.KIDS, strict=True)]
+    sync = [(i, label(n), x) for i, (n, x) in zip(sync_ids, scenarios.SYNC_KIDS, strict=True)]
     expected = {
         "spawned": async_ids,
         "async": [kid_result(n, i, x) for i, n, x in kids],
@@ -302,7 +302,7 @@ def test_kill_while_child_workflows_run(tmp_path: Path, kill: str) -> None:
     assert set(async_ids + sync_ids[:1]) <= set(before["records"])
     if held:
         # The held activities were stored tasks at the kill, and ran again after it.
-        for name in crash_app.KIDS_HELD:
+        for name in scenarios.KIDS_HELD:
             (start,) = [x for x in lines if x["label"] == f"{name}-a" and x["phase"] == "run"]
             assert start["event"] == "start"
             wf, run_id, seq = start["key"].rsplit("/", 2)
@@ -335,20 +335,20 @@ def test_kill_with_calls_between_workflows_in_flight(tmp_path: Path, kill: str) 
     child.start()
     if held:
         child.wait_for(
-            "the held request", lambda: child.marker(f"held-hold-t{crash_app.CALL_HELD}")
+            "the held request", lambda: child.marker(f"held-hold-t{scenarios.CALL_HELD}")
         )
     else:
         child.wait_for("three requests", lambda: child.has_lines("activities.log", 3, event="done"))
     child.kill()
     report = child.resume()
 
-    every = [n for ns in crash_app.CALLS.values() for n in ns]
-    for wf, ns in crash_app.CALLS.items():
+    every = [n for ns in scenarios.CALLS.values() for n in ns]
+    for wf, ns in scenarios.CALLS.items():
         assert exit_value(report, wf) == [[n, {"n": n, "sq": sq(n)}] for n in ns], wf
     final = exit_value(report, "tally")
     assert final["count"] == sum(every), final
     assert sorted(final["seen"]) == sorted(every), f"a request lost or doubled: {final}"
-    for ns in crash_app.CALLS.values():  # one sender's requests are served in its order
+    for ns in scenarios.CALLS.values():  # one sender's requests are served in its order
         assert [n for n in final["seen"] if n in ns] == ns, final
     assert report["stopped"] == final
     lines = child.lines("activities.log")
@@ -361,11 +361,11 @@ def test_kill_with_calls_between_workflows_in_flight(tmp_path: Path, kill: str) 
     adds = [x for x in served if x["type"] == "MessageArrived" and x["topic"] == "add"]
     assert Counter(x["sender"] for x in adds).most_common(1)[0][1] == 1, adds
     reply_to = set()
-    for wf in crash_app.CALLS:
+    for wf in scenarios.CALLS:
         (caller,) = runs_of(after, wf)
         history = flat(caller["activations"])
         calls = {x["seq"]: x for x in history if x["type"] == "SendMessage" and x["reply_to"]}
-        assert len(calls) == len(crash_app.CALLS[wf]), calls
+        assert len(calls) == len(scenarios.CALLS[wf]), calls
         reply_to |= {x["reply_to"] for x in calls.values()}
         for seq in calls:
             got = Counter(
@@ -383,7 +383,7 @@ def test_kill_with_calls_between_workflows_in_flight(tmp_path: Path, kill: str) 
     assert len(seqs(served, "ScheduleActivity")) == len(every)
     labels = Counter(x["label"] for x in lines if x["event"] == "done")
     assert set(labels) == {
-        f"hold-t{n}" if held and n == crash_app.CALL_HELD else f"t{n}" for n in every
+        f"hold-t{n}" if held and n == scenarios.CALL_HELD else f"t{n}" for n in every
     }
 
 
@@ -401,7 +401,7 @@ def test_kill_during_a_workflow_retry_backoff(tmp_path: Path, kill_after: int) -
     exactly once, in order, none skipped or repeated; a run starts no earlier than its
     backoff allows and no later than the restart; the results are as uncrashed.
     """
-    interval = crash_app.RETRY_INTERVAL
+    interval = scenarios.RETRY_INTERVAL
     child = Child(tmp_path, "retry")
     child.start()
     child.wait_for(
@@ -419,22 +419,22 @@ def test_kill_during_a_workflow_retry_backoff(tmp_path: Path, kill_after: int) -
     (next_run,) = [r for r in runs_of(report["before"], "retry") if r["record"] is not None]
     assert next_run["activations"] == [] and next_run["tasks"] == []
 
-    assert exit_value(report, "retry") == {"attempt": crash_app.RETRY_FAIL_UNTIL}
+    assert exit_value(report, "retry") == {"attempt": scenarios.RETRY_FAIL_UNTIL}
     out = report["exits"]["retry-out"]
     assert out["error"]["kind"] == "Unavailable"
-    assert out["error"]["message"] == f"attempt {crash_app.RETRY_OUT_MAX} failed"
+    assert out["error"]["message"] == f"attempt {scenarios.RETRY_OUT_MAX} failed"
     described = report["describe"]
     assert described["retry"]["status"] == "completed"
-    assert described["retry"]["attempt"] == crash_app.RETRY_FAIL_UNTIL
+    assert described["retry"]["attempt"] == scenarios.RETRY_FAIL_UNTIL
     assert described["retry-out"]["status"] == "failed"
-    assert described["retry-out"]["attempt"] == crash_app.RETRY_OUT_MAX
+    assert described["retry-out"]["attempt"] == scenarios.RETRY_OUT_MAX
     lines = child.lines("attempts.log")
     check_report(report, lines)
 
     opened_at = report["opened_at"]
     for wf, count in (
-        ("retry", crash_app.RETRY_FAIL_UNTIL),
-        ("retry-out", crash_app.RETRY_OUT_MAX),
+        ("retry", scenarios.RETRY_FAIL_UNTIL),
+        ("retry-out", scenarios.RETRY_OUT_MAX),
     ):
         runs = runs_of(report["after"], wf)
         assert [started(r)["attempt"] for r in runs] == list(range(1, count + 1)), wf
@@ -483,7 +483,7 @@ def test_kill_mid_cron_schedule(tmp_path: Path) -> None:
     """
     child = Child(tmp_path, "cron")
     child.start()
-    # The node kills itself in a known state (see crash_app.run_cron): cron-b's second run
+    # The node kills itself in a known state (see crash_app_features.run_cron): cron-b's second run
     # in its activity, cron-a between runs with its runs so far done, noted in kill.log.
     child.wait_killed_itself()
     (kill,) = child.lines("kill.log")
@@ -527,7 +527,7 @@ def test_kill_mid_cron_schedule(tmp_path: Path) -> None:
         resumed = [r for r in begun if begun_at(r) >= opened_at]
         assert len(ran_before) + len(resumed) == len(starts), (wf, starts, opened_at)
         assert len(ran_before) == runs_before[wf], (wf, starts, child.killed_at, runs_before)
-        assert len(resumed) >= crash_app.CRON_AFTER, (wf, starts)
+        assert len(resumed) >= scenarios.CRON_AFTER, (wf, starts)
         assert all(s < terminated_at for s in starts), f"{wf}: a run began after the terminate"
         # Where the schedule was at the kill decides what comes first after the restart.
         (cut,) = [r for r in runs_of(report["before"], wf) if is_open(r)]
@@ -571,13 +571,13 @@ def test_kill_before_a_start_delay_ends(tmp_path: Path) -> None:
     child.wait_for("the delayed starts", lambda: child.marker("ready"))
     ready_at = time.time()
     child.kill()
-    time.sleep(max(0.0, ready_at + crash_app.DELAY_SHORT + 0.3 - time.time()))
+    time.sleep(max(0.0, ready_at + scenarios.DELAY_SHORT + 0.3 - time.time()))
     report = child.resume()
     opened_at = report["opened_at"]
 
     lines = child.lines("delay.log")
     check_report(report, lines)
-    for wf, delay in (("delay-short", crash_app.DELAY_SHORT), ("delay-long", crash_app.DELAY_LONG)):
+    for wf, delay in (("delay-short", scenarios.DELAY_SHORT), ("delay-long", scenarios.DELAY_LONG)):
         (old,) = runs_of(report["before"], wf)
         record = old["record"]
         start_at = record["not_before"]
@@ -611,7 +611,7 @@ def test_run_timeout_expires_while_the_node_is_down(tmp_path: Path) -> None:
     timeout), and "rt-retry"'s first run too, after which its second attempt runs once,
     after the backoff, and completes.
     """
-    timeout, backoff = crash_app.RUN_TIMEOUT, crash_app.RUN_TIMEOUT_RETRY
+    timeout, backoff = scenarios.RUN_TIMEOUT, scenarios.RUN_TIMEOUT_RETRY
     child = Child(tmp_path, "timeout")
     child.start()
     child.wait_for("both workflows asleep", lambda: child.marker("ready"))
@@ -659,8 +659,8 @@ def test_run_timeout_expires_while_the_node_is_down(tmp_path: Path) -> None:
 
 
 async def test_monitor_right_after_terminate_gets_the_terminated_exit() -> None:
-    async with roost.open_node(crash_app.app):
-        pid = await process.with_options(id="t").spawn(crash_app.tally, -1)
+    async with roost.open_node(scenarios.app):
+        pid = await process.with_options(id="t").spawn(scenarios.tally, -1)
         process.terminate(pid)
         process.monitor(pid)
         event = await process.events().receive()
@@ -668,8 +668,8 @@ async def test_monitor_right_after_terminate_gets_the_terminated_exit() -> None:
 
 
 async def test_a_start_right_after_terminate_runs() -> None:
-    async with roost.open_node(crash_app.app):
-        pid = await process.with_options(id="t").spawn(crash_app.tally, -1)
+    async with roost.open_node(scenarios.app):
+        pid = await process.with_options(id="t").spawn(scenarios.tally, -1)
         process.terminate(pid)
         with trio.fail_after(3):
-            assert await process.with_options(id="t").exec(crash_app.asker, pid, []) == []
+            assert await process.with_options(id="t").exec(scenarios.asker, pid, []) == []

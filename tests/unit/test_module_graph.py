@@ -22,6 +22,7 @@ SRC = Path(roost.__file__).parent.parent
 PURE_CORES = (
     "roost.workflow._driver",
     "roost.workflow._driver_parts",
+    "roost.workflow._driver_children",
     "roost.workflow._planner",
     "roost.workflow._status",
     "roost.workflow._phases",

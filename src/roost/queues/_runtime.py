@@ -31,8 +31,8 @@ from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
-from roost.actors._api import funcs_call
 from roost.actors._app import EntryKind, register_extension, register_node_service
+from roost.actors._funcs import funcs_call
 from roost.actors._node import Node
 from roost.actors._process import NodeOps, reset_current, set_current
 from roost.actors._spawn import Spawner

@@ -20,10 +20,11 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._pid import Pid
-from roost.actors._events import Cancel, Exit
+from roost.actors._events import Cancel
 from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
+from roost.workflow._driver_children import Children
 from roost.workflow._driver_parts import (
     BETWEEN_ACTIVATIONS,
     NONE,
@@ -56,17 +57,13 @@ from roost.workflow._history import (
     ProcessExited,
     ScheduleActivity,
     SendMessage,
-    SpawnProcess,
-    StartChild,
     Started,
     StartTimer,
-    StopProcess,
     TimerFired,
     UpsertAttributes,
     new_schedule,
     same_command,
 )
-from roost.workflow._options import check_child_id, check_child_options
 from roost.workflow._retry import activity_options
 
 __all__ = [
@@ -94,7 +91,7 @@ _DEFAULT_OPTIONS = activity_options()
 _SCALARS = frozenset({type(None), bool, int, float, bytes})
 
 
-class Driver(Chance, DriverBackend, Versions):
+class Driver(Chance, Children, DriverBackend, Versions):
     """Runs one workflow run deterministically, one activation at a time.
 
     Args:
@@ -184,6 +181,13 @@ class Driver(Chance, DriverBackend, Versions):
             mine = {}
             setattr(self, name, mine)
         return mine
+
+    def _own_children(self) -> set[Pid]:
+        """The PIDs of what this run started and has not seen end, made on first write."""
+        children = self.children
+        if not isinstance(children, set):
+            children = self.children = set()
+        return children
 
     # -- the activation ------------------------------------------------------------------
 
@@ -284,22 +288,6 @@ class Driver(Chance, DriverBackend, Versions):
             period = self._tickers.pop(seq, None)
             if period is not None:
                 self._rearm(chan, period)
-
-    def _child_exited(self, pid: Pid, value: Any, error: Error | None) -> None:
-        if pid in self.children:
-            self._own_children().discard(pid)
-        waiting = self._child_waits.pop(pid, None)
-        if waiting is not None:  # a workflow.exec: the result goes to its caller
-            waiting.resolve(value, error)
-        else:
-            exit_event = Exit(pid, value, error, self.now)
-            self.mailbox.deliver(EVENTS, exit_event, None, force=True)
-
-    def _own_children(self) -> set[Pid]:
-        children = self.children
-        if not isinstance(children, set):
-            children = self.children = set()
-        return children
 
     def _start(self, started: Started) -> None:
         self.started = self._ports.kept_start(started)
@@ -556,57 +544,6 @@ class Driver(Chance, DriverBackend, Versions):
                     return reply
         finally:
             del self._calls[seq]
-
-    def stop(self, dest: Any, reason: str | None, *, hard: bool) -> None:
-        """Record a cancel (or, ``hard``, a terminate) of ``dest``, done after the commit."""
-        self._issue(StopProcess(seq=self._next_seq(), dest=dest, reason=reason, hard=hard))
-
-    def spawn_process(self, entry: str, args: tuple[Any, ...]) -> Pid:
-        """Record the start of a plain process; its PID is derived from the run and seq.
-
-        The process is monitored: its EXIT comes back as an event in the history.
-        """
-        self._validate_args(args, f"process {entry!r}")
-        pid = self._ports.spawn_pid(self._seq + 1)  # raises if this driver cannot
-        seq = self._next_seq()
-        self._issue(SpawnProcess(seq=seq, entry=entry, args=list(args), pid=pid))
-        self._own_children().add(pid)
-        return pid
-
-    def start_child(self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]) -> Pid:
-        """Start a child workflow; its EXIT arrives on ``events()`` (it is monitored).
-
-        ``options`` are child start options (``id``, ``parent_close_policy``, timeouts,
-        ``retry_policy``, ``cron_schedule``, ...), checked here.
-        """
-        if self.started is None:
-            raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
-        workflow_id, policy, child_options = check_child_options(options)
-        self._validate_args(args, f"child workflow {entry!r}")
-        child_id = workflow_id or check_child_id(f"{self.started.workflow_id}.{self._seq + 1}")
-        pid = self._ports.child_pid(child_id)  # raises if this driver cannot
-        seq = self._next_seq()
-        self._issue(
-            StartChild(
-                seq=seq,
-                entry=entry,
-                args=list(args),
-                workflow_id=child_id,
-                parent_close_policy=policy,
-                options=child_options,
-            )
-        )
-        self._own_children().add(pid)
-        return pid
-
-    async def exec_child(
-        self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]
-    ) -> Any:
-        """Run a child workflow to its end: its result, or its error raised here."""
-        pid = self.start_child(entry, args, options)
-        future = Future(self)
-        self._own("_child_waits")[pid] = future
-        return await future
 
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Run ``fn(*args)`` as another coroutine of this workflow (FIFO after the caller)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,7 +34,7 @@ from roost.workflow._collector import busy_collector, idle_collector
 from roost.workflow._eager import eager_ok, start_eagerly
 from roost.workflow._executors import Executors, freeze_startup_heap
 from roost.workflow._family import new_run, record_for_start
-from roost.workflow._forwarding import Forwarding, Moved, Row, put_staged
+from roost.workflow._forwarding import Forwarding
 from roost.workflow._history import (
     CancelRequested,
     MessageArrived,
@@ -43,6 +42,7 @@ from roost.workflow._history import (
     Started,
 )
 from roost.workflow._history_format import decode_activation
+from roost.workflow._incoming import Incoming
 from roost.workflow._options import check_start_options
 from roost.workflow._phases import PhaseEvent, RunPhase
 from roost.workflow._recorded import as_recorded
@@ -50,9 +50,7 @@ from roost.workflow._records import (
     RunRecord,
     RunStatus,
     history_key,
-    inbox_key,
     read_progress,
-    timer_key,
 )
 from roost.workflow._recovery import recover
 from roost.workflow._replies import ReplyHost
@@ -61,7 +59,7 @@ from roost.workflow._runs import RunTable
 from roost.workflow._starting import check_input, claim_name, make_room
 from roost.workflow._task_failure import task_backoff
 from roost.workflow._timers import DurableTimers
-from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room, counts
+from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room
 
 __all__ = ["Run", "WorkflowManager"]
 
@@ -85,10 +83,7 @@ class WorkflowManager:
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
-        # Events from outside (signals, cancels, child exits) in arrival order, committed
-        # by one task in batches: per-sender order survives into the history.
-        self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
-        self._outside_ready = trio.Event()
+        self.incoming = Incoming(self)  # the events runs did not cause (see _incoming)
         self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
         self.forwarding = Forwarding()  # inbox rows following an id into its next run
         self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
@@ -122,7 +117,7 @@ class WorkflowManager:
         """Recover open runs, pending tasks and timers, then start the executors."""
         self.executors.start(self._nursery)
         self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
-        self._nursery.start_soon(self._commit_outside, name="roost.workflow.inbox")
+        self._nursery.start_soon(self.incoming.commit_outside, name="roost.workflow.inbox")
         self._nursery.start_soon(_busy_collector, name="roost.workflow.collector")
         self._nursery.start_soon(self._close_gate_at_exit, name="roost.workflow.gate")
         recover(self)
@@ -215,7 +210,7 @@ class WorkflowManager:
 
     async def commit_start(self, run: Run, events: list[Any]) -> None:
         """Store a new run and its first events; an executor activates it (after any delay)."""
-        await self._commit_incoming(run, events, put_record=run.record)
+        await self.incoming.commit(run, events, put_record=run.record)
         self.arm(run)
 
     def arm(self, run: Run) -> None:
@@ -323,118 +318,25 @@ class WorkflowManager:
         self.ready(run)
         return True
 
-    # -- incoming events -----------------------------------------------------------------
+    # -- incoming events (see _incoming) -------------------------------------------------
 
     def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
-        """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
-        run.inbox_seq += 1
-        k, data = inbox_key(run.record.run_id, run.inbox_seq), self.codec.encode(event)
-        self._staged[k] = data
-        return k, data
-
-    async def _commit_incoming(
-        self, run: Run, events: list[Any], *, put_record: RunRecord | None = None
-    ) -> None:
-        staged = [self.stage(run, event) for event in events]
-        record_bytes = self.codec.encode(put_record) if put_record is not None else None
-        timers = [(timer_key(t.due, t.run_id, t.seq), self.codec.encode(t)) for t in run.timers]
-        # A run already stored may be handing its id over meanwhile (see _forwarding).
-        rows: list[Row] | None = None
-        if put_record is None:
-            rows = [(run, k, v, e) for (k, v), e in zip(staged, events, strict=True)]
-            moved: list[Moved] = []
-            forwarding, codec = self.forwarding, self.codec
-
-        def write(txn: WriteTxn) -> None:
-            if record_bytes is not None:
-                txn.put("runs", run.record.workflow_id.encode(), record_bytes)
-            for k, v in timers:
-                txn.put("timers", k, v)
-            if rows is not None:
-                moved.clear()
-                put_staged(txn, codec, forwarding, rows, moved)
-                return
-            for k, v in staged:
-                txn.put("inbox", k, v)
-
-        arriving = sum(1 for event in events if counts(event))
-        run.arriving += arriving  # in flight: counted by the unread-message limit
-        try:
-            await self.transact(write)
-        finally:
-            run.arriving -= arriving
-        if rows is not None:
-            self.forwarding.record(moved)
-        self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
+        """See ``Incoming.stage``."""
+        return self.incoming.stage(run, event)
 
     def accept(self, run: Run, items: list[Pending]) -> None:
-        """Events committed to ``run``'s inbox: queue them for its next activation.
-
-        If ``run`` has meanwhile continued as new, its messages move to the current run;
-        anything else for a closed run is dropped.
-        """
-        # The workflow gets what was recorded (a tuple comes back a list), so a live run
-        # and its replay see identical values.
-        items = [(k, self._recorded(k, e)) for k, e in items]
-        current = self.runs.get(run.record.workflow_id)
-        if current is run:
-            run.pending.extend(items)
-            self.ready(run)
-            return
-        # Replies to the old run's calls belong to nobody now (call seqs restart per run);
-        # messages and cancel requests are for the workflow, so they follow it.
-        moved: list[tuple[bytes, Any]] = [
-            (k, e)
-            for k, e in items
-            if isinstance(k, bytes)
-            and (type(e) is CancelRequested or (isinstance(e, MessageArrived) and e.call is None))
-        ]
-        forwarded, moved = self.forwarding.take(moved)  # a commit moved their rows already
-        for target, item in forwarded:
-            self.accept(target, [item])
-        if current is not None and moved:
-            self.spawn_task(self._rehome, current, moved)
-        self.drop_settled(items)
+        """See ``Incoming.accept``."""
+        self.incoming.accept(run, items)
 
     def drop_settled(self, items: list[Pending]) -> None:
-        """Delete the task and timer rows of events no run will record (it has closed)."""
-        rows = [k for k, _ in items if isinstance(k, Settled) and k.table != NO_ROW]
-        if rows and not self.node.stopping:
-
-            def write(txn: WriteTxn) -> None:
-                for settled in rows:
-                    txn.delete(settled.table, settled.row)
-
-            self.spawn_task(self.commit_retrying, write, "deleting settled task and timer rows")
-
-    def _recorded(self, key: bytes | Settled, event: Any) -> Any:
-        data = self._staged.pop(key, None) if isinstance(key, bytes) else None
-        return self.codec.decode(data) if data is not None else event
-
-    async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
-        staged = [self.stage(run, event) for _, event in items]
-        stale = [k for k, _ in items]
-        rows: list[Row] = [(run, k, v, e) for (k, v), (_, e) in zip(staged, items, strict=True)]
-        moved: list[Moved] = []
-        forwarding, codec = self.forwarding, self.codec
-
-        def write(txn: WriteTxn) -> None:
-            for k in stale:
-                txn.delete("inbox", k)
-            moved.clear()
-            put_staged(txn, codec, forwarding, rows, moved)
-
-        if await self.commit_retrying(write, f"moving messages to workflow {run.pid.id!r}"):
-            self.forwarding.record(moved)
-            self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
+        """See ``Incoming.drop_settled``."""
+        self.incoming.drop_settled(items)
 
     async def signal_many(
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
     ) -> None:
-        if messages:
-            check_room(self, run, len(messages))
-            events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
-            await self._commit_incoming(run, events)
+        """See ``Incoming.signal_many``."""
+        await self.incoming.signal_many(run, messages, sender)
 
     def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
         """Append a message to a running workflow's history; the event is set once durable.
@@ -452,43 +354,8 @@ class WorkflowManager:
         return self.from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
 
     def from_outside(self, run: Run, event: Any) -> trio.Event:
-        """Queue ``event`` for ``run``'s inbox; the returned event is set once it is durable.
-
-        Events from outside commit in arrival order, so per-sender order survives.
-        """
-        done = trio.Event()
-        k, data = self.stage(run, event)
-        if counts(event):
-            run.arriving += 1  # in flight: counted by the unread-message limit
-        self._outside.append((run, k, data, event, done))
-        self._outside_ready.set()
-        return done
-
-    async def _commit_outside(self) -> None:
-        while True:
-            await self._outside_ready.wait()
-            self._outside_ready = trio.Event()
-            batch = list(self._outside)
-            self._outside.clear()
-            # A run that closed for good meanwhile will never read it: store nothing.
-            rows: list[Row] = [
-                (run, k, data, event) for run, k, data, event, _ in batch if self._has_home(run)
-            ]
-            moved: list[Moved] = []
-
-            def write(txn: WriteTxn, rows: list[Row] = rows, moved: list[Moved] = moved) -> None:
-                moved.clear()  # keyed by the run the store holds, if one is handing over
-                put_staged(txn, self.codec, self.forwarding, rows, moved)
-
-            # Senders wait for their receipts meanwhile: a send is acknowledged once durable.
-            if not await self.commit_retrying(write, "storing messages sent to workflows"):
-                return  # the node stops: unacknowledged, as the senders see
-            self.forwarding.record(moved)
-            for run, k, _, event, done in batch:  # in arrival order
-                self.accept(run, [(k, event)])
-                if counts(event):
-                    run.arriving -= 1  # now in run.pending
-                done.set()
+        """See ``Incoming.from_outside``."""
+        return self.incoming.from_outside(run, event)
 
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
         """Deliver a CANCEL request to a running workflow (it decides what to do)."""
@@ -555,10 +422,6 @@ class WorkflowManager:
         except Error as exc:  # the exit value cannot be recorded: record why instead
             incoming = ProcessExited(pid=event.pid, error=exc)
         self.from_outside(run, incoming)
-
-    def _has_home(self, run: Run) -> bool:
-        # Open, or continued as new (its messages move to the current run).
-        return run.record.workflow_id in self.runs
 
     def _open_or_closing(self, workflow_id: str) -> Run | None:
         # A terminated run is out of ``runs`` at once but stored as closed only after its

@@ -1,0 +1,198 @@
+"""Incoming events: staged, committed to a run's inbox, then accepted for its next activation.
+
+Every event a run did not cause itself reaches it here: its first events (the start), the
+messages and cancel requests from outside (committed in arrival order by one task, in
+batches, so per-sender order survives into the history), and the messages of a run that
+continued as new (they follow the workflow id to its current run). ``accept`` is the one
+place an event joins a run's ``pending`` list after its commit; what a closed run will
+never record has its settled task and timer rows deleted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from roost.workflow._forwarding import Moved, Row, put_staged
+from roost.workflow._history import CancelRequested, MessageArrived
+from roost.workflow._records import inbox_key, timer_key
+from roost.workflow._run import NO_ROW, Pending, Run, Settled
+from roost.workflow._unread import check_room, counts
+
+if TYPE_CHECKING:
+    from roost._pid import Pid
+    from roost.storage import WriteTxn
+    from roost.workflow._host import RunHost
+    from roost.workflow._records import RunRecord
+
+__all__ = ["Incoming"]
+
+
+class Incoming:
+    """The inbox side of a host: stage, commit and accept the events runs did not cause."""
+
+    def __init__(self, manager: RunHost) -> None:
+        self.m = manager
+        # Events from outside (signals, cancels, child exits) in arrival order, committed
+        # by ``commit_outside`` in batches: per-sender order survives into the history.
+        self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
+        self._outside_ready = trio.Event()
+
+    def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
+        """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
+        run.inbox_seq += 1
+        k, data = inbox_key(run.record.run_id, run.inbox_seq), self.m.codec.encode(event)
+        self.m._staged[k] = data
+        return k, data
+
+    async def commit(
+        self, run: Run, events: list[Any], *, put_record: RunRecord | None = None
+    ) -> None:
+        """Commit ``events`` to ``run``'s inbox (a start: with its record, timers), accept them."""
+        staged = [self.stage(run, event) for event in events]
+        record_bytes = self.m.codec.encode(put_record) if put_record is not None else None
+        timers = [(timer_key(t.due, t.run_id, t.seq), self.m.codec.encode(t)) for t in run.timers]
+        # A run already stored may be handing its id over meanwhile (see _forwarding).
+        rows: list[Row] | None = None
+        if put_record is None:
+            rows = [(run, k, v, e) for (k, v), e in zip(staged, events, strict=True)]
+            moved: list[Moved] = []
+            forwarding, codec = self.m.forwarding, self.m.codec
+
+        def write(txn: WriteTxn) -> None:
+            if record_bytes is not None:
+                txn.put("runs", run.record.workflow_id.encode(), record_bytes)
+            for k, v in timers:
+                txn.put("timers", k, v)
+            if rows is not None:
+                moved.clear()
+                put_staged(txn, codec, forwarding, rows, moved)
+                return
+            for k, v in staged:
+                txn.put("inbox", k, v)
+
+        arriving = sum(1 for event in events if counts(event))
+        run.arriving += arriving  # in flight: counted by the unread-message limit
+        try:
+            await self.m.transact(write)
+        finally:
+            run.arriving -= arriving
+        if rows is not None:
+            self.m.forwarding.record(moved)
+        self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
+
+    def accept(self, run: Run, items: list[Pending]) -> None:
+        """Events committed to ``run``'s inbox: queue them for its next activation.
+
+        If ``run`` has meanwhile continued as new, its messages move to the current run;
+        anything else for a closed run is dropped.
+        """
+        # The workflow gets what was recorded (a tuple comes back a list), so a live run
+        # and its replay see identical values.
+        items = [(k, self._recorded(k, e)) for k, e in items]
+        current = self.m.runs.get(run.record.workflow_id)
+        if current is run:
+            run.pending.extend(items)
+            self.m.ready(run)
+            return
+        # Replies to the old run's calls belong to nobody now (call seqs restart per run);
+        # messages and cancel requests are for the workflow, so they follow it.
+        moved: list[tuple[bytes, Any]] = [
+            (k, e)
+            for k, e in items
+            if isinstance(k, bytes)
+            and (type(e) is CancelRequested or (isinstance(e, MessageArrived) and e.call is None))
+        ]
+        forwarded, moved = self.m.forwarding.take(moved)  # a commit moved their rows already
+        for target, item in forwarded:
+            self.accept(target, [item])
+        if current is not None and moved:
+            self.m.spawn_task(self._rehome, current, moved)
+        self.drop_settled(items)
+
+    def drop_settled(self, items: list[Pending]) -> None:
+        """Delete the task and timer rows of events no run will record (it has closed)."""
+        rows = [k for k, _ in items if isinstance(k, Settled) and k.table != NO_ROW]
+        if rows and not self.m.node.stopping:
+
+            def write(txn: WriteTxn) -> None:
+                for settled in rows:
+                    txn.delete(settled.table, settled.row)
+
+            self.m.spawn_task(self.m.commit_retrying, write, "deleting settled task and timer rows")
+
+    def _recorded(self, key: bytes | Settled, event: Any) -> Any:
+        data = self.m._staged.pop(key, None) if isinstance(key, bytes) else None
+        return self.m.codec.decode(data) if data is not None else event
+
+    async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
+        staged = [self.stage(run, event) for _, event in items]
+        stale = [k for k, _ in items]
+        rows: list[Row] = [(run, k, v, e) for (k, v), (_, e) in zip(staged, items, strict=True)]
+        moved: list[Moved] = []
+        forwarding, codec = self.m.forwarding, self.m.codec
+
+        def write(txn: WriteTxn) -> None:
+            for k in stale:
+                txn.delete("inbox", k)
+            moved.clear()
+            put_staged(txn, codec, forwarding, rows, moved)
+
+        if await self.m.commit_retrying(write, f"moving messages to workflow {run.pid.id!r}"):
+            self.m.forwarding.record(moved)
+            self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
+
+    async def signal_many(
+        self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
+    ) -> None:
+        """Commit start messages to an open run (the id policies let a start signal it)."""
+        if messages:
+            check_room(self.m, run, len(messages))
+            events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
+            await self.commit(run, events)
+
+    def from_outside(self, run: Run, event: Any) -> trio.Event:
+        """Queue ``event`` for ``run``'s inbox; the returned event is set once it is durable.
+
+        Events from outside commit in arrival order, so per-sender order survives.
+        """
+        done = trio.Event()
+        k, data = self.stage(run, event)
+        if counts(event):
+            run.arriving += 1  # in flight: counted by the unread-message limit
+        self._outside.append((run, k, data, event, done))
+        self._outside_ready.set()
+        return done
+
+    async def commit_outside(self) -> None:
+        """The task that commits the events from outside, in batches, in arrival order."""
+        while True:
+            await self._outside_ready.wait()
+            self._outside_ready = trio.Event()
+            batch = list(self._outside)
+            self._outside.clear()
+            # A run that closed for good meanwhile will never read it: store nothing.
+            rows: list[Row] = [
+                (run, k, data, event) for run, k, data, event, _ in batch if self._has_home(run)
+            ]
+            moved: list[Moved] = []
+
+            def write(txn: WriteTxn, rows: list[Row] = rows, moved: list[Moved] = moved) -> None:
+                moved.clear()  # keyed by the run the store holds, if one is handing over
+                put_staged(txn, self.m.codec, self.m.forwarding, rows, moved)
+
+            # Senders wait for their receipts meanwhile: a send is acknowledged once durable.
+            if not await self.m.commit_retrying(write, "storing messages sent to workflows"):
+                return  # the node stops: unacknowledged, as the senders see
+            self.m.forwarding.record(moved)
+            for run, k, _, event, done in batch:  # in arrival order
+                self.accept(run, [(k, event)])
+                if counts(event):
+                    run.arriving -= 1  # now in run.pending
+                done.set()
+
+    def _has_home(self, run: Run) -> bool:
+        # Open, or continued as new (its messages move to the current run).
+        return run.record.workflow_id in self.m.runs

@@ -137,3 +137,39 @@ def test_the_step_records_of_the_history_equal_their_attrs_init() -> None:
     assert act == Activation(
         index=2, at=_AT, events=[ActivityResolved(seq=3, value=1)], commands=[schedule]
     )
+
+
+@attrs.frozen
+class _PreInit:
+    x: int = 1
+
+    def __attrs_pre_init__(self) -> None:
+        pass  # a hook the builder would skip
+
+
+@attrs.frozen(cache_hash=True)
+class _CachedHash:
+    x: int = 1
+
+
+@attrs.frozen(init=False)
+class _OwnInit:
+    x: int = 1
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "x", 2)
+
+
+@pytest.mark.parametrize("cls", [_PreInit, _CachedHash, _OwnInit])
+def test_a_class_whose_init_does_more_than_set_its_fields_is_refused(cls: type) -> None:
+    with pytest.raises(TypeError, match="runs code in __init__"):
+        maker(cls, ("x",))
+    with pytest.raises(TypeError, match="runs code in __init__"):
+        replacer(cls, ("x",))
+
+
+def test_a_name_that_is_no_field_is_refused() -> None:
+    with pytest.raises(TypeError, match="has no field activatons"):
+        replacer(RunRecord, ("activatons",))
+    with pytest.raises(TypeError, match="has no field y"):
+        maker(ActivityTask, ("y",))

@@ -24,13 +24,32 @@ def _plain_fields(cls: type) -> tuple[attrs.Attribute[Any], ...]:
     itself does, without its keyword parsing: a class with more to run is refused.
     """
     fields: tuple[attrs.Attribute[Any], ...] = attrs.fields(cls)
-    plain = not hasattr(cls, "__attrs_post_init__") and all(
-        f.validator is None and f.converter is None and f.init and not _takes_self(f)
-        for f in fields
+    hooks = ("__attrs_pre_init__", "__attrs_post_init__")
+    plain = (
+        not any(hasattr(cls, hook) for hook in hooks)
+        # attrs' own __init__ (a hand-written one would be bypassed), no cached hash slot
+        and _attrs_init(cls)
+        and "_attrs_cached_hash" not in getattr(cls, "__slots__", ())
+        and all(
+            f.validator is None and f.converter is None and f.init and not _takes_self(f)
+            for f in fields
+        )
     )
     if not plain:
         raise TypeError(f"{cls.__name__} runs code in __init__: build it with its __init__")
     return fields
+
+
+def _attrs_init(cls: type) -> bool:
+    code = getattr(cls.__dict__.get("__init__"), "__code__", None)
+    return code is not None and code.co_filename.startswith("<attrs generated")
+
+
+def _known(cls: type, names: tuple[str, ...], fields: tuple[attrs.Attribute[Any], ...]) -> None:
+    """Refuse a name that is no field of ``cls`` (its value would be dropped silently)."""
+    unknown = sorted(set(names) - {f.name for f in fields})
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)}")
 
 
 def _takes_self(field: attrs.Attribute[Any]) -> bool:
@@ -60,7 +79,9 @@ def replacer(cls: type, changed: tuple[str, ...]) -> Callable[..., Any]:
     Generated: ``attrs.evolve`` looks every field up by name on each call, and the run
     record is copied on every activation (see ``_plain_fields``).
     """
-    values = {f.name: f.name if f.name in changed else f"o.{f.name}" for f in _plain_fields(cls)}
+    fields = _plain_fields(cls)
+    _known(cls, changed, fields)
+    values = {f.name: f.name if f.name in changed else f"o.{f.name}" for f in fields}
     return _generated(cls, "replace", f"def replace(o, *, {', '.join(changed)}):", values)
 
 
@@ -70,7 +91,9 @@ def maker(cls: type, given: tuple[str, ...]) -> Callable[..., Any]:
     For records built on every step: positional arguments and no keyword parsing.
     """
     values: dict[str, str] = {}
-    for f in _plain_fields(cls):
+    fields = _plain_fields(cls)
+    _known(cls, given, fields)
+    for f in fields:
         if f.name in given:
             values[f.name] = f.name
         elif isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]

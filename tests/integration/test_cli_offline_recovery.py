@@ -44,6 +44,17 @@ async def test_a_stored_start_of_a_non_workflow_entry_is_never_run(
             assert node.describe("a1")["status"] == "running"
             assert node.describe("a1")["history_length"] == 0
             assert node.describe("p1")["status"] == "running"
+            # Why is in describe, and the ids stay taken: no start under them, and
+            # cancel / terminate say what is wrong instead of "not running".
+            assert "declared as 'activity'" in node.describe("a1")["task_failure"].message
+            with pytest.raises(roost.Error, match="this node cannot run it") as refused:
+                await process.with_options(id="a1").spawn("ops:greet", "y")
+            assert refused.value.kind is roost.ErrorKind.INVALID_STATE
+            pid = roost.Pid("local", "ops:workflows", "p1")
+            for steer in (process.cancel, process.terminate):
+                with pytest.raises(roost.Error, match="declared as 'process'"):
+                    steer(pid)
+            assert node.describe("p1")["status"] == "running"
     assert log.read_text().splitlines() == ["shout x"]  # greet's activity; not a1, not p1
     refused = [r.getMessage() for r in caplog.records if "cannot resume" in r.getMessage()]
     assert len(refused) == 2

@@ -21,6 +21,7 @@ from roost.workflow._planner import (
     RunState,
     plan_child_start,
     plan_children,
+    unloadable_error,
 )
 from roost.workflow._records import RunRecord, TimerTask
 from roost.workflow._run import Pending, Run, Settled
@@ -236,6 +237,9 @@ def start_child(
     ``m.runs.child_staged`` tells of those that other uncommitted steps start.
     """
     pid = Pid.trusted(m.node.name, m.host, command.workflow_id)
+    cause = m.unloadable.get(command.workflow_id)
+    if cause is not None:
+        return unloadable_error(command.workflow_id, cause)
     refused = plan_child_start(
         command.workflow_id,
         taken=command.workflow_id in m.runs or command.workflow_id in taken,

@@ -165,6 +165,11 @@ class RunHost(Protocol):
         ...
 
     @property
+    def unloadable(self) -> dict[str, Error]:
+        """Stored running runs this node's app cannot run, by workflow id, with why."""
+        ...
+
+    @property
     def stats(self) -> dict[str, int]:
         """Counters (activations, replays, evictions, task failures)."""
         ...

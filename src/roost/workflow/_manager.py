@@ -45,6 +45,7 @@ from roost.workflow._history_format import decode_activation
 from roost.workflow._incoming import Incoming
 from roost.workflow._options import check_start_options
 from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._planner import unloadable_error
 from roost.workflow._recorded import as_recorded
 from roost.workflow._records import (
     RunRecord,
@@ -96,6 +97,9 @@ class WorkflowManager:
         # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
         # theirs is loaded, started, or has its task and timer rows touched.
         self.quarantined: set[str] = set()
+        # Stored running runs this node's app cannot run (their entry is unknown here, or
+        # not a workflow): kept, untouched, for a node that can; their id stays taken.
+        self.unloadable: dict[str, Error] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -361,8 +365,15 @@ class WorkflowManager:
         """Deliver a CANCEL request to a running workflow (it decides what to do)."""
         run = self.runs.get(pid.id)
         if run is None:
-            raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
+            raise self._not_open(pid)
         return self.from_outside(run, CancelRequested(reason=reason))
+
+    def _not_open(self, pid: Pid) -> Error:
+        """The error for steering a workflow id that has no open run on this node."""
+        cause = self.unloadable.get(pid.id)
+        if cause is None:
+            return not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
+        return unloadable_error(pid.id, cause)
 
     # -- activations ---------------------------------------------------------------------
 
@@ -385,6 +396,8 @@ class WorkflowManager:
             # A task failure is in memory at once, and stays there if the store cannot
             # take it (a full disk, say).
             described["task_failure"] = run.record.task_failure
+        elif workflow_id in self.unloadable and described["status"] == RunStatus.RUNNING.value:
+            described["task_failure"] = self.unloadable[workflow_id]
         return described
 
     def history(self, workflow_id: str) -> list[Any]:
@@ -454,7 +467,7 @@ class WorkflowManager:
         """
         run = self.runs.get(pid.id)
         if run is None:
-            raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
+            raise self._not_open(pid)
         self.runs.start_closing(run)  # no further activations, signals or results
         self.runs.move(run, PhaseEvent.CLOSE)
         self.spawn_task(close_from_outside, self, run, RunStatus.TERMINATED, terminated_error(pid))

@@ -436,6 +436,18 @@ def already_error(workflow_id: str, pid: Pid | None, why: str) -> Error:
     )
 
 
+def unloadable_error(workflow_id: str, cause: Error) -> Error:
+    """The error for starting or steering a stored run that this node's app cannot run."""
+    return Error(
+        f"workflow {workflow_id!r} is stored as running, but this node cannot run it: "
+        f"{cause.message}; it is kept for a node whose app declares it as a workflow, and "
+        "its id stays taken until then (start the work under another id)",
+        kind=ErrorKind.INVALID_STATE,
+        retryable=False,
+        details={"workflow_id": workflow_id, "cause": cause.message},
+    )
+
+
 def quarantined_error(workflow_id: str) -> Error:
     """The error for starting a workflow id that is quarantined."""
     return Error(

@@ -219,7 +219,8 @@ def _resume(m: RunHost, record: RunRecord, pending: Iterable[tuple[bytes, Any]])
     try:
         run = _load(m, record)
     except Error as exc:
-        log.exception(
+        m.unloadable[record.workflow_id] = exc  # its id stays taken; describe shows why
+        log.error(  # noqa: TRY400 - an expected condition: the message says all there is
             "workflow %s of type %s cannot resume: %s; "
             "it stays stored, untouched, until a node whose app declares that workflow opens",
             record.workflow_id,

@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from roost._pid import Pid
-from roost.workflow._planner import ExistingRun, plan_start, start_reads_closed_run
+from roost.workflow._planner import (
+    ExistingRun,
+    plan_start,
+    start_reads_closed_run,
+    unloadable_error,
+)
 from roost.workflow._recorded import is_plain
 
 if TYPE_CHECKING:
@@ -54,6 +59,9 @@ async def make_room(
     Raises:
         roost.Error: AlreadyExists when the policies refuse; InvalidState for a quarantined id.
     """
+    cause = m.unloadable.get(workflow_id)
+    if cause is not None:
+        raise unloadable_error(workflow_id, cause)
     replaced = False
     while True:
         if workflow_id not in m.quarantined:

@@ -343,7 +343,7 @@ async def test_reads_beside_a_running_node_and_changes_need_its_admin_server(
         assert f"OS pid {node.proc.pid}" in refused.stderr
         second = roost_cli(data, "run", APP)
         assert second.returncode == 1
-        assert f"in use by another roost node (OS pid {node.proc.pid})" in second.stderr
+        assert f"in use by another roost process (OS pid {node.proc.pid}" in second.stderr
     finally:
         log = node.stop()
     assert "SIGTERM received: shutting down" in log

@@ -158,8 +158,10 @@ def change(
         if client is not None:
             return admin(client)
         raise Failed(
-            f"a node (OS pid {holder if holder is not None else 'unknown'}) holds {data_dir} "
-            "and serves no admin API, so it cannot be changed from outside: restart it with "
+            f"another process (OS pid {holder if holder is not None else 'unknown'}) holds "
+            f"{data_dir} and serves no admin API for it (yet): a node that is starting or "
+            "stopping, a node without an admin server, or another roost command. Run this "
+            "command again once a node is up; a node without one needs a restart with "
             "`roost run ... --admin 127.0.0.1:0` (or open_node(..., admin=...)), or stop it "
             "and run this command again"
         ) from None

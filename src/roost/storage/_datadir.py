@@ -107,10 +107,12 @@ def in_use_error(path: str, holder: int | None, *, here: bool) -> Error:
         )
     else:
         message = (
-            f"the data directory {path} is in use by another roost node ({who}): one data "
-            "directory serves one OS process at a time; stop that process, or give this node "
-            "another data_dir (read-only tools may open the store with "
-            "open_lmdb_store(path, readonly=True, lock=False) beside it)"
+            f"the data directory {path} is in use by another roost process ({who}: a node, "
+            "or a `roost` command that holds it while it writes a change): one data "
+            "directory serves one OS process at a time; stop that process (a command lets go "
+            "within moments: try again), or give this node another data_dir (read-only "
+            "tools may open the store with open_lmdb_store(path, readonly=True, lock=False) "
+            "beside it)"
         )
     return Error(
         message,

@@ -537,7 +537,7 @@ def test_a_read_only_store_without_the_lock_opens_beside_a_locked_one(tmp_path: 
     locked_elsewhere = os.open(tmp_path / "roost.lock", os.O_RDWR)
     try:
         fcntl.flock(locked_elsewhere, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(Error, match="in use by another roost node") as info:
+        with pytest.raises(Error, match="in use by another roost process") as info:
             open_lmdb_store(tmp_path)
         assert info.value.kind is ErrorKind.INVALID_STATE
         reader = open_lmdb_store(tmp_path, readonly=True, lock=False)

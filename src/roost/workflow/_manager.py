@@ -152,65 +152,53 @@ class WorkflowManager:
                 option or input that cannot be encoded (nothing is stored).
         """
         opts = check_start_options(options)
-        await self.start_gate.enter()
-        try:
-            return await self._spawn(
-                parent, entry=entry, args=args, opts=opts, messages=messages, context=context
-            )
-        finally:
-            self.start_gate.leave()
-
-    async def _spawn(
-        self,
-        parent: Process,
-        *,
-        entry: Entry,
-        args: tuple[Any, ...],
-        opts: dict[str, Any],
-        messages: tuple[tuple[str, Any], ...],
-        context: dict[str, Any],
-    ) -> Pid:
         workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None
         if workflow_id is None:
             workflow_id = f"{self.node.app.name}-{os.urandom(8).hex()}"
         # Every input check comes first: bad input changes nothing, not even a running
-        # workflow that terminate_existing would replace.
+        # workflow that terminate_existing would replace, and waits for no admission.
         check_input(self.codec, entry.id, args, opts, messages)
-        pid = await make_room(
-            self, workflow_id, explicit=explicit, opts=opts, messages=messages, sender=parent.pid
-        )
-        if pid is not None:
-            return pid
-        pid = Pid.trusted(self.node.name, self.host, workflow_id)
-        name = opts.get("name")
-        if name is not None:
-            claim_name(self, name, pid)
-        at = self.node.now()
-        run, started = new_run(
-            entry=entry,
-            pid=pid,
-            args=args,
-            context={**parent.context, **context},
-            at=at,
-            **record_for_start(opts, parent=parent.pid, at=at),
-        )
-        self.runs.add(run)
-        events: list[Any] = [started]
-        events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
-        try:
-            if eager_ok(self, run):
-                await start_eagerly(self, run, events)
-            else:
-                await self.commit_start(run, events)
-        except BaseException:
-            if run.next_index == 1:  # not stored (a stored run stays, whatever failed after)
-                self.runs.remove(run)
-                if name is not None:
-                    self.node.registry.unregister(name)
-            raise
-        self.counters.run_started(entry.id)
-        return run.pid
+        async with self.start_gate.admitted():
+            pid = await make_room(
+                self,
+                workflow_id,
+                explicit=explicit,
+                opts=opts,
+                messages=messages,
+                sender=parent.pid,
+            )
+            if pid is not None:
+                return pid
+            pid = Pid.trusted(self.node.name, self.host, workflow_id)
+            name = opts.get("name")
+            if name is not None:
+                claim_name(self, name, pid)
+            at = self.node.now()
+            run, started = new_run(
+                entry=entry,
+                pid=pid,
+                args=args,
+                context={**parent.context, **context},
+                at=at,
+                **record_for_start(opts, parent=parent.pid, at=at),
+            )
+            self.runs.add(run)
+            events: list[Any] = [started]
+            events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
+            try:
+                if eager_ok(self, run):
+                    await start_eagerly(self, run, events)
+                else:
+                    await self.commit_start(run, events)
+            except BaseException:
+                if run.next_index == 1:  # not stored (a stored run stays, whatever failed after)
+                    self.runs.remove(run)
+                    if name is not None:
+                        self.node.registry.unregister(name)
+                raise
+            self.counters.run_started(entry.id)
+            return run.pid
 
     async def commit_start(self, run: Run, events: list[Any]) -> None:
         """Store a new run and its first events; an executor activates it (after any delay)."""

@@ -9,7 +9,7 @@ one ``ActivityResolved`` event and one command), then blocks on a signal. Buildi
 measured and uses durability "fast"; K = 500, 5000, 50000 (1k, 10k, 100k events) in full
 mode. The node is then reopened with fsync on, and:
 
-- ``the runtime's rebuild``: ``roost.workflow._drivers.rebuild``, what the runtime runs
+- ``the runtime's rebuild``: ``roost.workflow._local._replay.rebuild``, what the runtime runs
   for an evicted or recovered run: read and decode the ``Activation`` records, then
   ``Driver.activate(at, events, expected=commands)`` over each, with the cyclic collector
   paused (best of a few tries). Reference: the read + decode alone (collector on). The
@@ -33,8 +33,8 @@ from benchmarks._harness import Result, Target, now
 from benchmarks._wf_common import in_node, long_history, manager, store, tmpdir
 from roost import process
 from roost.storage import key
-from roost.workflow._drivers import new_driver, rebuild
 from roost.workflow._history_format import decode_activation
+from roost.workflow._local._replay import new_driver, rebuild
 
 SUITE = "replay"
 TARGET_EVENTS = 10_000  # the >= 150k events/s target applies from this history length on

@@ -23,14 +23,14 @@ if _typing.TYPE_CHECKING:
     from roost.queues._cron import CronTick
     from roost.queues._records import DeadLetter, QueueInfo
     from roost.queues._streams import publish
-    from roost.workflow._activities import ActivityInfo, activity_info, heartbeat
+    from roost.workflow._activity_info import ActivityInfo, activity_info, heartbeat
     from roost.workflow._api import WorkflowInfo
     from roost.workflow._retry import RetryPolicy
 
 # Where each public name lives: importing roost runs none of it, the first use of a name
 # loads its module (PEP 562).
 _NAMES = {
-    "ActivityInfo": "roost.workflow._activities",
+    "ActivityInfo": "roost.workflow._activity_info",
     "App": "roost.actors._app",
     "Cancel": "roost.actors._events",
     "Channel": "roost.mailbox._channel",
@@ -54,14 +54,14 @@ _NAMES = {
     "Selected": "roost.mailbox._channel",
     "Spawner": "roost.actors._spawn",
     "WorkflowInfo": "roost.workflow._api",
-    "activity_info": "roost.workflow._activities",
+    "activity_info": "roost.workflow._activity_info",
     "after": "roost.actors._chance",
     "channel": "roost.channel",
     "coroutine": "roost.coroutine",
     "ctx": "roost.ctx",
     "enqueue": "roost.queues._api",
     "funcs": "roost.funcs",
-    "heartbeat": "roost.workflow._activities",
+    "heartbeat": "roost.workflow._activity_info",
     "http": "roost.http",
     "now": "roost.actors._chance",
     "open_node": "roost.actors._open",
@@ -100,7 +100,7 @@ _app.plug_in("roost._wiring")
 # registered loads these first.
 _registry.record_modules(
     "roost.storage._quarantine",
-    "roost.workflow._records",
+    "roost.workflow._local._records",
     "roost.workflow._history",
     "roost.queues._records",
     "roost.queues._cron",

@@ -43,9 +43,9 @@ from roost._errors import Error, safe_text, type_name
 from roost.actors._contain import must_propagate
 
 # Below the runtime in the module graph: its records are typed here by what is read.
-RunRecord = Any  # roost.workflow._records.RunRecord
-Attempt = Any  # roost.workflow._activity_attempt.Attempt
-Run = Any  # roost.workflow._run.Run
+RunRecord = Any  # roost.workflow._local._records.RunRecord
+Attempt = Any  # roost.workflow._local.activities._attempt.Attempt
+Run = Any  # roost.workflow._local._run.Run
 
 __all__ = [
     "activity_ended",

@@ -16,7 +16,7 @@ from roost.actors._app import register_extension, register_node_service
 from roost.admin._server import parse_admin_bind, start_admin
 from roost.queues import _cron, _http, _http_server, _runtime, _streams
 from roost.supervisor import _declare
-from roost.workflow._manager import WorkflowManager
+from roost.workflow._local._manager import WorkflowManager
 from roost.workflow._retry import activity_options
 
 __all__: list[str] = []

@@ -23,7 +23,7 @@ import trio
 import roost
 from roost import process
 from roost.storage import Codec, key
-from roost.workflow._pending import read_pending
+from roost.workflow._local._pending import read_pending
 
 app = roost.App("crash")
 HOST = "crash:workflows"
@@ -164,7 +164,7 @@ def decode(codec: Codec, data: bytes) -> Any:
 def pending_tasks(txn: Any, codec: Codec, record: Any) -> list[Any]:
     """The activity tasks an open run waits for (its history and retry rows); none if closed.
 
-    Scheduled activities have no row of their own (see roost.workflow._pending).
+    Scheduled activities have no row of their own (see roost.workflow._local._pending).
     """
     if record.status.value != "running":
         return [codec.decode(v) for _, v in txn.prefix("tasks", key(record.run_id))]

@@ -32,7 +32,7 @@ import trio
 
 import roost
 from roost import channel, process
-from roost.workflow._effects import Effects
+from roost.workflow._local._effects import Effects
 
 app = roost.App("handover")
 HOST = "handover:workflows"

@@ -319,7 +319,7 @@ async def test_list_workflows_shows_the_same_pending_activities(autojump_clock):
 
 
 async def test_a_task_row_left_by_a_closed_run_is_deleted_without_running(autojump_clock):
-    from roost.workflow._records import ActivityTask, task_key  # noqa: PLC0415 - raw rows
+    from roost.workflow._local._records import ActivityTask, task_key  # noqa: PLC0415 - raw rows
 
     async with open_test_node(app) as node:
         await process.with_options(id="done").exec("contain:calls", "contain:unstorable_then_fine")

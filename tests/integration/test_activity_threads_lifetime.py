@@ -12,7 +12,7 @@ import trio.lowlevel
 
 import roost
 from roost import funcs, process
-from roost.workflow._activity_threads import MAX_THREADS, ThreadPool
+from roost.workflow._local.activities._threads import MAX_THREADS, ThreadPool
 
 ONE = roost.RetryPolicy(maximum_attempts=1)
 app = roost.App("lifetime")

@@ -15,7 +15,7 @@ import click
 import pytest
 
 from roost.cli._main import main
-from roost.workflow._inspect import LISTED_STATUSES
+from roost.workflow._local._inspect import LISTED_STATUSES
 
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

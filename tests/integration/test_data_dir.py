@@ -124,7 +124,7 @@ def test_a_read_only_store_reads_beside_the_running_node(tmp_path: Path) -> None
     holder_pid = _holding(holder)
     inspector = open_lmdb_store(holder.data, readonly=True, lock=False)
     try:
-        runs = roost.workflow._inspect.list_workflows(inspector, roost.storage.Codec())
+        runs = roost.workflow._local._inspect.list_workflows(inspector, roost.storage.Codec())
         assert [(r["workflow_id"], r["status"], r["result"]) for r in runs] == [
             ("held", "completed", "hello holder")
         ]

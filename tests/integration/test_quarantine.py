@@ -26,7 +26,7 @@ from roost import Error, ErrorKind, process
 from roost.queues._records import QueueMessage, message_key
 from roost.storage import Codec, key, open_lmdb_store, quarantined, unpack_key
 from roost.storage._codec import TAG_RECORD
-from roost.workflow._inspect import list_workflows
+from roost.workflow._local._inspect import list_workflows
 
 app = roost.App("qz")
 app.queue("jobs", max_retries=0)

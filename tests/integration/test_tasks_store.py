@@ -21,7 +21,7 @@ import pytest
 from roost.storage import Codec, open_lmdb_store
 from roost.testing import history_to_json, open_test_node
 from roost.workflow._history import ActivityResolved
-from roost.workflow._inspect import describe, list_workflows
+from roost.workflow._local._inspect import describe, list_workflows
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 EXPECTED = json.loads((DATA / "tasks_store.json").read_text())

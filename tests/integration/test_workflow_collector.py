@@ -1,6 +1,6 @@
 """The cyclic collector's young threshold is raised while a workflow runtime is open.
 
-The policy is in ``roost.workflow._collector``: the first open node's runtime raises the
+The policy is in ``roost.workflow._local._collector``: the first open node's runtime raises the
 youngest generation's threshold to at least ``BUSY_THRESHOLD``, the last one to close
 restores what it found; a higher threshold the application chose, or one it sets while
 the node runs, is left alone.
@@ -16,7 +16,7 @@ import trio.testing
 import roost
 from roost import funcs, process
 from roost.testing import open_test_node
-from roost.workflow._collector import BUSY_THRESHOLD
+from roost.workflow._local._collector import BUSY_THRESHOLD
 
 app = roost.App("collector")
 
@@ -120,7 +120,7 @@ async def _start_one(i: int) -> None:
 async def test_the_workflow_path_leaves_no_cyclic_garbage():
     # What a node leaves on close (its nursery, store, tasks) is the same for any N: the
     # difference is what each workflow leaves for the collector, and it must be nothing
-    # (the busy threshold relies on it; see roost.workflow._collector).
+    # (the busy threshold relies on it; see roost.workflow._local._collector).
     few, many = await _cyclic_garbage_of(5), await _cyclic_garbage_of(105)
     assert many - few < 10, f"{(many - few) / 100:.2f} cyclic garbage objects per workflow"
 

@@ -16,7 +16,7 @@ import trio
 
 import roost
 from roost import funcs, process
-from roost.workflow import _executors
+from roost.workflow._local import _executors
 
 app = roost.App("critical")
 seen: dict[str, Any] = {"tasks": [], "committed": [], "node": None}

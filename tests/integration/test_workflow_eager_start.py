@@ -13,7 +13,7 @@ import trio
 
 import roost
 from roost import funcs, process
-from roost.workflow import _eager, _manager
+from roost.workflow._local import _eager, _manager
 
 app = roost.App("eager")
 app.queue("jobs", jitter=0, max_retries=0)

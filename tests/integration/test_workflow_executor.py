@@ -11,7 +11,7 @@ import roost
 from roost import funcs, process
 from roost.storage import Codec, _lmdb_txn, open_lmdb_store
 from roost.workflow._history import WorkflowTask
-from roost.workflow._records import PROGRESS_TABLE, history_key, with_progress
+from roost.workflow._local._records import PROGRESS_TABLE, history_key, with_progress
 
 app = roost.App("executor")
 RUNS = 20

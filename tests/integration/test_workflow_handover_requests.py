@@ -22,7 +22,7 @@ import trio
 import roost
 from roost import channel, process, workflow
 from roost.testing import open_test_node
-from roost.workflow._effects import Effects
+from roost.workflow._local._effects import Effects
 
 app = roost.App("handover")
 HOST = "handover:workflows"

@@ -11,7 +11,7 @@ import trio.testing
 import roost
 from roost import process
 from roost.testing import open_test_node
-from roost.workflow._effects import Effects
+from roost.workflow._local._effects import Effects
 
 app = roost.App("races")
 

@@ -24,9 +24,9 @@ import roost
 from roost import process
 from roost.storage import Codec, key, unpack_key
 from roost.storage._codec import TAG_RECORD
-from roost.workflow import _executors
 from roost.workflow._history import MessageArrived, TimerFired, WorkflowTask
-from roost.workflow._records import TimerTask, timer_key
+from roost.workflow._local import _executors
+from roost.workflow._local._records import TimerTask, timer_key
 
 app = roost.App("rcv")
 CODEC = Codec()

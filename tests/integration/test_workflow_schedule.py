@@ -11,7 +11,7 @@ import trio.testing
 import roost
 from roost import funcs, process, workflow
 from roost.testing import Replayer
-from roost.workflow._phases import RunPhase
+from roost.workflow._local._phases import RunPhase
 
 app = roost.App("sched")
 seen: list = []
@@ -315,7 +315,7 @@ async def test_continue_as_new_is_suggested_for_long_histories(autojump_clock):
 async def _settle_a_fake_timer(node, workflow_id, waiting=2):
     """Store a timer row for the run and settle it: its event waits for the held run."""
     from roost.workflow._history import TimerFired  # noqa: PLC0415 - internals under test
-    from roost.workflow._records import TimerTask, timer_key  # noqa: PLC0415
+    from roost.workflow._local._records import TimerTask, timer_key  # noqa: PLC0415
 
     manager = node._node.ext["workflows"]
     run = manager.runs[workflow_id]

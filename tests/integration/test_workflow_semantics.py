@@ -13,7 +13,7 @@ import trio.testing
 
 import roost
 from roost import process, workflow
-from roost.workflow._phases import RunPhase
+from roost.workflow._local._phases import RunPhase
 
 app = roost.App("sem")
 attempts: list = []

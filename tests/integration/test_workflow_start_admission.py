@@ -9,8 +9,8 @@ import trio
 
 import roost
 from roost import funcs, process, workflow
-from roost.workflow import _manager
-from roost.workflow._admission import StartGate
+from roost.workflow._local import _manager
+from roost.workflow._local._admission import StartGate
 
 app = roost.App("admission")
 

@@ -18,8 +18,8 @@ import trio
 
 import roost
 from roost import coroutine, funcs, process, workflow
-from roost.workflow._records import history_key
-from roost.workflow._task_failure import MAX_TASK_BACKOFF, task_backoff
+from roost.workflow._local._records import history_key
+from roost.workflow._local._task_failure import MAX_TASK_BACKOFF, task_backoff
 
 app = roost.App("tf")
 HERE = Path(__file__).name

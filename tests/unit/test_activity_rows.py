@@ -7,8 +7,8 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from roost.workflow._activity_attempt import task_row
-from roost.workflow._records import ActivityTask, task_key
+from roost.workflow._local._records import ActivityTask, task_key
+from roost.workflow._local.activities._attempt import task_row
 
 # Any text a key part can hold (a lone surrogate has no UTF-8 form: no row has one).
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)))

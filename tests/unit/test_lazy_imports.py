@@ -34,7 +34,7 @@ def test_import_roost_loads_no_trio_and_names_resolve_to_one_object():
         import sys
         import roost
         assert "trio" not in sys.modules, "import roost imported trio"
-        assert "roost.workflow._manager" not in sys.modules
+        assert "roost.workflow._local._manager" not in sys.modules
         assert roost.RetryPolicy is roost.workflow.RetryPolicy
         assert roost.ActivityInfo is roost.workflow.ActivityInfo
         assert roost.App is roost.actors.App

@@ -25,7 +25,7 @@ PURE_CORES = (
     "roost.workflow._driver_children",
     "roost.workflow._planner",
     "roost.workflow._status",
-    "roost.workflow._phases",
+    "roost.workflow._local._phases",
     "roost.workflow._plan_start",
     "roost.workflow._plan_close",
     "roost.mailbox._mailbox",
@@ -231,9 +231,9 @@ def test_the_parser_sees_every_kind_of_import():
         from typing import TYPE_CHECKING
         from roost.storage import key
         from roost.workflow import _planner
-        from . import _records
+        from ._local import _records
         if TYPE_CHECKING:
-            from roost.workflow._manager import WorkflowManager
+            from roost.workflow._local._manager import WorkflowManager
         def later():
             import trio
             from roost.actors._node import Node
@@ -243,8 +243,8 @@ def test_the_parser_sees_every_kind_of_import():
     assert found >= {
         ("roost.storage._keys", "top"),  # through the lazy package's table
         ("roost.workflow._planner", "top"),
-        ("roost.workflow._records", "top"),
-        ("roost.workflow._manager", "type"),
+        ("roost.workflow._local._records", "top"),
+        ("roost.workflow._local._manager", "type"),
         ("trio", "local"),
         ("roost.actors._node", "local"),
     }

@@ -11,7 +11,6 @@ from workflow_sim import T0, Sim, replay
 import roost
 from roost import channel, coroutine, funcs, process, workflow
 from roost.workflow._driver import Status
-from roost.workflow._drivers import paused_gc
 from roost.workflow._history import (
     CancelRequested,
     Complete,
@@ -20,6 +19,7 @@ from roost.workflow._history import (
     ScheduleActivity,
     StartTimer,
 )
+from roost.workflow._local._replay import paused_gc
 
 ACTIVITIES = {
     "t:charge": lambda amount: {"charged": amount},

@@ -1,4 +1,4 @@
-"""Inbox rows keyed at commit time and moved by a hand-over (roost.workflow._forwarding)."""
+"""Inbox rows keyed at commit time and moved by a hand-over (roost.workflow._local._forwarding)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 import attrs
 
 from roost.storage import Codec, MemoryStore
-from roost.workflow._forwarding import FORWARD_BLOCK, Forwarding, move_inbox, put_rows
 from roost.workflow._history import CancelRequested, MessageArrived, ProcessExited
-from roost.workflow._records import RunStatus, TerminateRequest, inbox_key
+from roost.workflow._local._forwarding import FORWARD_BLOCK, Forwarding, move_inbox, put_rows
+from roost.workflow._local._records import RunStatus, TerminateRequest, inbox_key
 
 CODEC = Codec()
 

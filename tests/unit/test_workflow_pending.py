@@ -1,4 +1,4 @@
-"""The pending activities of a run, read from its history (roost.workflow._pending)."""
+"""The pending activities of a run, read from its history (roost.workflow._local._pending)."""
 
 import datetime as dt
 
@@ -11,8 +11,8 @@ from roost.workflow._history import (
     Started,
     StartTimer,
 )
-from roost.workflow._pending import pending_tasks
-from roost.workflow._records import ActivityTask
+from roost.workflow._local._pending import pending_tasks
+from roost.workflow._local._records import ActivityTask
 
 T1 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 T2 = T1 + dt.timedelta(minutes=1)

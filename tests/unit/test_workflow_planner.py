@@ -644,7 +644,7 @@ PURE_CORES = (
     "roost.workflow._driver_parts",
     "roost.workflow._planner",
     "roost.workflow._status",
-    "roost.workflow._phases",
+    "roost.workflow._local._phases",
     "roost.workflow._history",
     "roost.mailbox",
     "roost.mailbox._mailbox",

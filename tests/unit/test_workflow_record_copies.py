@@ -17,7 +17,7 @@ from roost.workflow._history import (
     new_activation,
     new_schedule,
 )
-from roost.workflow._records import (
+from roost.workflow._local._records import (
     ActivityTask,
     RunRecord,
     RunStatus,

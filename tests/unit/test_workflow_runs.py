@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from roost.workflow._phases import IllegalTransition, PhaseEvent, RunPhase, next_phase
-from roost.workflow._runs import RunTable
+from roost.workflow._local._phases import IllegalTransition, PhaseEvent, RunPhase, next_phase
+from roost.workflow._local._runs import RunTable
 
 P, E = RunPhase, PhaseEvent
 

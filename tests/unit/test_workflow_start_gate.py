@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 import roost
-from roost.workflow._admission import StartGate
+from roost.workflow._local._admission import StartGate
 
 
 async def test_twice_cancelled_waiter_is_not_rescheduled_later(autojump_clock: Any) -> None:

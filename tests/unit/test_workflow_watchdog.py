@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from roost.workflow import _watchdog
-from roost.workflow._watchdog import Guard, TaskTimeout, guard
+from roost.workflow._local import _watchdog
+from roost.workflow._local._watchdog import Guard, TaskTimeout, guard
 
 
 def spin(seconds: float) -> None:

@@ -41,7 +41,7 @@ from roost.admin._views import (
     queue_stats,
     workflow_pid,
 )
-from roost.workflow._inspect import with_status
+from roost.workflow._local._inspect import with_status
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:

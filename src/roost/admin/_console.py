@@ -45,7 +45,7 @@ from roost.admin._console_format import (
 )
 from roost.admin._json import to_jsonable
 from roost.admin._status import http_status
-from roost.workflow._inspect import LISTED_STATUSES, with_status
+from roost.workflow._local._inspect import LISTED_STATUSES, with_status
 
 __all__ = ["console_routes"]
 

@@ -23,7 +23,7 @@ from roost.queues import _offline
 from roost.queues._spec import queue_specs
 from roost.storage import Codec, WriteTxn
 from roost.testing import save_history
-from roost.workflow import _inspect
+from roost.workflow._local import _inspect
 
 __all__ = ["cron", "dlq", "history", "queue"]
 

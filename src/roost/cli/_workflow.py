@@ -24,7 +24,7 @@ from roost.cli._common import (
 )
 from roost.storage import Codec, WriteTxn
 from roost.testing import history_to_json
-from roost.workflow import _inspect, _offline
+from roost.workflow._local import _inspect, _offline
 
 __all__ = ["workflow"]
 

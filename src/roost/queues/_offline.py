@@ -17,8 +17,8 @@ from roost._errors import Error, invalid, not_found
 from roost.queues._records import DeadLetter, QueueMessage, message_key, redriven, workflow_id_for
 from roost.storage import Codec, ReadTxn, WriteTxn, key, unpack_key
 from roost.storage._quarantine import read_quarantine
-from roost.workflow._inspect import run_key
-from roost.workflow._records import RunStatus
+from roost.workflow._local._inspect import run_key
+from roost.workflow._local._records import RunStatus
 
 __all__ = [
     "check_queue_known",

@@ -5,7 +5,7 @@ import typing as _typing
 from roost import _lazy
 
 if _typing.TYPE_CHECKING:
-    from roost.workflow._activities import ActivityInfo, activity_info, heartbeat
+    from roost.workflow._activity_info import ActivityInfo, activity_info, heartbeat
     from roost.workflow._api import (
         WorkflowInfo,
         attrs,
@@ -20,13 +20,13 @@ if _typing.TYPE_CHECKING:
 
 # Where each public name lives; the first use of a name loads its module (PEP 562).
 _NAMES = {
-    "ActivityInfo": "roost.workflow._activities",
+    "ActivityInfo": "roost.workflow._activity_info",
     "RetryPolicy": "roost.workflow._retry",
     "WorkflowInfo": "roost.workflow._api",
-    "activity_info": "roost.workflow._activities",
+    "activity_info": "roost.workflow._activity_info",
     "attrs": "roost.workflow._api",
     "exec": "roost.workflow._api",
-    "heartbeat": "roost.workflow._activities",
+    "heartbeat": "roost.workflow._activity_info",
     "history_length": "roost.workflow._api",
     "history_size": "roost.workflow._api",
     "info": "roost.workflow._api",

@@ -25,7 +25,7 @@ from roost.workflow._history import (
     Started,
 )
 from roost.workflow._history_format import _KINDS, encode_activation
-from roost.workflow._records import RunRecord, with_counters
+from roost.workflow._local._records import RunRecord, with_counters
 from roost.workflow._status import RunStatus
 
 CODEC = Codec()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from test_storage_codec import Item, Typed, aware, errors, payloads, pids
 
 import roost
-import roost.workflow._records
+import roost.workflow._local._records
 from roost.storage import Codec
 from roost.storage._record_fns import fast_structure, fast_unstructure
 from roost.storage._registry import (
@@ -134,7 +134,7 @@ def test_generated_functions_match_cattrs(cls: type, data: st.DataObject) -> Non
 
 
 def test_a_record_stored_before_a_field_was_added_gets_the_default() -> None:
-    task = roost.workflow._records.TimerTask(  # type: ignore[attr-defined]
+    task = roost.workflow._local._records.TimerTask(  # type: ignore[attr-defined]
         workflow_id="w", run_id="r", seq=1, due=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     )
     data = CODEC.encode(task)

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._closing import fire_timer
-from roost.workflow._records import TimerTask, timer_key
+from roost.workflow._local._closing import fire_timer
+from roost.workflow._local._records import TimerTask, timer_key
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
-    from roost.workflow._run import Run
+    from roost.workflow._local._host import RunHost
+    from roost.workflow._local._run import Run
 
 # Dropped heap entries tolerated before a rebuild (and at least half the heap).
 _REBUILD_AT = 64

@@ -22,7 +22,7 @@ from roost.workflow._history import (
     ScheduleActivity,
 )
 from roost.workflow._history_format import decode_activation
-from roost.workflow._records import ActivityTask, RunRecord, with_history
+from roost.workflow._local._records import ActivityTask, RunRecord, with_history
 
 if TYPE_CHECKING:
     from roost.storage import Codec, ReadTxn

@@ -13,7 +13,9 @@ from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.mailbox._mailbox import EVENTS
 from roost.workflow._history import CancelRequested, MessageArrived, StartChild, Started
-from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._records import RunRecord, TimerTask
+from roost.workflow._local._run import Pending, Run, Settled
 from roost.workflow._plan_start import SYSTEM_SEQ, plan_new_run, start_fields
 from roost.workflow._planner import (
     NextRun,
@@ -23,11 +25,9 @@ from roost.workflow._planner import (
     plan_children,
     unloadable_error,
 )
-from roost.workflow._records import RunRecord, TimerTask
-from roost.workflow._run import Pending, Run, Settled
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = [
     "SYSTEM_SEQ",

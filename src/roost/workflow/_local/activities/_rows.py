@@ -13,12 +13,12 @@ import attrs
 
 from roost._duration import deadline_after
 from roost._errors import Error
-from roost.workflow._activity_log import KEPT_ERRORS
-from roost.workflow._records import ActivityTask, RunRecord, RunStatus, task_key
+from roost.workflow._local._records import ActivityTask, RunRecord, RunStatus, task_key
+from roost.workflow._local.activities._log import KEPT_ERRORS
 
 if TYPE_CHECKING:
     from roost.storage import Codec, WriteTxn
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = ["forget_if_orphan", "reschedule"]
 

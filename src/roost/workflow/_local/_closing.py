@@ -17,17 +17,17 @@ from roost._errors import Error
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult
 from roost.storage import WriteTxn, key
-from roost.workflow._family import apply_close_policies, follow, hand_over, run_state
-from roost.workflow._forwarding import Moved, move_inbox
 from roost.workflow._history import TimerFired
-from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._local._forwarding import Moved, move_inbox
+from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._records import PROGRESS_TABLE, RunStatus, TimerTask, timer_key
+from roost.workflow._local._run import Run
+from roost.workflow._local._successors import apply_close_policies, follow, hand_over, run_state
 from roost.workflow._plan_close import plan_announce, plan_timer, records_event
 from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close
-from roost.workflow._records import PROGRESS_TABLE, RunStatus, TimerTask, timer_key
-from roost.workflow._run import Run
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = ["announce_closed", "close_from_outside", "fire_timer"]
 

@@ -23,11 +23,8 @@ from roost.actors._app import _check_name as check_name
 from roost.storage import Codec, ReadTxn, WriteTxn, key, unpack_key
 from roost.storage._quarantine import QUARANTINE_TABLE, quarantine_key
 from roost.workflow._history import CancelRequested, MessageArrived, Started
-from roost.workflow._inspect import run_key
-from roost.workflow._options import check_start_options, check_workflow_id
-from roost.workflow._plan_start import plan_new_run, start_fields
-from roost.workflow._planner import ExistingRun, plan_start
-from roost.workflow._records import (
+from roost.workflow._local._inspect import run_key
+from roost.workflow._local._records import (
     RunRecord,
     RunStatus,
     TerminateRequest,
@@ -35,7 +32,10 @@ from roost.workflow._records import (
     inbox_key,
     timer_key,
 )
-from roost.workflow._starting import check_input
+from roost.workflow._local._starting import check_input
+from roost.workflow._options import check_start_options, check_workflow_id
+from roost.workflow._plan_start import plan_new_run, start_fields
+from roost.workflow._planner import ExistingRun, plan_start
 
 __all__ = [
     "cancel_offline",

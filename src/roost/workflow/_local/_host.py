@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from roost.actors._process import NodeOps
     from roost.storage._codec import Codec
     from roost.storage._store import ReadTxn, WriteTxn
-    from roost.workflow._forwarding import Forwarding
-    from roost.workflow._records import ActivityTask, RunRecord, TimerTask
-    from roost.workflow._run import Pending, Run
-    from roost.workflow._runs import RunTable
+    from roost.workflow._local._forwarding import Forwarding
+    from roost.workflow._local._records import ActivityTask, RunRecord, TimerTask
+    from roost.workflow._local._run import Pending, Run
+    from roost.workflow._local._runs import RunTable
 
 __all__ = ["ActivityExecution", "DurableTimers", "Passes", "RunHost", "StartWrites", "Storage"]
 

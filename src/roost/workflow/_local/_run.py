@@ -13,8 +13,8 @@ from roost.actors._app import Entry
 from roost.actors._node import ExitResult
 from roost.mailbox._channel import Channel
 from roost.workflow._driver import Driver
-from roost.workflow._phases import RunPhase
-from roost.workflow._records import RunRecord, TimerTask
+from roost.workflow._local._phases import RunPhase
+from roost.workflow._local._records import RunRecord, TimerTask
 
 __all__ = ["NO_ROW", "Pending", "Run", "Settled"]
 

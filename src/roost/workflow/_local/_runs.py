@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._phases import TRANSITIONS, PhaseEvent, RunPhase, next_phase
+from roost.workflow._local._phases import TRANSITIONS, PhaseEvent, RunPhase, next_phase
 
 if TYPE_CHECKING:
-    from roost.workflow._run import Run
+    from roost.workflow._local._run import Run
 
 __all__ = ["RunTable"]
 

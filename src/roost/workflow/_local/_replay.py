@@ -15,13 +15,13 @@ from roost.workflow._driver import Driver, Ports
 from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import Started
 from roost.workflow._history_format import read_activation
-from roost.workflow._quarantine import RunQuarantined
+from roost.workflow._local._quarantine import RunQuarantined
+from roost.workflow._local._records import history_key
+from roost.workflow._local._run import Run
 from roost.workflow._recorded import is_plain
-from roost.workflow._records import history_key
-from roost.workflow._run import Run
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = [
     "READ_AHEAD_BYTES",

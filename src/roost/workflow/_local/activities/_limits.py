@@ -13,8 +13,8 @@ import math
 from typing import Any
 
 from roost._errors import Error, ErrorKind
-from roost.workflow._activity_attempt import Attempt
-from roost.workflow._records import ActivityTask
+from roost.workflow._local._records import ActivityTask
+from roost.workflow._local.activities._attempt import Attempt
 
 __all__ = [
     "DEFAULT_START_TO_CLOSE",

@@ -26,15 +26,6 @@ from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
 from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
-from roost.workflow import _inspect
-from roost.workflow._activities import ActivityWorker
-from roost.workflow._admission import StartGate
-from roost.workflow._closing import announce_closed, close_from_outside
-from roost.workflow._collector import busy_collector, idle_collector
-from roost.workflow._eager import eager_ok, start_eagerly
-from roost.workflow._executors import Executors, freeze_startup_heap
-from roost.workflow._family import new_run, record_for_start
-from roost.workflow._forwarding import Forwarding
 from roost.workflow._history import (
     CancelRequested,
     MessageArrived,
@@ -42,25 +33,34 @@ from roost.workflow._history import (
     Started,
 )
 from roost.workflow._history_format import decode_activation
-from roost.workflow._incoming import Incoming
-from roost.workflow._options import check_start_options
-from roost.workflow._phases import PhaseEvent, RunPhase
-from roost.workflow._planner import unloadable_error
-from roost.workflow._recorded import as_recorded
-from roost.workflow._records import (
+from roost.workflow._local import _inspect
+from roost.workflow._local._admission import StartGate
+from roost.workflow._local._closing import announce_closed, close_from_outside
+from roost.workflow._local._collector import busy_collector, idle_collector
+from roost.workflow._local._eager import eager_ok, start_eagerly
+from roost.workflow._local._executors import Executors, freeze_startup_heap
+from roost.workflow._local._forwarding import Forwarding
+from roost.workflow._local._incoming import Incoming
+from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._records import (
     RunRecord,
     RunStatus,
     history_key,
     read_progress,
 )
-from roost.workflow._recovery import recover
-from roost.workflow._replies import ReplyHost
-from roost.workflow._run import NO_ROW, Pending, Run, Settled
-from roost.workflow._runs import RunTable
-from roost.workflow._starting import check_input, claim_name, make_room
-from roost.workflow._task_failure import task_backoff
-from roost.workflow._timers import DurableTimers
-from roost.workflow._unread import DEFAULT_UNREAD_LIMIT, check_room
+from roost.workflow._local._recovery import recover
+from roost.workflow._local._replies import ReplyHost
+from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
+from roost.workflow._local._runs import RunTable
+from roost.workflow._local._starting import check_input, claim_name, make_room
+from roost.workflow._local._successors import new_run, record_for_start
+from roost.workflow._local._task_failure import task_backoff
+from roost.workflow._local._timers import DurableTimers
+from roost.workflow._local._unread import DEFAULT_UNREAD_LIMIT, check_room
+from roost.workflow._local.activities._worker import ActivityWorker
+from roost.workflow._options import check_start_options
+from roost.workflow._planner import unloadable_error
+from roost.workflow._recorded import as_recorded
 
 __all__ = ["Run", "WorkflowManager"]
 

@@ -22,8 +22,8 @@ from roost.mailbox._channel import Channel
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
-    from roost.workflow._run import Run
+    from roost.workflow._local._host import RunHost
+    from roost.workflow._local._run import Run
 
 __all__ = ["ReplyHost"]
 

@@ -32,7 +32,16 @@ import trio
 from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
-from roost.workflow._activity_attempt import (
+from roost.workflow._activity_info import (
+    Known,
+    enter,
+    prepare_base,
+)
+from roost.workflow._history import ActivityResolved
+from roost.workflow._local._records import ActivityTask
+from roost.workflow._local._replay import paused_gc
+from roost.workflow._local._run import NO_ROW
+from roost.workflow._local.activities._attempt import (
     SCALARS,
     Attempt,
     Unstorable,
@@ -45,33 +54,21 @@ from roost.workflow._activity_attempt import (
     task_row,
     unreadable,
 )
-from roost.workflow._activity_info import (
-    ActivityInfo,
-    Known,
-    activity_info,
-    enter,
-    heartbeat,
-    prepare_base,
-)
-from roost.workflow._activity_limits import (
+from roost.workflow._local.activities._limits import (
     expired,
     schedule_to_close_error,
     schedule_to_close_left,
     set_limits,
 )
-from roost.workflow._activity_log import log_failure
-from roost.workflow._activity_rows import forget_if_orphan, reschedule
-from roost.workflow._activity_threads import SyncJob, ThreadPool, never_raising
-from roost.workflow._drivers import paused_gc
-from roost.workflow._history import ActivityResolved
-from roost.workflow._records import ActivityTask
+from roost.workflow._local.activities._log import log_failure
+from roost.workflow._local.activities._rows import forget_if_orphan, reschedule
+from roost.workflow._local.activities._threads import SyncJob, ThreadPool, never_raising
 from roost.workflow._retry import next_retry
-from roost.workflow._run import NO_ROW
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
-__all__ = ["ActivityInfo", "ActivityWorker", "activity_info", "heartbeat"]
+__all__ = ["ActivityWorker"]
 
 
 class ActivityWorker:

@@ -21,9 +21,9 @@ from roost.storage._quarantine import Quarantine, QuarantinedRow, write_quaranti
 
 if TYPE_CHECKING:
     from roost.storage import WriteTxn
-    from roost.workflow._host import RunHost
-    from roost.workflow._records import RunRecord
-    from roost.workflow._run import Run
+    from roost.workflow._local._host import RunHost
+    from roost.workflow._local._records import RunRecord
+    from roost.workflow._local._run import Run
 
 __all__ = [
     "RunQuarantined",

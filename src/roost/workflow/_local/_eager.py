@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error
 from roost.storage import WriteTxn
-from roost.workflow._activation import EXECUTORS, PASS_LIMIT, StepFailed, finish, prepare
-from roost.workflow._drivers import new_driver, touch
-from roost.workflow._phases import PhaseEvent, RunPhase
+from roost.workflow._local._activation import EXECUTORS, PASS_LIMIT, StepFailed, finish, prepare
+from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._records import timer_key
+from roost.workflow._local._replay import new_driver, touch
+from roost.workflow._local._task_failure import fail_task, task_failure_error
 from roost.workflow._recorded import recorded
-from roost.workflow._records import timer_key
-from roost.workflow._task_failure import fail_task, task_failure_error
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
-    from roost.workflow._run import Run
+    from roost.workflow._local._host import RunHost
+    from roost.workflow._local._run import Run
 
 __all__ = ["EAGER_LIMIT", "Start", "eager_ok", "start_eagerly"]
 

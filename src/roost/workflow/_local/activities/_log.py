@@ -15,7 +15,7 @@ import logging
 
 from roost import _telemetry as telemetry
 from roost._errors import Error
-from roost.workflow._records import ActivityTask
+from roost.workflow._local._records import ActivityTask
 
 __all__ = ["KEPT_ERRORS", "log", "log_failure", "loud"]
 

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from roost.workflow._forwarding import Moved, Row, put_staged
 from roost.workflow._history import CancelRequested, MessageArrived
-from roost.workflow._records import inbox_key, timer_key
-from roost.workflow._run import NO_ROW, Pending, Run, Settled
-from roost.workflow._unread import check_room, counts
+from roost.workflow._local._forwarding import Moved, Row, put_staged
+from roost.workflow._local._records import inbox_key, timer_key
+from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
+from roost.workflow._local._unread import check_room, counts
 
 if TYPE_CHECKING:
     from roost._pid import Pid
     from roost.storage import WriteTxn
-    from roost.workflow._host import RunHost
-    from roost.workflow._records import RunRecord
+    from roost.workflow._local._host import RunHost
+    from roost.workflow._local._records import RunRecord
 
 __all__ = ["Incoming"]
 

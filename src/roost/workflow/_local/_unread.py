@@ -18,8 +18,8 @@ from roost._errors import Error, ErrorKind
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
-    from roost.workflow._run import Run
+    from roost.workflow._local._host import RunHost
+    from roost.workflow._local._run import Run
 
 __all__ = ["DEFAULT_UNREAD_LIMIT", "check_room", "counts", "unread"]
 

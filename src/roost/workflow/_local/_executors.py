@@ -20,14 +20,21 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._activation import EXECUTORS, PASS_LIMIT, Step, begin, commit_steps, finish
-from roost.workflow._drivers import paused_gc, read_histories
-from roost.workflow._phases import PhaseEvent, RunPhase
-from roost.workflow._quarantine import RunQuarantined, quarantine_run
-from roost.workflow._run import Run
+from roost.workflow._local._activation import (
+    EXECUTORS,
+    PASS_LIMIT,
+    Step,
+    begin,
+    commit_steps,
+    finish,
+)
+from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._quarantine import RunQuarantined, quarantine_run
+from roost.workflow._local._replay import paused_gc, read_histories
+from roost.workflow._local._run import Run
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = ["Executors", "freeze_startup_heap"]
 

@@ -16,8 +16,6 @@ from roost.actors._events import Exit
 from roost.actors._node import SpawnRequest
 from roost.actors._process import NodeOps
 from roost.storage import WriteTxn, key, u64
-from roost.workflow._family import follow, hand_over, run_state, start_child
-from roost.workflow._forwarding import InboxWrites, Row
 from roost.workflow._history import (
     Activation,
     CancelActivity,
@@ -36,8 +34,8 @@ from roost.workflow._history import (
     UpsertAttributes,
 )
 from roost.workflow._history_format import encode_activation
-from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close, route_in_step
-from roost.workflow._records import (
+from roost.workflow._local._forwarding import InboxWrites, Row
+from roost.workflow._local._records import (
     PROGRESS_TABLE,
     ActivityTask,
     RunProgress,
@@ -48,12 +46,14 @@ from roost.workflow._records import (
     with_close,
     with_counters,
 )
-from roost.workflow._run import NO_ROW, Run, Settled
-from roost.workflow._unread import check_room, counts
+from roost.workflow._local._run import NO_ROW, Run, Settled
+from roost.workflow._local._successors import follow, hand_over, run_state, start_child
+from roost.workflow._local._unread import check_room, counts
+from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close, route_in_step
 
 if TYPE_CHECKING:
     from roost.storage import Codec
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = ["Effects", "deliver_local", "lost_error", "spawn_child", "stop_process"]
 

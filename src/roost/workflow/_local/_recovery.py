@@ -25,12 +25,12 @@ from roost.storage._quarantine import (
     decode_error,
     read_quarantine,
 )
-from roost.workflow._effects import lost_error
 from roost.workflow._history import ProcessExited, TimerFired
-from roost.workflow._pending import read_open
-from roost.workflow._phases import RunPhase
-from roost.workflow._quarantine import commit_quarantines, workflow_entry
-from roost.workflow._records import (
+from roost.workflow._local._effects import lost_error
+from roost.workflow._local._pending import read_open
+from roost.workflow._local._phases import RunPhase
+from roost.workflow._local._quarantine import commit_quarantines, workflow_entry
+from roost.workflow._local._records import (
     PROGRESS_TABLE,
     ActivityTask,
     RunRecord,
@@ -39,10 +39,10 @@ from roost.workflow._records import (
     TimerTask,
     with_progress,
 )
-from roost.workflow._run import Run
+from roost.workflow._local._run import Run
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = ["recover"]
 

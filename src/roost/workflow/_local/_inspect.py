@@ -24,9 +24,9 @@ from roost.storage._quarantine import (
 )
 from roost.workflow._history import flatten
 from roost.workflow._history_format import decode_activation
-from roost.workflow._pending import read_open
-from roost.workflow._records import ActivityTask, RunRecord, RunStatus, read_progress
-from roost.workflow._unread import counts
+from roost.workflow._local._pending import read_open
+from roost.workflow._local._records import ActivityTask, RunRecord, RunStatus, read_progress
+from roost.workflow._local._unread import counts
 
 __all__ = [
     "LISTED_STATUSES",
@@ -256,7 +256,7 @@ def list_workflows(store: Store, codec: Codec, query: str | None = None) -> list
     ]
 
 
-# -- quarantined workflows (see roost.workflow._quarantine) ------------------------------------
+# -- quarantined workflows (see roost.workflow._local._quarantine) -----------------------------
 
 
 def _decoded_entry(codec: Codec, raw: bytes) -> Quarantine | None:

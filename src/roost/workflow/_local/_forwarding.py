@@ -33,13 +33,13 @@ import attrs
 
 from roost.storage import key
 from roost.workflow._history import CancelRequested, MessageArrived
-from roost.workflow._records import TerminateRequest, inbox_key
+from roost.workflow._local._records import TerminateRequest, inbox_key
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
     from roost.storage._codec import Codec
     from roost.storage._store import WriteTxn
-    from roost.workflow._run import Run
+    from roost.workflow._local._run import Run
 
 __all__ = [
     "FORWARD_BLOCK",

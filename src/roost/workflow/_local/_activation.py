@@ -25,22 +25,22 @@ from roost._errors import Error, ErrorKind
 from roost._interrupt import is_ctrl_c
 from roost.storage import WriteTxn
 from roost.workflow._driver import Driver
-from roost.workflow._drivers import ReplayFailed, Stored, rebuild, touch
-from roost.workflow._effects import Effects
 from roost.workflow._history import Activation, new_activation
-from roost.workflow._phases import RunPhase
-from roost.workflow._quarantine import RunQuarantined
-from roost.workflow._run import Pending, Run, Settled
-from roost.workflow._task_failure import (
+from roost.workflow._local._effects import Effects
+from roost.workflow._local._phases import RunPhase
+from roost.workflow._local._quarantine import RunQuarantined
+from roost.workflow._local._replay import ReplayFailed, Stored, rebuild, touch
+from roost.workflow._local._run import Pending, Run, Settled
+from roost.workflow._local._task_failure import (
     DEFAULT_TASK_TIMEOUT,
     fail_task,
     task_failure_error,
     timeout_failure_error,
 )
-from roost.workflow._watchdog import TaskTimeout, guard
+from roost.workflow._local._watchdog import TaskTimeout, guard
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = [
     "EXECUTORS",

@@ -15,7 +15,7 @@ from roost.workflow._recorded import is_plain
 
 if TYPE_CHECKING:
     from roost.storage import Codec
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = ["check_input", "claim_name", "make_room"]
 

@@ -15,9 +15,9 @@ from roost import _telemetry as telemetry
 from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost.actors._contain import must_propagate
-from roost.workflow._activity_threads import SyncJob
 from roost.workflow._history import ActivityResolved
-from roost.workflow._records import ActivityTask
+from roost.workflow._local._records import ActivityTask
+from roost.workflow._local.activities._threads import SyncJob
 
 if TYPE_CHECKING:
     from roost.storage import Codec

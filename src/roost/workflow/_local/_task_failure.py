@@ -35,12 +35,12 @@ from roost import _telemetry as telemetry
 from roost._backoff import capped_backoff
 from roost._errors import Error, ErrorKind, NondeterminismError, type_name
 from roost.workflow._driver_parts import exception_text
-from roost.workflow._phases import PhaseEvent, RunPhase
-from roost.workflow._run import Pending, Run
-from roost.workflow._watchdog import Guard
+from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._run import Pending, Run
+from roost.workflow._local._watchdog import Guard
 
 if TYPE_CHECKING:
-    from roost.workflow._host import RunHost
+    from roost.workflow._local._host import RunHost
 
 __all__ = [
     "DEFAULT_TASK_TIMEOUT",

@@ -33,11 +33,12 @@ if TYPE_CHECKING:
     from roost.storage._codec import Codec
     from roost.storage._store import ReadTxn, WriteTxn
     from roost.workflow._local._forwarding import Forwarding
+    from roost.workflow._local._plan import Routes
     from roost.workflow._local._records import ActivityTask, RunRecord, TimerTask
     from roost.workflow._local._run import Pending, Run
     from roost.workflow._local._runs import RunTable
 
-__all__ = ["ActivityExecution", "DurableTimers", "Passes", "RunHost", "StartWrites", "Storage"]
+__all__ = ["ActivityExecution", "DurableTimers", "Passes", "RunHost", "Storage"]
 
 
 class Storage(Protocol):
@@ -108,14 +109,6 @@ class Replies(Protocol):
 
     def pid(self, run: Run, seq: int) -> Pid:
         """The reply address of call ``seq`` of ``run``."""
-        ...
-
-
-class StartWrites(Protocol):
-    """What a run's beginning adds to its first activation's transaction (eager start)."""
-
-    def before(self, write: Callable[[WriteTxn], None]) -> Callable[[WriteTxn], None]:
-        """``write`` preceded by the start's own writes."""
         ...
 
 
@@ -210,8 +203,8 @@ class RunHost(Protocol):
         ...
 
     @property
-    def _staged(self) -> dict[bytes, bytes]:
-        """Encoded incoming events, by inbox key, until their run accepts them."""
+    def routes(self) -> Routes:
+        """What activation plans read of the host."""
         ...
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
@@ -248,8 +241,8 @@ class RunHost(Protocol):
         """Run ``fn(*args)`` in the background, for as long as the host runs."""
         ...
 
-    def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
-        """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
+    def hold_staged(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        """Keep the bytes of events a plan staged until their run accepts them."""
         ...
 
     def accept(self, run: Run, items: list[Pending]) -> None:

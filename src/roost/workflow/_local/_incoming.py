@@ -11,6 +11,7 @@ never record has its settled task and timer rows deleted.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -39,13 +40,20 @@ class Incoming:
         # by ``commit_outside`` in batches: per-sender order survives into the history.
         self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
         self._outside_ready = trio.Event()
+        # Encoded events by inbox key, from their staging until their run accepts them:
+        # the accepted event is decoded from these bytes (what will be recorded).
+        self.staged: dict[bytes, bytes] = {}
 
     def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
         """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
         run.inbox_seq += 1
         k, data = inbox_key(run.record.run_id, run.inbox_seq), self.m.codec.encode(event)
-        self.m._staged[k] = data
+        self.staged[k] = data
         return k, data
+
+    def hold_staged(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        """Keep the bytes of events staged elsewhere (a step's plan) until accepted."""
+        self.staged.update(rows)
 
     async def commit(
         self, run: Run, events: list[Any], *, put_record: RunRecord | None = None
@@ -124,7 +132,7 @@ class Incoming:
             self.m.spawn_task(self.m.commit_retrying, write, "deleting settled task and timer rows")
 
     def _recorded(self, key: bytes | Settled, event: Any) -> Any:
-        data = self.m._staged.pop(key, None) if isinstance(key, bytes) else None
+        data = self.staged.pop(key, None) if isinstance(key, bytes) else None
         return self.m.codec.decode(data) if data is not None else event
 
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
@@ -149,7 +157,7 @@ class Incoming:
     ) -> None:
         """Commit start messages to an open run (the id policies let a start signal it)."""
         if messages:
-            check_room(self.m, run, len(messages))
+            check_room(self.m.unread_limit, run, len(messages))
             events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
             await self.commit(run, events)
 

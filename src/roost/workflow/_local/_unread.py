@@ -18,7 +18,6 @@ from roost._errors import Error, ErrorKind
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
     from roost.workflow._local._run import Run
 
 __all__ = ["DEFAULT_UNREAD_LIMIT", "check_room", "counts", "unread"]
@@ -39,13 +38,12 @@ def unread(run: Run) -> int:
     return held + waiting + run.arriving
 
 
-def check_room(m: RunHost, run: Run, count: int = 1) -> None:
+def check_room(limit: int, run: Run, count: int = 1) -> None:
     """Refuse ``count`` more messages for ``run`` if they would pass the limit.
 
     Raises:
         roost.Error: kind LimitExceeded (nothing is stored).
     """
-    limit: int = m.unread_limit
     held = unread(run)
     if held + count <= limit:
         return

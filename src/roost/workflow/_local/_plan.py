@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 import attrs
 
@@ -176,59 +176,53 @@ class Routes(Protocol):
 
 
 # -- effects: what a committed step leaves to do --------------------------------------------
+# Every record of a step is a named tuple: immutable, and built and read on each step's hot
+# path for the cost of a tuple.
 
 
-@attrs.frozen(slots=True)
-class RunActivity:
+class RunActivity(NamedTuple):
     """Start working on an activity task the step scheduled."""
 
     task: ActivityTask
 
 
-@attrs.frozen(slots=True)
-class StopActivity:
+class StopActivity(NamedTuple):
     """Stop working on an activity the workflow no longer waits for (its row is gone)."""
 
     run_id: str
     seq: int
 
 
-@attrs.frozen(slots=True)
-class ArmTimer:
+class ArmTimer(NamedTuple):
     """Arm a timer the step stored."""
 
     timer: TimerTask
 
 
-@attrs.frozen(slots=True)
-class DropTimers:
+class DropTimers(NamedTuple):
     """The run's armed timers never fire: their rows went with the step."""
 
 
-@attrs.frozen(slots=True)
-class AcceptSends:
+class AcceptSends(NamedTuple):
     """Events the step committed to other runs' inboxes: hand them to those runs."""
 
     sends: tuple[tuple[Run, bytes, Any], ...]
 
 
-@attrs.frozen(slots=True)
-class SendLocal:
+class SendLocal(NamedTuple):
     """Deliver a message to a plain process (or a name no workflow holds)."""
 
     sender: Pid
     send: SendMessage
 
 
-@attrs.frozen(slots=True)
-class StartChildRun:
+class StartChildRun(NamedTuple):
     """A child the step started is committed: it runs, with its first events."""
 
     child: Run
 
 
-@attrs.frozen(slots=True)
-class HandOver:
+class HandOver(NamedTuple):
     """The run is followed by ``new`` (continue-as-new, retry, cron): the id moves over."""
 
     new: Run
@@ -236,10 +230,11 @@ class HandOver:
     moved: frozenset[bytes | Settled]  # the old run's pending events the commit moved
 
 
-@attrs.frozen(slots=True)
-class Closed:
+class Closed(NamedTuple):
     """The run's final status is committed: tell whoever waits for it."""
 
+
+_DROP_TIMERS, _CLOSED = DropTimers(), Closed()
 
 # SpawnProcess and StopProcess are their own commands, carried out as recorded.
 Effect = (
@@ -257,8 +252,7 @@ Effect = (
 )
 
 
-@attrs.frozen(slots=True)
-class InboxRows:
+class InboxRows(NamedTuple):
     """A step's rows for other runs' inboxes, and whether it hands its own id over.
 
     Written inside the commit by ``_forwarding``'s rules: each row is keyed by the run the
@@ -269,12 +263,11 @@ class InboxRows:
     handing_over: str | None  # the run id whose rows follow into its successor
 
 
-@attrs.frozen(slots=True)
-class Step:
+class Step(NamedTuple):
     """One activation of ``run``, planned: what its commit writes, and what follows it."""
 
     run: Run
-    index: int
+    activation: int  # its index in the history
     batch: list[Pending]  # the events it consumed (back to the run if it fails)
     record: RunRecord  # the run's record once the step commits
     size: int  # bytes of its history row
@@ -443,27 +436,30 @@ class _Planner:
         if record.task_failure is not None:  # cleared if this task commits
             record = attrs.evolve(record, task_failure=None)
         self.record = record
+        tasks, add, at = self.tasks, self._add, self.at
+        workflow_id, run_id = self.run.record.workflow_id, self.run.record.run_id
         for command in commands:
-            self._add(command)
+            if type(command) is ScheduleActivity:  # most commands: no match to walk
+                # No row: the command in this step's history row is the task's record
+                # until an attempt fails (see _pending).
+                tasks.append(
+                    new_task(
+                        workflow_id,
+                        run_id,
+                        command.seq,
+                        command.entry,
+                        command.args,
+                        command.options,
+                        at,
+                    )
+                )
+            else:
+                add(command)
         return self._step(events, commands, batch)
 
     def _add(self, command: Any) -> None:
+        """Plan one command other than ``ScheduleActivity`` (see ``step``)."""
         record = self.run.record
-        if type(command) is ScheduleActivity:  # most commands: no match to walk
-            # No row: the command in this step's history row is the task's record
-            # until an attempt fails (see _pending).
-            self.tasks.append(
-                new_task(
-                    record.workflow_id,
-                    record.run_id,
-                    command.seq,
-                    command.entry,
-                    command.args,
-                    command.options,
-                    self.at,
-                )
-            )
-            return
         match command:  # the other commands (records are final: no subclass to match)
             case StartTimer(seq=seq, seconds=seconds):
                 due = deadline_after(self.at, seconds)
@@ -717,7 +713,16 @@ class _Planner:
                 writes.append((DELETE, "inbox", k, None))
             elif k.table != NO_ROW:  # an activity never retried has no row
                 writes.append((DELETE, k.table, k.row, None))
-        inbox = self._rest(writes, prefix)
+        inbox = (
+            self._rest(writes, prefix)
+            if plan is not None
+            or self.timers
+            or self.cancelled
+            or self.workflow_sends
+            or self.terminate_rows
+            or self.children
+            else None
+        )
         if plan is not None and run.progress_row:  # a closing run's record has it all
             writes.append((DELETE, PROGRESS_TABLE, run_key, None))
         if self.continued is not None:  # the id names the new run
@@ -735,20 +740,20 @@ class _Planner:
         elif not progress_only:
             writes.append((PUT, "runs", run_key, codec.encode(record)))
         return Step(
-            run=run,
-            index=index,
-            batch=batch,
-            record=record,
-            size=len(act_bytes),
-            writes=tuple(writes),
-            inbox=inbox,
-            effects=self._effects(),
-            numbers=tuple((r, n) for r, n in self.numbers.values()),
-            staged=tuple(self.staged),
-            children=tuple(self.children),
-            successor=self.continued[0] if self.continued is not None else None,
-            exits_reported=tuple(self.exits),
-            progress_row=run.progress_row or (progress_only and not counters_only),
+            run,
+            index,
+            batch,
+            record,
+            len(act_bytes),
+            tuple(writes),
+            inbox,
+            self._effects(),
+            tuple([(r, n) for r, n in self.numbers.values()]) if self.numbers else (),
+            tuple(self.staged) if self.staged else (),
+            tuple(self.children) if self.children else (),
+            self.continued[0] if self.continued is not None else None,
+            tuple(self.exits) if self.exits else (),
+            run.progress_row or (progress_only and not counters_only),
         )
 
     def _rest(self, writes: list[Write], prefix: bytes) -> InboxRows | None:
@@ -791,24 +796,40 @@ class _Planner:
     def _effects(self) -> tuple[Effect, ...]:
         """What the committed step leaves to do, in the order it is done."""
         run = self.run
-        out: list[Effect] = [RunActivity(task) for task in self.tasks]
-        out += [StopActivity(run.record.run_id, seq) for seq in self.cancelled]
+        tasks = self.tasks
+        if (  # most steps: activities, and nothing else to do
+            len(tasks) == 1
+            and not self.cancelled
+            and not self.timers
+            and self.close_plan is None
+            and not self.workflow_sends
+            and not self.terminate_rows
+            and not self.spawns
+            and not self.local_sends
+            and not self.children
+            and not self.stops
+        ):
+            return (RunActivity(tasks[0]),)
+        out: list[Effect] = [RunActivity(task) for task in tasks] if tasks else []
+        if self.cancelled:
+            out += [StopActivity(run.record.run_id, seq) for seq in self.cancelled]
         if self.final or self.continued is not None:
-            out.append(DropTimers())  # their rows went with this step's commit
-        else:
+            out.append(_DROP_TIMERS)  # their rows went with this step's commit
+        elif self.timers:
             out += [ArmTimer(timer) for timer in self.timers]
         if self.workflow_sends or self.terminate_rows or self.continued is not None:
-            out.append(AcceptSends(tuple((t, k, e) for t, k, _, e in self.workflow_sends)))
+            out.append(AcceptSends(tuple([(t, k, e) for t, k, _, e in self.workflow_sends])))
         out += self.spawns  # first: messages may go to processes started here
         out += self.local_sends
-        out += [StartChildRun(child) for child in self.children]
+        if self.children:
+            out += [StartChildRun(child) for child in self.children]
         out += self.stops  # after the children: a terminate may be for one of them
         if self.continued is not None:
             new, staged = self.continued
-            moved = frozenset(k for k, _ in run.pending)
+            moved = frozenset([k for k, _ in run.pending])
             out.append(HandOver(new, tuple(staged), moved))
         elif self.final:
-            out.append(Closed())
+            out.append(_CLOSED)
         return tuple(out)
 
 

@@ -244,18 +244,20 @@ class Tasks:
 
     def _reserve(self, step: Step) -> None:
         """Take from their owners what ``step`` drew while it was planned."""
-        for target, count in step.numbers:
-            target.inbox_seq += count
-        staged = self._staged
-        for k, v in step.staged:
-            staged[k] = v
-        for child in step.children:
-            self._runs.stage_child(child.record.workflow_id)  # until committed or released
+        if step.numbers:
+            for target, count in step.numbers:
+                target.inbox_seq += count
+        if step.staged:
+            self._staged.update(step.staged)
+        if step.children:
+            for child in step.children:
+                self._runs.stage_child(child.record.workflow_id)  # until committed or released
         if step.successor is not None:
             # Rows still stored for the run move to its successor (_forwarding).
             self._forwarding.reserve(step.run, step.successor)
-        for pid in step.exits_reported:
-            step.run.exit_reported(pid)
+        if step.exits_reported:
+            for pid in step.exits_reported:
+                step.run.exit_reported(pid)
 
     def release(self, step: Step) -> None:
         """``step`` was not committed: give back what it reserved."""
@@ -321,7 +323,7 @@ class Tasks:
 
     def _failed(self, step: Step, exc: Exception) -> None:
         self.release(step)
-        error = task_failure_error(step.run, step.index, exc, stage="commit")
+        error = task_failure_error(step.run, step.activation, exc, stage="commit")
         self._fail(step.run, step.batch, error, exc)
 
     # -- after the commit ----------------------------------------------------------------
@@ -336,7 +338,9 @@ class Tasks:
         if run.phase is RunPhase.CLOSED:
             # A close commits only once no activation of the run is in flight: a closed run
             # here is a bug. Its closing record stays what it is; nothing of the step is run.
-            log.error("workflow %r: activation %d finished on a closed run", run.pid.id, step.index)
+            log.error(
+                "workflow %r: activation %d finished on a closed run", run.pid.id, step.activation
+            )
             self.release(step)
             return
         driver = run.driver
@@ -351,13 +355,17 @@ class Tasks:
         if after_commit is not None and not after_commit(step):
             return
         try:
+            submit = self._activities.submit
             for effect in step.effects:
-                self._carry_out(run, effect, moved)
+                if type(effect) is RunActivity:  # most effects: no match to walk
+                    submit(effect.task)
+                else:
+                    self._carry_out(run, effect, moved)
         except Exception:
             log.exception(
                 "workflow %r: activation %d is committed, but carrying out its effects failed",
                 run.pid.id,
-                step.index,
+                step.activation,
             )
             if run.driver is driver:
                 self._runs.forget_driver(run)

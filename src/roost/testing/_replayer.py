@@ -12,7 +12,7 @@ from typing import Any
 from roost._errors import Error, NondeterminismError, invalid
 from roost._pid import Pid
 from roost.actors._app import App, EntryKind
-from roost.actors._process import WorkflowProcess, set_current
+from roost.actors._current import WorkflowProcess, set_current
 from roost.admin._json import dumps
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from roost._errors import Error, ErrorKind
-from roost.actors._process import activity_context, bind_node, set_current
+from roost.actors._current import activity_context, bind_node, set_current
 
 __all__ = ["ActivityInfo", "Known", "activity_info", "enter", "heartbeat", "prepare_base"]
 

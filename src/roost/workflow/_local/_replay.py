@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from roost._interrupt import is_ctrl_c
 from roost._pid import Pid
-from roost.actors._process import WorkflowProcess, set_current
+from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage._quarantine import QuarantinedRow, decode_error
 from roost.workflow._driver import Driver, Ports

@@ -21,8 +21,8 @@ SRC = Path(roost.__file__).parent.parent
 # The cores that must run without trio (DESIGN §4; issue 15, item 7).
 PURE_CORES = (
     "roost.workflow._driver",
-    "roost.workflow._driver_parts",
-    "roost.workflow._driver_children",
+    "roost.workflow._awaitables",
+    "roost.workflow._ports",
     "roost.workflow._planner",
     "roost.workflow._status",
     "roost.workflow._local._phases",

@@ -16,8 +16,8 @@ from roost.actors._current import WorkflowProcess, set_current
 from roost.admin._json import dumps
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
+from roost.workflow._awaitables import DriverView
 from roost.workflow._driver import Driver, Ports, Status
-from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import (
     Activation,
     SendMessage,

@@ -18,8 +18,8 @@ import datetime as dt
 import logging
 import random
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, SupportsIndex
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._interrupt import is_ctrl_c
@@ -34,8 +34,10 @@ from roost.workflow._history import (
     ActivityResolved,
     CancelActivity,
     CancelRequested,
+    Command,
     Complete,
     ContinueAsNew,
+    Event,
     Fail,
     MessageArrived,
     ProcessExited,
@@ -127,14 +129,14 @@ class _Dropped(list[Any]):
 
     __slots__ = ()
 
-    def append(self, command: Any) -> None:
+    def append(self, command: Command) -> None:
         """Drop ``command``."""
 
-    def extend(self, commands: Any) -> None:
+    def extend(self, commands: Iterable[Command]) -> None:
         """Refused: the driver only appends (a guard for the shared object)."""
         raise TypeError("commands between activations are dropped one by one")
 
-    def insert(self, index: Any, command: Any) -> None:
+    def insert(self, index: SupportsIndex, command: Command) -> None:
         """Refused, as ``extend``."""
         raise TypeError("commands between activations are dropped one by one")
 
@@ -217,10 +219,10 @@ class Driver:
         self._timers: dict[int, Channel[Any]] = _NONE
         self._tickers: dict[int, float] = _NONE
         self._versions: dict[str, int] = _NONE
-        self._commands: list[Any] = _BETWEEN_ACTIVATIONS
+        self._commands: list[Command] = _BETWEEN_ACTIVATIONS
         # On replay: the commands the history recorded for this activation (the caller's
         # list, read in place), and the index of the next one the code must issue.
-        self._expected: Sequence[Any] | None = None
+        self._expected: Sequence[Command] | None = None
         self._expected_at = 0
         self._seq = 0
         # Seeded on first use: most workflows never draw, and a generator is 2.5 KB.
@@ -239,7 +241,7 @@ class Driver:
         self.history_length = 0
         self._length_base = 0
         self._size_base = 0
-        self._events: Sequence[Any] = ()
+        self._events: Sequence[Event] = ()
         self._events_size = 0
 
     def _own(self, name: str) -> dict[Any, Any]:
@@ -260,8 +262,8 @@ class Driver:
     # -- the activation ------------------------------------------------------------------
 
     def activate(
-        self, at: dt.datetime, events: Sequence[Any], expected: Sequence[Any] | None = None
-    ) -> list[Any]:
+        self, at: dt.datetime, events: Sequence[Event], expected: Sequence[Command] | None = None
+    ) -> list[Command]:
         """Feed one batch of events, run until every coroutine is blocked, return commands.
 
         Args:
@@ -321,7 +323,7 @@ class Driver:
         self._size_base += size
         self._events, self._events_size = (), 0
 
-    def _apply(self, event: Any) -> None:
+    def _apply(self, event: Event) -> None:
         if type(event) is ActivityResolved:  # the most frequent event, without a match
             waiting = self._pending.pop(event.seq, None)
             if waiting is not None:  # None: cancelled by the workflow meanwhile
@@ -502,12 +504,12 @@ class Driver:
         self._seq += 1
         return self._seq
 
-    def _next_recorded(self) -> Any:
+    def _next_recorded(self) -> Command | None:
         """On replay, the recorded command the code must issue next (None: none is left)."""
         expected, at = self._expected, self._expected_at
         return expected[at] if expected is not None and at < len(expected) else None
 
-    def _issue(self, command: Any) -> None:
+    def _issue(self, command: Command) -> None:
         if self._expected is not None:
             recorded = self._next_recorded()
             self._expected_at += 1
@@ -515,7 +517,7 @@ class Driver:
                 self._diverged(command, recorded, call_site())
         self._commands.append(command)
 
-    def _diverged(self, issued: Any, recorded: Any, where: str) -> None:
+    def _diverged(self, issued: Command | None, recorded: Command | None, where: str) -> None:
         started = self.started
         workflow = started.workflow_id if started else "?"
         self._stop_replay(divergence(workflow, self.activations, issued, recorded, where))

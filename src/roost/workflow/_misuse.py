@@ -18,6 +18,7 @@ from roost.workflow._history import describe
 
 if TYPE_CHECKING:
     from roost.workflow._awaitables import Task
+    from roost.workflow._history import Command
 
 __all__ = [
     "NONDETERMINISM_ADVICE",
@@ -94,7 +95,7 @@ NONDETERMINISM_ADVICE = (
 
 
 def divergence(
-    workflow: str, activation: int, issued: Any, recorded: Any, where: str
+    workflow: str, activation: int, issued: Command | None, recorded: Command | None, where: str
 ) -> NondeterminismError:
     """The error of replayed code issuing ``issued`` where the history has ``recorded``."""
     return NondeterminismError(

@@ -19,16 +19,17 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from roost._errors import Error, ErrorKind
 from roost._interrupt import is_ctrl_c
 from roost.storage import WriteTxn
 from roost.workflow._driver import Driver
-from roost.workflow._history import Activation, new_activation
+from roost.workflow._history import Activation, Event, new_activation
 from roost.workflow._local._effects import Effects
 from roost.workflow._local._phases import RunPhase
 from roost.workflow._local._quarantine import RunQuarantined
+from roost.workflow._local._records import TerminateRequest
 from roost.workflow._local._replay import ReplayFailed, Stored, rebuild, touch
 from roost.workflow._local._run import Pending, Run, Settled
 from roost.workflow._local._task_failure import (
@@ -100,7 +101,7 @@ def prepare(
     batch: list[Pending],
     at: dt.datetime,
     *,
-    events: list[Any] | None = None,
+    events: list[Event] | None = None,
 ) -> Step:
     """Run one activation of ``run`` on ``driver`` with ``batch`` and plan its commit.
 
@@ -115,6 +116,8 @@ def prepare(
     if events is None:
         events = []
         for k, event in batch:  # one walk for both (most batches hold one event)
+            # A run with a terminate request pending is terminated, never activated.
+            assert not isinstance(event, TerminateRequest)
             keys.append(k)
             events.append(event)
     else:

@@ -22,7 +22,7 @@ executors bound ordinary activations the same way).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from roost._errors import Error
 from roost.storage import WriteTxn
@@ -34,6 +34,7 @@ from roost.workflow._local._task_failure import fail_task, task_failure_error
 from roost.workflow._recorded import recorded
 
 if TYPE_CHECKING:
+    from roost.workflow._history import Event
     from roost.workflow._local._host import RunHost
     from roost.workflow._local._run import Run
 
@@ -69,7 +70,7 @@ def eager_ok(m: RunHost, run: Run) -> bool:
     return run.phase is RunPhase.IDLE and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
 
 
-async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
+async def start_eagerly(m: RunHost, run: Run, events: list[Event]) -> None:
     """Run and commit ``run``'s first activation together with its start.
 
     Raises:
@@ -109,7 +110,7 @@ async def start_eagerly(m: RunHost, run: Run, events: list[Any]) -> None:
 
 
 async def _store_start_then_fail(
-    m: RunHost, run: Run, events: list[Any], error: Error, cause: BaseException | None
+    m: RunHost, run: Run, events: list[Event], error: Error, cause: BaseException | None
 ) -> None:
     """The first activation failed: store the start the normal way, then fail the task.
 

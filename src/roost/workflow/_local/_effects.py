@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -20,8 +20,10 @@ from roost.workflow._history import (
     Activation,
     CancelActivity,
     CancelRequested,
+    Command,
     Complete,
     ContinueAsNew,
+    Event,
     Fail,
     MessageArrived,
     ProcessExited,
@@ -38,6 +40,7 @@ from roost.workflow._local._forwarding import InboxWrites, Row
 from roost.workflow._local._records import (
     PROGRESS_TABLE,
     ActivityTask,
+    InboxItem,
     RunProgress,
     TerminateRequest,
     TimerTask,
@@ -87,7 +90,7 @@ class Effects:
         "workflow_sends",
     )
 
-    def __init__(self, manager: RunHost, run: Run, at: dt.datetime, events: list[Any]) -> None:
+    def __init__(self, manager: RunHost, run: Run, at: dt.datetime, events: list[Event]) -> None:
         self.m = manager
         self.run = run
         self.at = at
@@ -100,7 +103,7 @@ class Effects:
         self.terminate_rows: list[Row] = []  # TerminateRequest inbox rows
         # Events for workflows (messages, cancels, a refused child's EXIT), committed in
         # this step.
-        self.workflow_sends: list[tuple[Run, bytes, bytes, Any]] = []
+        self.workflow_sends: list[tuple[Run, bytes, bytes, InboxItem]] = []
         self.sent_to: dict[int, int] = {}  # id(run) -> messages to it in this step
         record = run.record
         for event in events:
@@ -113,14 +116,14 @@ class Effects:
         self.size = 0  # bytes of the encoded activation, once written
         self.final = False
         self.plan: ClosePlan | None = None  # set when this activation closes the run
-        self.continued: tuple[Run, list[tuple[bytes, bytes, Any]]] | None = None
+        self.continued: tuple[Run, list[tuple[bytes, bytes, Event]]] | None = None
         self.children: list[Run] = []
         self.moved: set[bytes | Settled] = set()
         # Its rows for other runs' inboxes and its hand-over's move (see _forwarding): only a
         # step that has any sets one.
         self.inbox: InboxWrites | None = None
 
-    def add(self, command: Any) -> None:
+    def add(self, command: Command) -> None:
         record = self.run.record
         if type(command) is ScheduleActivity:  # most commands: no match to walk
             # No row: the command in this step's history row is the task's record
@@ -490,7 +493,7 @@ class Effects:
 
 
 def _accept_sends(
-    m: RunHost, inbox: InboxWrites, sends: list[tuple[Run, bytes, bytes, Any]]
+    m: RunHost, inbox: InboxWrites, sends: list[tuple[Run, bytes, bytes, InboxItem]]
 ) -> None:
     m.forwarding.record(inbox.moved)  # before any accept: the commit moved these rows
     for target, k, _, event in sends:

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from roost.actors._process import NodeOps
     from roost.storage._codec import Codec
     from roost.storage._store import ReadTxn, WriteTxn
+    from roost.workflow._history import Event
     from roost.workflow._local._forwarding import Forwarding
-    from roost.workflow._local._records import ActivityTask, RunRecord, TimerTask
+    from roost.workflow._local._records import ActivityTask, InboxItem, RunRecord, TimerTask
     from roost.workflow._local._run import Pending, Run
     from roost.workflow._local._runs import RunTable
 
@@ -227,7 +228,7 @@ class RunHost(Protocol):
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Any,
+        event: Event,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> None:
         """A task or timer row is done: hand its event to its run's next activation."""
@@ -238,7 +239,7 @@ class RunHost(Protocol):
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Any,
+        event: Event,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> bool:
         """``settle`` without its checkpoint: False if no run takes the event (delete the row)."""
@@ -248,7 +249,7 @@ class RunHost(Protocol):
         """Run ``fn(*args)`` in the background, for as long as the host runs."""
         ...
 
-    def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
+    def stage(self, run: Run, event: InboxItem) -> tuple[bytes, bytes]:
         """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
         ...
 
@@ -268,7 +269,7 @@ class RunHost(Protocol):
         """Arm the timers stored with ``run``'s start (after that commit)."""
         ...
 
-    async def commit_start(self, run: Run, events: list[Any]) -> None:
+    async def commit_start(self, run: Run, events: list[Event]) -> None:
         """Store a new run and its first events."""
         ...
 
@@ -288,7 +289,7 @@ class RunHost(Protocol):
         """A plain process a workflow spawned ended: record its EXIT."""
         ...
 
-    def from_outside(self, run: Run, event: Any) -> trio.Event:
+    def from_outside(self, run: Run, event: Event) -> trio.Event:
         """Queue ``event`` for ``run``'s inbox; the result is set once it is durable."""
         ...
 

@@ -28,6 +28,8 @@ from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow._history import (
     CancelRequested,
+    Event,
+    HistoryItem,
     MessageArrived,
     ProcessExited,
     Started,
@@ -43,6 +45,7 @@ from roost.workflow._local._forwarding import Forwarding
 from roost.workflow._local._incoming import Incoming
 from roost.workflow._local._phases import PhaseEvent, RunPhase
 from roost.workflow._local._records import (
+    InboxItem,
     RunRecord,
     RunStatus,
     history_key,
@@ -184,7 +187,7 @@ class WorkflowManager:
                 **record_for_start(opts, parent=parent.pid, at=at),
             )
             self.runs.add(run)
-            events: list[Any] = [started]
+            events: list[Event] = [started]
             events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
             try:
                 if eager_ok(self, run):
@@ -200,7 +203,7 @@ class WorkflowManager:
             self.counters.run_started(entry.id)
             return run.pid
 
-    async def commit_start(self, run: Run, events: list[Any]) -> None:
+    async def commit_start(self, run: Run, events: list[Event]) -> None:
         """Store a new run and its first events; an executor activates it (after any delay)."""
         await self.incoming.commit(run, events, put_record=run.record)
         self.arm(run)
@@ -258,7 +261,7 @@ class WorkflowManager:
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Any,
+        event: Event,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> None:
         """A task or timer row is done: hand its event to its run's next activation.
@@ -280,7 +283,7 @@ class WorkflowManager:
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Any,
+        event: Event,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> bool:
         """``settle`` without its commit or checkpoint: False if no run takes the event.
@@ -312,7 +315,7 @@ class WorkflowManager:
 
     # -- incoming events (see _incoming) -------------------------------------------------
 
-    def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
+    def stage(self, run: Run, event: InboxItem) -> tuple[bytes, bytes]:
         """See ``Incoming.stage``."""
         return self.incoming.stage(run, event)
 
@@ -345,7 +348,7 @@ class WorkflowManager:
         check_room(self, run)
         return self.from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
 
-    def from_outside(self, run: Run, event: Any) -> trio.Event:
+    def from_outside(self, run: Run, event: Event) -> trio.Event:
         """See ``Incoming.from_outside``."""
         return self.incoming.from_outside(run, event)
 
@@ -388,7 +391,7 @@ class WorkflowManager:
             described["task_failure"] = self.unloadable[workflow_id]
         return described
 
-    def history(self, workflow_id: str) -> list[Any]:
+    def history(self, workflow_id: str) -> list[HistoryItem]:
         """See ``NodeHandle.history``."""
         return _inspect.history(self.store, self.codec, workflow_id)
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from roost import _telemetry as telemetry
 from roost._errors import Error
 from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.mailbox._mailbox import EVENTS
-from roost.workflow._history import CancelRequested, MessageArrived, StartChild, Started
+from roost.workflow._history import CancelRequested, Event, MessageArrived, StartChild, Started
 from roost.workflow._local._phases import PhaseEvent, RunPhase
-from roost.workflow._local._records import RunRecord, TimerTask
+from roost.workflow._local._records import InboxItem, RunRecord, TimerTask
 from roost.workflow._local._run import Pending, Run, Settled
 from roost.workflow._plan_start import SYSTEM_SEQ, plan_new_run, start_fields
 from roost.workflow._planner import (
@@ -122,7 +122,7 @@ def run_state(record: RunRecord, pending: Sequence[Pending] = ()) -> RunState:
 
 def follow(
     m: RunHost, run: Run, at: dt.datetime, old: RunRecord, nxt: NextRun
-) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
+) -> tuple[Run, list[tuple[bytes, bytes, Event]]]:
     """The run the planner says follows ``run`` (closing as ``old``), and its staged inbox."""
     return successor(
         m,
@@ -146,7 +146,7 @@ def successor(
     args: list[Any],
     attempt: int = 1,
     not_before: dt.datetime | None = None,
-) -> tuple[Run, list[tuple[bytes, bytes, Any]]]:
+) -> tuple[Run, list[tuple[bytes, bytes, Event]]]:
     """The next run of a workflow id (continue-as-new, retry, cron) and its staged inbox.
 
     ``old`` is the closing run's record as of this step (attributes set in the same
@@ -165,7 +165,7 @@ def successor(
     # Unread messages follow the workflow into its new run: those delivered to the old
     # run's mailbox but not read yet, then those not even delivered. Nothing is lost.
     unread = run.driver.mailbox.take_unread() if run.driver is not None else []
-    carried: list[Any] = [started]
+    carried: list[Event] = [started]
     carried += [
         MessageArrived(topic=msg.topic, payload=msg.payload, sender=msg.sender)
         for msg in unread
@@ -179,7 +179,7 @@ def successor(
     return new, staged
 
 
-def _carried(event: Any) -> bool:
+def _carried(event: InboxItem) -> TypeGuard[CancelRequested | MessageArrived]:
     if type(event) is CancelRequested:
         return True
     return isinstance(event, MessageArrived) and event.call is None
@@ -189,7 +189,7 @@ def hand_over(
     m: RunHost,
     old: Run,
     new: Run,
-    staged: list[tuple[bytes, bytes, Any]],
+    staged: list[tuple[bytes, bytes, Event]],
     *,
     moved: set[bytes | Settled],
 ) -> None:

@@ -12,13 +12,14 @@ that move to the next run at continue-as-new are not refused either.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from roost._errors import Error, ErrorKind
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
     from roost.workflow._local._host import RunHost
+    from roost.workflow._local._records import InboxItem
     from roost.workflow._local._run import Run
 
 __all__ = ["DEFAULT_UNREAD_LIMIT", "check_room", "counts", "unread"]
@@ -26,7 +27,7 @@ __all__ = ["DEFAULT_UNREAD_LIMIT", "check_room", "counts", "unread"]
 DEFAULT_UNREAD_LIMIT = 10_000  # open_node's default for workflow_unread_limit
 
 
-def counts(event: Any) -> bool:
+def counts(event: InboxItem) -> bool:
     """Whether ``event`` is a message the limit counts (not a reply, not an event)."""
     return type(event) is MessageArrived and event.call is None
 

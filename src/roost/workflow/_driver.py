@@ -758,11 +758,19 @@ class Driver:
 
         A new run records and returns ``max_supported``; a replay returns the recorded
         version, or ``DEFAULT_VERSION`` (-1) for a history made before the change existed.
+        A host that replays by itself answers instead (``Ports.choose_version``).
         """
         check_version_range(change_id, min_supported, max_supported)
         chosen = self._versions.get(change_id)
         if chosen is None:
-            chosen = self._choose_version(change_id, max_supported)
+            chosen = self._ports.choose_version(change_id, min_supported, max_supported)
+            if chosen is None:
+                chosen = self._recorded_version(change_id, max_supported)
+            elif chosen != DEFAULT_VERSION:
+                # A history made before the change has no marker, whoever decides.
+                self._issue(
+                    VersionMarker(seq=self._next_seq(), change_id=change_id, version=chosen)
+                )
             self._own("_versions")[change_id] = chosen
         if not min_supported <= chosen <= max_supported:
             # Only a replay can hit this: the code dropped support for this run. Like a
@@ -771,7 +779,8 @@ class Driver:
             self._stop_replay(version_dropped(change_id, chosen, min_supported, max_supported))
         return chosen
 
-    def _choose_version(self, change_id: str, max_supported: int) -> int:
+    def _recorded_version(self, change_id: str, max_supported: int) -> int:
+        """The version from the replayed commands (``max_supported`` when not replaying)."""
         if self._expected is None:
             self._issue(
                 VersionMarker(seq=self._next_seq(), change_id=change_id, version=max_supported)

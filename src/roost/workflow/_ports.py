@@ -51,6 +51,19 @@ class Ports(abc.ABC):
         """Bytes ``value`` takes in the history (0 by default: sizes are not measured)."""
         return 0
 
+    def choose_version(self, change_id: str, min_supported: int, max_supported: int) -> int | None:
+        """The version ``workflow.version(change_id, ...)`` returns, if this host decides it.
+
+        None (the default): the driver decides, from the replayed commands passed as
+        ``activate(expected=...)`` (``max_supported`` for a new run). A host that replays
+        by itself and never passes them decides here: the version this run recorded,
+        ``max_supported`` for a new run, or ``DEFAULT_VERSION`` (-1) for a run whose
+        history predates the change. The driver records a ``VersionMarker`` for any other
+        answer, as for its own, and checks the answer against the supported range (a
+        version outside it stops the run's replay). Asked once per change per run.
+        """
+        return None
+
     def kept_start(self, started: Started) -> Started:
         """The ``Started`` the driver keeps for the run's life (``started`` by default).
 

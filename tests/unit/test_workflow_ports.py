@@ -1,16 +1,20 @@
-"""What a host decides through ``Ports``: the version of a change, for a self-replaying host.
+"""What a host other than the local one decides and provides: versions, activity attempts.
 
 A host that replays a run by itself (Temporal replays its own history) feeds the driver
 the recorded events without ``expected=``; the driver then asks the host which version a
 ``workflow.version`` call gets. The host here answers from a table, as a Temporal host
-answers from ``workflow.patched``.
+answers from ``workflow.patched``. An activity attempt's info and heartbeat come from the
+``ActivityPort`` its host installed.
 """
 
+import contextvars
+
 import pytest
-from workflow_sim import Sim, SimPorts
+from workflow_sim import T0, Sim, SimPorts
 
 import roost
 from roost import Pid, funcs, workflow
+from roost.workflow._activity_info import ActivityInfo, ActivityPort, install_port
 from roost.workflow._driver import DEFAULT_VERSION, Driver, Status
 from roost.workflow._history import Activation, ScheduleActivity, VersionMarker
 
@@ -136,3 +140,48 @@ def test_the_range_is_checked_before_the_host_is_asked():
 
 def test_by_default_the_driver_decides():
     assert SimPorts(Pid("local", "t:workflows", "wf-1")).choose_version("c", 1, 2) is None
+
+
+class RecordingActivity(ActivityPort):
+    """Another host's attempt: a fixed info, the beats noted."""
+
+    __slots__ = ("beats", "context")
+
+    def __init__(self):
+        self.context = {"tenant": "acme"}
+        self.beats = []
+
+    def info(self):
+        return INFO
+
+    def heartbeat(self, details):
+        self.beats.append(details)
+
+
+INFO = ActivityInfo(
+    workflow_id="wf-1",
+    run_id="r-1",
+    seq=3,
+    entry="t:charge",
+    attempt=2,
+    idempotency_key="wf-1/r-1/3",
+    scheduled_at=T0,
+)
+
+
+def test_activity_info_and_heartbeat_ask_the_port_the_host_installed():
+    port = RecordingActivity()
+
+    def attempt():
+        roost.heartbeat({"done": 1})
+        roost.heartbeat()
+        return roost.activity_info(), roost.ctx.get("tenant")
+
+    ctx = contextvars.copy_context()
+    ctx.run(install_port, port)
+    assert ctx.run(attempt) == (INFO, "acme")
+    assert port.beats == [{"done": 1}, None]
+    assert roost.activity_info() is None  # outside the attempt's context
+    with pytest.raises(roost.Error) as info:
+        roost.heartbeat()
+    assert info.value.kind == roost.ErrorKind.INVALID_STATE

@@ -439,5 +439,5 @@ def _context_values() -> Mapping[str, Any] | None:
     proc = maybe_current_process()
     if proc is not None:
         return proc.context
-    known = activity_context.get()  # an activity's: its workflow's values
-    return known.context if known is not None else None
+    port = activity_context.get()  # an activity's port: its workflow's values
+    return port.context if port is not None else None

@@ -297,7 +297,7 @@ def flatten(activations: list[Activation], sizes: list[int] | None = None) -> li
     return out
 
 
-def unflatten(items: Sequence[HistoryItem] | Sequence[Activation]) -> list[Activation]:
+def unflatten(items: Sequence[HistoryItem | Activation]) -> list[Activation]:
     """Rebuild activations from ``flatten``'s output (or a list of Activation records).
 
     Raises:

@@ -32,7 +32,7 @@ import trio
 
 import roost
 from roost import channel, process
-from roost.workflow._local._effects import Effects
+from roost.workflow._local import _task
 
 app = roost.App("handover")
 HOST = "handover:workflows"
@@ -85,10 +85,9 @@ def inbox_rows(node: Any) -> list[str]:
 
 def kill_at_the_first_issuer_dispatch(node: Any, work: Path, first_runs: dict[str, str]) -> None:
     """Right after the group commit, before any issuer's effects: note the state, die."""
-    dispatch = Effects.dispatch
 
-    def dispatch_or_die(effects: Effects) -> None:
-        if effects.run.pid.id.startswith("i-"):
+    def die_at_an_issuer(step: _task.Step) -> bool:
+        if step.run.pid.id.startswith("i-"):
             described = {w: node.describe(w) for w in (*first_runs, *ORDER)}
             crash_child.append_line(
                 work,
@@ -98,9 +97,9 @@ def kill_at_the_first_issuer_dispatch(node: Any, work: Path, first_runs: dict[st
                 targets={w: described[w]["status"] for w in first_runs},
             )
             os.kill(os.getpid(), signal.SIGKILL)
-        dispatch(effects)
+        return True
 
-    Effects.dispatch = dispatch_or_die  # type: ignore[method-assign]
+    _task.after_commit = die_at_an_issuer
 
 
 async def run_phase(data_dir: str, work: Path) -> None:

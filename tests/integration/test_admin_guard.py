@@ -186,8 +186,9 @@ async def test_api_bodies_are_capped_and_the_console_maps_the_same_kind_alike():
 async def test_ids_with_a_slash_are_one_segment_for_every_workflow_route():
     async with admin_node() as (node, client):
         await start(client, "adm:waiter", "plain", workflow_id="q")
-        for odd in ("q/history", "q/result", "q/cancel"):
+        for odd in ("q/history", "q/result"):
             await start(client, "adm:waiter", odd, workflow_id=odd)
+        await start(client, "adm:cancellable", workflow_id="q/cancel")
         enc = {odd: odd.replace("/", "%2F") for odd in ("q/history", "q/result", "q/cancel")}
 
         described = await client.get(f"/api/workflows/{enc['q/history']}")
@@ -209,6 +210,10 @@ async def test_ids_with_a_slash_are_one_segment_for_every_workflow_route():
         assert ended.json() == {"ok": True}
         closed = await client.get(f"/api/workflows/{enc['q/history']}/result", params={"wait": "1"})
         assert closed.json()["status"] == "terminated"
+        cancelled = await client.get(
+            f"/api/workflows/{enc['q/cancel']}/result", params={"wait": "1"}
+        )
+        assert cancelled.json()["result"].startswith("stopped: ")
         assert "CancelRequested" in history_kinds(node, "q/cancel")
         assert node.describe("q")["status"] == "running"  # never taken for q's
         assert "CancelRequested" not in history_kinds(node, "q")

@@ -93,9 +93,9 @@ async def test_eager_starts_in_flight_are_bounded(autojump_clock, monkeypatch):
     in_flight_at_start = []
     real = _manager.start_eagerly
 
-    async def spy(m, run, events):
+    async def spy(m, tasks, run, events):
         in_flight_at_start.append(m.eager_in_flight)
-        await real(m, run, events)
+        await real(m, tasks, run, events)
 
     monkeypatch.setattr(_manager, "start_eagerly", spy)
     async with roost.open_node(app):

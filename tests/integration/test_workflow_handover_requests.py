@@ -7,7 +7,7 @@ new run's inbox, under one key, in that same commit: recovery reads the inbox of
 runs only, and the run that reads the event deletes the row it is stored as.
 
 "Lost dispatch" below stands for a crash right after the commit: nothing of the issuing
-step is carried out after it (``Effects.dispatch`` does nothing for it), then the node
+step is carried out after it (``_task.after_commit`` leaves its effects undone), then the node
 restarts on the same data dir. tests/integration/test_workflow_handover_crash.py does the
 same with a real SIGKILL.
 """
@@ -22,7 +22,7 @@ import trio
 import roost
 from roost import channel, process, workflow
 from roost.testing import open_test_node
-from roost.workflow._local._effects import Effects
+from roost.workflow._local import _task
 
 app = roost.App("handover")
 HOST = "handover:workflows"
@@ -89,13 +89,11 @@ def inbox_rows(node: Any) -> list[Any]:
 
 def lose_dispatch_of(monkeypatch: pytest.MonkeyPatch, lost: roost.Pid) -> None:
     """Nothing of ``lost``'s steps is carried out after their commit."""
-    dispatch = Effects.dispatch
 
-    def dispatch_unless_lost(effects: Effects) -> None:
-        if effects.run.pid != lost:
-            dispatch(effects)
+    def lost_after_its_commit(step: _task.Step) -> bool:
+        return step.run.pid != lost
 
-    monkeypatch.setattr(Effects, "dispatch", dispatch_unless_lost)
+    monkeypatch.setattr(_task, "after_commit", lost_after_its_commit)
 
 
 async def go(node: Any, first: roost.Pid, second: roost.Pid, *, same_pass: bool) -> None:

@@ -11,7 +11,7 @@ import trio.testing
 import roost
 from roost import process
 from roost.testing import open_test_node
-from roost.workflow._local._effects import Effects
+from roost.workflow._local import _task
 
 app = roost.App("races")
 
@@ -74,14 +74,14 @@ async def test_a_start_waits_for_a_child_its_step_has_not_committed(
     # "shared" from outside while that step commits must see the child, not a free id.
     async with open_test_node(app) as node:
         manager = node._node.ext["workflows"]
-        gate, commit = trio.Event(), manager.transact
+        gate, commit = trio.Event(), node._node.transact
 
         async def held_commit(fn: Any) -> Any:  # the parent's step waits here, uncommitted
             if manager.runs.child_staged("shared"):
                 await gate.wait()
             return await commit(fn)
 
-        monkeypatch.setattr(manager, "transact", held_commit)
+        monkeypatch.setattr(node._node, "transact", held_commit)
         outcome: list[Any] = []
 
         async def start_outer() -> None:
@@ -173,17 +173,15 @@ async def test_a_cancel_from_a_workflow_is_stored_with_its_step(
         target = await process.with_options(id="target").spawn(waits_for_cancel)
         canceller = await process.with_options(id="canceller").spawn(cancels, "target")
         await node.wait_until_blocked()
-        dispatch = Effects.dispatch
 
-        def lost_for_the_canceller(effects: Effects) -> None:
-            if effects.run.pid != canceller:
-                dispatch(effects)
+        def lost_for_the_canceller(step: _task.Step) -> bool:
+            return step.run.pid != canceller
 
-        monkeypatch.setattr(Effects, "dispatch", lost_for_the_canceller)
+        monkeypatch.setattr(_task, "after_commit", lost_for_the_canceller)
         process.send(canceller, "go", 1)
         await node.wait_until_blocked()
         assert node.describe("target")["status"] == "running"  # nothing delivered in memory
-        monkeypatch.setattr(Effects, "dispatch", dispatch)
+        monkeypatch.setattr(_task, "after_commit", None)
         await node.restart()
         await node.wait_until_blocked()
         assert node.describe("target")["status"] == "canceled"
@@ -215,18 +213,16 @@ async def test_a_terminate_from_a_workflow_is_stored_with_its_step(
             await process.with_options(id=target).spawn(child, "target")
         terminator = await process.with_options(id="terminator").spawn(terminates, target)
         await node.wait_until_blocked()
-        dispatch = Effects.dispatch
 
-        def lost_for_the_terminator(effects: Effects) -> None:
-            if effects.run.pid != terminator:
-                dispatch(effects)
+        def lost_for_the_terminator(step: _task.Step) -> bool:
+            return step.run.pid != terminator
 
-        monkeypatch.setattr(Effects, "dispatch", lost_for_the_terminator)
+        monkeypatch.setattr(_task, "after_commit", lost_for_the_terminator)
         process.send(terminator, "go", 1)
         await node.wait_until_blocked()
         stopped = target or "kid"
         assert node.describe(stopped)["status"] == "running"  # stored, not yet applied
-        monkeypatch.setattr(Effects, "dispatch", dispatch)
+        monkeypatch.setattr(_task, "after_commit", None)
         await node.restart()
         await node.wait_until_blocked()
         info = node.describe(stopped)

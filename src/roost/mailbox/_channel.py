@@ -208,6 +208,10 @@ class Channel(Generic[T]):
                 return entry
         return None
 
+    def _peek(self) -> list[Any]:
+        """Every buffered value, oldest first, left in place."""
+        return list(self._buf) if self._buf else []
+
     def _drain(self) -> list[Any]:
         """Remove and return every buffered value (used when a subscription is dropped)."""
         buf = self._buf

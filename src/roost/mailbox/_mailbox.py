@@ -278,6 +278,15 @@ class Mailbox:
         """Messages (and events) that no subscription has taken yet, oldest first."""
         return list(self._pending) if self._pending else []
 
+    def peek_unread(self) -> list[Message]:
+        """Every unread message, in ``take_unread``'s order, without removing any."""
+        out: list[Message] = []
+        for sub in self._subs():
+            out.extend(sub._peek())
+        if self._pending:
+            out.extend(self._pending)
+        return out
+
     def take_unread(self) -> list[Message]:
         """Remove and return every unread message, subscriptions' and retained ones.
 

@@ -20,9 +20,10 @@ from roost.storage import WriteTxn, key
 from roost.workflow._history import TimerFired
 from roost.workflow._local._forwarding import Moved, move_inbox
 from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._plan import run_state
 from roost.workflow._local._records import PROGRESS_TABLE, RunStatus, TimerTask, timer_key
 from roost.workflow._local._run import Run
-from roost.workflow._local._successors import apply_close_policies, follow, hand_over, run_state
+from roost.workflow._local._successors import apply_close_policies, follow, hand_over
 from roost.workflow._plan_close import plan_announce, plan_timer, records_event
 from roost.workflow._planner import CloseOutcome, ClosePlan, plan_close
 

@@ -21,20 +21,19 @@ executors bound ordinary activations the same way).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error
 from roost.storage import WriteTxn
-from roost.workflow._local._activation import EXECUTORS, PASS_LIMIT, StepFailed, finish, prepare
 from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._plan import Step
 from roost.workflow._local._records import timer_key
 from roost.workflow._local._replay import new_driver, touch
+from roost.workflow._local._task import EXECUTORS, PASS_LIMIT, StepFailed, Tasks
 from roost.workflow._local._task_failure import fail_task, task_failure_error
 from roost.workflow._recorded import recorded
 
 if TYPE_CHECKING:
-    from roost.workflow._history import Event
     from roost.workflow._local._host import RunHost
     from roost.workflow._local._run import Run
 
@@ -53,16 +52,10 @@ class Start:
     def __init__(self, m: RunHost, run: Run) -> None:
         self.rows = [(timer_key(t.due, t.run_id, t.seq), m.codec.encode(t)) for t in run.timers]
 
-    def before(self, write: Callable[[WriteTxn], None]) -> Callable[[WriteTxn], None]:
-        """``write`` (the activation's writes, the run record among them) after the timers."""
-        rows = self.rows
-
-        def start_then_write(txn: WriteTxn) -> None:
-            for k, v in rows:
-                txn.put("timers", k, v)
-            write(txn)
-
-        return start_then_write
+    def write(self, txn: WriteTxn) -> None:
+        """The start's own rows (its runtime timers), before its first activation's."""
+        for k, v in self.rows:
+            txn.put("timers", k, v)
 
 
 def eager_ok(m: RunHost, run: Run) -> bool:
@@ -70,7 +63,7 @@ def eager_ok(m: RunHost, run: Run) -> bool:
     return run.phase is RunPhase.IDLE and not m.node.stopping and m.eager_in_flight < EAGER_LIMIT
 
 
-async def start_eagerly(m: RunHost, run: Run, events: list[Event]) -> None:
+async def start_eagerly(m: RunHost, tasks: Tasks, run: Run, events: list[Any]) -> None:
     """Run and commit ``run``'s first activation together with its start.
 
     Raises:
@@ -86,23 +79,25 @@ async def start_eagerly(m: RunHost, run: Run, events: list[Event]) -> None:
     m.eager_in_flight += 1
     try:
         try:
-            step = prepare(m, run, driver, [], m.node.now(), events=events_in)
+            step = tasks.prepare(run, driver, [], m.node.now(), events=events_in)
         except StepFailed as failed:
             await _store_start_then_fail(m, run, events, failed.error, failed.cause)
             return
-        try:
-            # Most runs arm no runtime timer: their first activation's writes are the start.
-            await m.transact(Start(m, run).before(step.write) if run.timers else step.write)
-        except Exception as exc:  # noqa: BLE001 - nothing of it was committed
-            step.effects.discard()
-            error = task_failure_error(run, 1, exc, stage="commit")
-            await _store_start_then_fail(m, run, events, error, exc)
+        refused: list[Exception] = []
+
+        def refuse(step: Step, exc: Exception) -> None:  # nothing of it was committed
+            tasks.release(step)
+            refused.append(exc)
+
+        # Most runs arm no runtime timer: their first activation's writes are the start.
+        before = Start(m, run).write if run.timers else None
+        committed = await tasks.commit([step], before=before, failed=refuse)
+        if not committed:
+            error = task_failure_error(run, 1, refused[0], stage="commit")
+            await _store_start_then_fail(m, run, events, error, refused[0])
             return
-        except BaseException:  # cancelled (the node stops): nothing of it is kept
-            step.effects.discard()
-            raise
         m.arm(run)
-        finish(m, step)
+        tasks.apply(*committed[0])
     finally:
         m.eager_in_flight -= 1
         m.runs.move(run, PhaseEvent.DONE)  # a close from outside waits for this
@@ -110,7 +105,7 @@ async def start_eagerly(m: RunHost, run: Run, events: list[Event]) -> None:
 
 
 async def _store_start_then_fail(
-    m: RunHost, run: Run, events: list[Event], error: Error, cause: BaseException | None
+    m: RunHost, run: Run, events: list[Any], error: Error, cause: BaseException | None
 ) -> None:
     """The first activation failed: store the start the normal way, then fail the task.
 

@@ -2,7 +2,7 @@
 
 A run with pending events is queued (``RunHost.ready``). An idle executor takes
 every queued run (up to ``PASS_LIMIT``), runs their activations back to back, commits them
-in one group transaction (``commit_steps``) and then dispatches their effects. While it
+in one group transaction (``Tasks.commit``) and then applies their effects. While it
 waits for that commit, another executor takes the runs that became ready meanwhile.
 
 The activity runner hands results on in passes of its own; the runs they make ready are
@@ -20,18 +20,20 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._local._activation import (
-    EXECUTORS,
-    PASS_LIMIT,
-    Step,
-    begin,
-    commit_steps,
-    finish,
-)
 from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._plan import Step
 from roost.workflow._local._quarantine import RunQuarantined, quarantine_run
-from roost.workflow._local._replay import paused_gc, read_histories
+from roost.workflow._local._replay import (
+    ReplayFailed,
+    Stored,
+    paused_gc,
+    read_histories,
+    rebuild,
+    touch,
+)
 from roost.workflow._local._run import Run
+from roost.workflow._local._task import EXECUTORS, PASS_LIMIT, StepFailed, Tasks
+from roost.workflow._local._task_failure import fail_task, task_failure_error
 
 if TYPE_CHECKING:
     from roost.workflow._local._host import RunHost
@@ -59,10 +61,11 @@ def freeze_startup_heap() -> None:
 class Executors:
     """The ready queue of one node's workflow runtime and the tasks that drain it."""
 
-    __slots__ = ("_held", "_idle", "_ready", "m")
+    __slots__ = ("_held", "_idle", "_ready", "m", "tasks")
 
-    def __init__(self, m: RunHost) -> None:
+    def __init__(self, m: RunHost, tasks: Tasks) -> None:
         self.m = m
+        self.tasks = tasks  # prepares, commits and applies the pass's steps
         self._ready: deque[Run] = deque()  # queued for an executor's next pass
         self._idle = trio.lowlevel.ParkingLot()  # executors waiting for a queued run
         self._held = False  # queued runs wait for ``run_held`` (no executor is woken)
@@ -142,20 +145,52 @@ class Executors:
             # alone reads its own, as ``read_histories`` would have it do anyway).
             histories = read_histories(m, runs) if len(runs) > 1 else None
             for run in runs:
-                began = begin(m, run, histories.get(run.record.run_id) if histories else None)
+                began = _begin(
+                    m, self.tasks, run, histories.get(run.record.run_id) if histories else None
+                )
                 if isinstance(began, Step):
                     steps.append(began)
                 elif began is not None:
                     if quarantined is None:
                         quarantined = []
                     quarantined.append((run, began))
-        committed = await commit_steps(m, steps)
+        tasks = self.tasks
+        committed = await tasks.commit(steps)
         with paused_gc():
-            for step in committed:
-                finish(m, step)
+            for step, moved in committed:
+                tasks.apply(step, moved)
         if quarantined is not None:
             for run, exc in quarantined:
                 await quarantine_run(m, run, exc)
+
+
+def _begin(
+    m: RunHost, tasks: Tasks, run: Run, stored: Stored | None = None
+) -> Step | RunQuarantined | None:
+    """An executor's start of a task of ``run``: its driver, its pending events, ``prepare``.
+
+    ``stored``: the run's history rows, if its pass read them ahead (``read_histories``).
+
+    Returns the prepared step; the ``RunQuarantined`` to act on when a stored row of the
+    run is unreadable; or None when the task failed (already handed to ``fail_task``).
+    """
+    driver = run.driver
+    if driver is None:
+        try:
+            driver = run.driver = rebuild(m, run, stored)
+        except RunQuarantined as exc:  # a stored row is unreadable: set aside, not retried
+            return exc
+        except ReplayFailed as exc:
+            error = task_failure_error(run, exc.activation, exc.cause, stage="replay")
+            fail_task(m, run, [], error, exc.cause)
+            return None
+    touch(m, run)
+    batch, run.pending = run.pending, []
+    try:
+        return tasks.prepare(run, driver, batch, m.node.now())
+    except StepFailed as failed:
+        fail_task(m, run, batch, failed.error, failed.cause)
+        return None
 
 
 _QUEUED, _TAKE, _DONE = RunPhase.QUEUED, PhaseEvent.TAKE, PhaseEvent.DONE

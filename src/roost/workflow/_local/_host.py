@@ -32,13 +32,13 @@ if TYPE_CHECKING:
     from roost.actors._process import NodeOps
     from roost.storage._codec import Codec
     from roost.storage._store import ReadTxn, WriteTxn
-    from roost.workflow._history import Event
     from roost.workflow._local._forwarding import Forwarding
-    from roost.workflow._local._records import ActivityTask, InboxItem, RunRecord, TimerTask
+    from roost.workflow._local._plan import Routes
+    from roost.workflow._local._records import ActivityTask, RunRecord, TimerTask
     from roost.workflow._local._run import Pending, Run
     from roost.workflow._local._runs import RunTable
 
-__all__ = ["ActivityExecution", "DurableTimers", "Passes", "RunHost", "StartWrites", "Storage"]
+__all__ = ["ActivityExecution", "DurableTimers", "Passes", "RunHost", "Storage"]
 
 
 class Storage(Protocol):
@@ -109,14 +109,6 @@ class Replies(Protocol):
 
     def pid(self, run: Run, seq: int) -> Pid:
         """The reply address of call ``seq`` of ``run``."""
-        ...
-
-
-class StartWrites(Protocol):
-    """What a run's beginning adds to its first activation's transaction (eager start)."""
-
-    def before(self, write: Callable[[WriteTxn], None]) -> Callable[[WriteTxn], None]:
-        """``write`` preceded by the start's own writes."""
         ...
 
 
@@ -211,8 +203,8 @@ class RunHost(Protocol):
         ...
 
     @property
-    def _staged(self) -> dict[bytes, bytes]:
-        """Encoded incoming events, by inbox key, until their run accepts them."""
+    def routes(self) -> Routes:
+        """What activation plans read of the host."""
         ...
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
@@ -228,7 +220,7 @@ class RunHost(Protocol):
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Event,
+        event: Any,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> None:
         """A task or timer row is done: hand its event to its run's next activation."""
@@ -239,7 +231,7 @@ class RunHost(Protocol):
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Event,
+        event: Any,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> bool:
         """``settle`` without its checkpoint: False if no run takes the event (delete the row)."""
@@ -249,8 +241,8 @@ class RunHost(Protocol):
         """Run ``fn(*args)`` in the background, for as long as the host runs."""
         ...
 
-    def stage(self, run: Run, event: InboxItem) -> tuple[bytes, bytes]:
-        """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
+    def hold_staged(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        """Keep the bytes of events a plan staged until their run accepts them."""
         ...
 
     def accept(self, run: Run, items: list[Pending]) -> None:
@@ -269,7 +261,7 @@ class RunHost(Protocol):
         """Arm the timers stored with ``run``'s start (after that commit)."""
         ...
 
-    async def commit_start(self, run: Run, events: list[Event]) -> None:
+    async def commit_start(self, run: Run, events: list[Any]) -> None:
         """Store a new run and its first events."""
         ...
 
@@ -289,7 +281,7 @@ class RunHost(Protocol):
         """A plain process a workflow spawned ended: record its EXIT."""
         ...
 
-    def from_outside(self, run: Run, event: Event) -> trio.Event:
+    def from_outside(self, run: Run, event: Any) -> trio.Event:
         """Queue ``event`` for ``run``'s inbox; the result is set once it is durable."""
         ...
 

@@ -11,12 +11,12 @@ never record has its settled task and timer rows deleted.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from roost.workflow._history import CancelRequested, Event, MessageArrived
+from roost.workflow._history import CancelRequested, MessageArrived
 from roost.workflow._local._forwarding import Moved, Row, put_staged
 from roost.workflow._local._records import inbox_key, timer_key
 from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from roost._pid import Pid
     from roost.storage import WriteTxn
     from roost.workflow._local._host import RunHost
-    from roost.workflow._local._records import InboxItem, RunRecord
+    from roost.workflow._local._records import RunRecord
 
 __all__ = ["Incoming"]
 
@@ -38,18 +38,25 @@ class Incoming:
         self.m = manager
         # Events from outside (signals, cancels, child exits) in arrival order, committed
         # by ``commit_outside`` in batches: per-sender order survives into the history.
-        self._outside: deque[tuple[Run, bytes, bytes, Event, trio.Event]] = deque()
+        self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
         self._outside_ready = trio.Event()
+        # Encoded events by inbox key, from their staging until their run accepts them:
+        # the accepted event is decoded from these bytes (what will be recorded).
+        self.staged: dict[bytes, bytes] = {}
 
-    def stage(self, run: Run, event: InboxItem) -> tuple[bytes, bytes]:
+    def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
         """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
         run.inbox_seq += 1
         k, data = inbox_key(run.record.run_id, run.inbox_seq), self.m.codec.encode(event)
-        self.m._staged[k] = data
+        self.staged[k] = data
         return k, data
 
+    def hold_staged(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        """Keep the bytes of events staged elsewhere (a step's plan) until accepted."""
+        self.staged.update(rows)
+
     async def commit(
-        self, run: Run, events: Sequence[Event], *, put_record: RunRecord | None = None
+        self, run: Run, events: list[Any], *, put_record: RunRecord | None = None
     ) -> None:
         """Commit ``events`` to ``run``'s inbox (a start: with its record, timers), accept them."""
         staged = [self.stage(run, event) for event in events]
@@ -100,7 +107,7 @@ class Incoming:
             return
         # Replies to the old run's calls belong to nobody now (call seqs restart per run);
         # messages and cancel requests are for the workflow, so they follow it.
-        moved: list[tuple[bytes, InboxItem]] = [
+        moved: list[tuple[bytes, Any]] = [
             (k, e)
             for k, e in items
             if isinstance(k, bytes)
@@ -124,11 +131,11 @@ class Incoming:
 
             self.m.spawn_task(self.m.commit_retrying, write, "deleting settled task and timer rows")
 
-    def _recorded(self, key: bytes | Settled, event: InboxItem) -> InboxItem:
-        data = self.m._staged.pop(key, None) if isinstance(key, bytes) else None
+    def _recorded(self, key: bytes | Settled, event: Any) -> Any:
+        data = self.staged.pop(key, None) if isinstance(key, bytes) else None
         return self.m.codec.decode(data) if data is not None else event
 
-    async def _rehome(self, run: Run, items: list[tuple[bytes, InboxItem]]) -> None:
+    async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
         staged = [self.stage(run, event) for _, event in items]
         stale = [k for k, _ in items]
         rows: list[Row] = [(run, k, v, e) for (k, v), (_, e) in zip(staged, items, strict=True)]
@@ -150,11 +157,11 @@ class Incoming:
     ) -> None:
         """Commit start messages to an open run (the id policies let a start signal it)."""
         if messages:
-            check_room(self.m, run, len(messages))
+            check_room(self.m.unread_limit, run, len(messages))
             events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
             await self.commit(run, events)
 
-    def from_outside(self, run: Run, event: Event) -> trio.Event:
+    def from_outside(self, run: Run, event: Any) -> trio.Event:
         """Queue ``event`` for ``run``'s inbox; the returned event is set once it is durable.
 
         Events from outside commit in arrival order, so per-sender order survives.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -28,8 +28,6 @@ from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow._history import (
     CancelRequested,
-    Event,
-    HistoryItem,
     MessageArrived,
     ProcessExited,
     Started,
@@ -45,7 +43,6 @@ from roost.workflow._local._forwarding import Forwarding
 from roost.workflow._local._incoming import Incoming
 from roost.workflow._local._phases import PhaseEvent, RunPhase
 from roost.workflow._local._records import (
-    InboxItem,
     RunRecord,
     RunStatus,
     history_key,
@@ -53,11 +50,13 @@ from roost.workflow._local._records import (
 )
 from roost.workflow._local._recovery import recover
 from roost.workflow._local._replies import ReplyHost
+from roost.workflow._local._routes import HostRoutes
 from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
 from roost.workflow._local._runs import RunTable
 from roost.workflow._local._starting import check_input, claim_name, make_room
-from roost.workflow._local._successors import new_run, record_for_start
-from roost.workflow._local._task_failure import task_backoff
+from roost.workflow._local._successors import hand_over, new_run, record_for_start
+from roost.workflow._local._task import Tasks
+from roost.workflow._local._task_failure import fail_task, task_backoff
 from roost.workflow._local._timers import DurableTimers
 from roost.workflow._local._unread import DEFAULT_UNREAD_LIMIT, check_room
 from roost.workflow._local.activities._worker import ActivityWorker
@@ -82,13 +81,11 @@ class WorkflowManager:
         self.cache_size = int(node.settings.get("workflow_cache", 10_000))
         self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
         self._nursery = nursery
-        self.executors = Executors(self)
         self.start_gate = StartGate()  # bounds the starts in flight (see _admission)
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
         self.incoming = Incoming(self)  # the events runs did not cause (see _incoming)
-        self._staged: dict[bytes, bytes] = {}  # encoded incoming events, until accepted
         self.forwarding = Forwarding()  # inbox rows following an id into its next run
         self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
@@ -103,6 +100,42 @@ class WorkflowManager:
         # Stored running runs this node's app cannot run (their entry is unknown here, or
         # not a workflow): kept, untouched, for a node that can; their id stays taken.
         self.unloadable: dict[str, Error] = {}
+        # What activation plans read of this host, and the shell that commits them.
+        self.routes = HostRoutes(
+            codec=self.codec,
+            host=self.host,
+            node_name=node.name,
+            app=node.app,
+            registry=node.registry,
+            runs=self.runs,
+            route=self.route,
+            unread_limit=self.unread_limit,
+            quarantined=self.quarantined,
+            unloadable=self.unloadable,
+            input_of=self.input_of,
+            timer_rows=self.timers.rows,
+        )
+        self.tasks = Tasks(
+            routes=self.routes,
+            runs=self.runs,
+            forwarding=self.forwarding,
+            staged=self.incoming.staged,
+            transact=self.transact,
+            activities=self.activities,
+            timers=self.timers,
+            node=node,
+            accept=self.incoming.accept,
+            arm=self.arm,
+            closed=self.closed,
+            hand_over=lambda old, new, staged, moved: hand_over(
+                self, old, new, staged, moved=moved
+            ),
+            process_exited=self.process_exited,
+            fail=lambda run, batch, error, cause: fail_task(self, run, batch, error, cause),
+            counters=self.counters,
+            stats=self.stats,
+        )
+        self.executors = Executors(self, self.tasks)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -187,11 +220,11 @@ class WorkflowManager:
                 **record_for_start(opts, parent=parent.pid, at=at),
             )
             self.runs.add(run)
-            events: list[Event] = [started]
+            events: list[Any] = [started]
             events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
             try:
                 if eager_ok(self, run):
-                    await start_eagerly(self, run, events)
+                    await start_eagerly(self, self.tasks, run, events)
                 else:
                     await self.commit_start(run, events)
             except BaseException:
@@ -203,7 +236,7 @@ class WorkflowManager:
             self.counters.run_started(entry.id)
             return run.pid
 
-    async def commit_start(self, run: Run, events: list[Event]) -> None:
+    async def commit_start(self, run: Run, events: list[Any]) -> None:
         """Store a new run and its first events; an executor activates it (after any delay)."""
         await self.incoming.commit(run, events, put_record=run.record)
         self.arm(run)
@@ -261,7 +294,7 @@ class WorkflowManager:
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Event,
+        event: Any,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> None:
         """A task or timer row is done: hand its event to its run's next activation.
@@ -283,7 +316,7 @@ class WorkflowManager:
         table: str,
         row: bytes,
         task: tuple[str, str],
-        event: Event,
+        event: Any,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> bool:
         """``settle`` without its commit or checkpoint: False if no run takes the event.
@@ -315,9 +348,9 @@ class WorkflowManager:
 
     # -- incoming events (see _incoming) -------------------------------------------------
 
-    def stage(self, run: Run, event: InboxItem) -> tuple[bytes, bytes]:
-        """See ``Incoming.stage``."""
-        return self.incoming.stage(run, event)
+    def hold_staged(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        """See ``Incoming.hold_staged``."""
+        self.incoming.hold_staged(rows)
 
     def accept(self, run: Run, items: list[Pending]) -> None:
         """See ``Incoming.accept``."""
@@ -345,10 +378,10 @@ class WorkflowManager:
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.codec.encode(payload, what=f"payload of message {topic!r}")
-        check_room(self, run)
+        check_room(self.unread_limit, run)
         return self.from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
 
-    def from_outside(self, run: Run, event: Event) -> trio.Event:
+    def from_outside(self, run: Run, event: Any) -> trio.Event:
         """See ``Incoming.from_outside``."""
         return self.incoming.from_outside(run, event)
 
@@ -391,7 +424,7 @@ class WorkflowManager:
             described["task_failure"] = self.unloadable[workflow_id]
         return described
 
-    def history(self, workflow_id: str) -> list[HistoryItem]:
+    def history(self, workflow_id: str) -> list[Any]:
         """See ``NodeHandle.history``."""
         return _inspect.history(self.store, self.codec, workflow_id)
 

@@ -12,14 +12,12 @@ that move to the next run at continue-as-new are not refused either.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from roost._errors import Error, ErrorKind
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
-    from roost.workflow._local._records import InboxItem
     from roost.workflow._local._run import Run
 
 __all__ = ["DEFAULT_UNREAD_LIMIT", "check_room", "counts", "unread"]
@@ -27,7 +25,7 @@ __all__ = ["DEFAULT_UNREAD_LIMIT", "check_room", "counts", "unread"]
 DEFAULT_UNREAD_LIMIT = 10_000  # open_node's default for workflow_unread_limit
 
 
-def counts(event: InboxItem) -> bool:
+def counts(event: Any) -> bool:
     """Whether ``event`` is a message the limit counts (not a reply, not an event)."""
     return type(event) is MessageArrived and event.call is None
 
@@ -40,13 +38,12 @@ def unread(run: Run) -> int:
     return held + waiting + run.arriving
 
 
-def check_room(m: RunHost, run: Run, count: int = 1) -> None:
+def check_room(limit: int, run: Run, count: int = 1) -> None:
     """Refuse ``count`` more messages for ``run`` if they would pass the limit.
 
     Raises:
         roost.Error: kind LimitExceeded (nothing is stored).
     """
-    limit: int = m.unread_limit
     held = unread(run)
     if held + count <= limit:
         return

@@ -18,22 +18,6 @@ import roost
 
 SRC = Path(roost.__file__).parent.parent
 
-# The cores that must run without trio (DESIGN §4; issue 15, item 7).
-PURE_CORES = (
-    "roost.workflow._driver",
-    "roost.workflow._driver_parts",
-    "roost.workflow._driver_children",
-    "roost.workflow._planner",
-    "roost.workflow._status",
-    "roost.workflow._local._phases",
-    "roost.workflow._plan_start",
-    "roost.workflow._plan_close",
-    "roost.mailbox._mailbox",
-    "roost.mailbox._channel",
-    "roost.supervisor._policy",
-    "roost.storage._codec",
-)
-
 
 def _name_of(path):
     parts = list(path.relative_to(SRC).with_suffix("").parts)
@@ -44,6 +28,26 @@ def _name_of(path):
 
 MODULES = {_name_of(path): path for path in sorted((SRC / "roost").rglob("*.py"))}
 PACKAGES = {_name_of(path) for path in (SRC / "roost").rglob("__init__.py")}
+
+
+def _within(module, package):
+    return module == package or module.startswith(f"{package}.")
+
+
+# The backend-neutral workflow core (DESIGN §4): every module of roost.workflow outside the
+# local host, found from the package. It reaches neither trio nor lmdb.
+WORKFLOW_CORE = tuple(
+    m for m in MODULES if _within(m, "roost.workflow") and not _within(m, "roost.workflow._local")
+)
+# The other cores that must run without trio (issue 15, item 7).
+PURE_CORES = (
+    *WORKFLOW_CORE,
+    "roost.workflow._local._phases",
+    "roost.mailbox._mailbox",
+    "roost.mailbox._channel",
+    "roost.supervisor._policy",
+    "roost.storage._codec",
+)
 
 
 def _lazy_table(package):
@@ -190,10 +194,15 @@ def test_no_cycle_anywhere_in_roost():
     assert cycles == [], _show(cycles)
 
 
-def _uses_trio(module):
+def _uses(module, roots):
+    """Whether ``module`` imports one of the top-level packages ``roots`` (not for types)."""
     return any(
-        imported.split(".")[0] == "trio" and how != "type" for imported, how, _ in IMPORTS[module]
+        imported.split(".")[0] in roots and how != "type" for imported, how, _ in IMPORTS[module]
     )
+
+
+def _uses_trio(module):
+    return _uses(module, {"trio"})
 
 
 def _runtime_closure(start):
@@ -212,15 +221,25 @@ def _runtime_closure(start):
 
 @pytest.mark.parametrize("core", PURE_CORES)
 def test_the_pure_cores_reach_no_trio_using_module(core):
+    forbidden = {"trio", "lmdb"} if core in WORKFLOW_CORE else {"trio"}
     reached = _runtime_closure(core)
     assert "roost.workflow._history" in _runtime_closure("roost.workflow._driver")
     for module in reached:
-        if _uses_trio(module):
+        if _uses(module, forbidden):
             path, at = [], module
             while at is not None:
                 path.append(at)
                 at = reached[at]
-            pytest.fail(f"{core} reaches trio: {' <- '.join(path)}")
+            pytest.fail(f"{core} reaches {' or '.join(sorted(forbidden))}: {' <- '.join(path)}")
+
+
+def test_the_workflow_core_is_found_from_the_package():
+    # The parser's view of the core is the package's: a module added to it is checked.
+    assert {"roost.workflow", "roost.workflow._driver", "roost.workflow._replayer"} <= set(
+        WORKFLOW_CORE
+    )
+    assert not any(_within(m, "roost.workflow._local") for m in WORKFLOW_CORE)
+    assert _uses("roost.storage._lmdb", {"lmdb"})  # what the lmdb check looks for exists
 
 
 def test_the_parser_sees_every_kind_of_import():

@@ -641,7 +641,9 @@ def test_the_planner_and_the_roost_modules_it_reaches_import_no_trio():
 PURE_CORES = (
     "roost",
     "roost.workflow._driver",
-    "roost.workflow._driver_parts",
+    "roost.workflow._awaitables",
+    "roost.workflow._ports",
+    "roost.workflow._misuse",
     "roost.workflow._planner",
     "roost.workflow._status",
     "roost.workflow._local._phases",

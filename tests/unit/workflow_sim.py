@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roost import Error, Pid
-from roost.actors._process import WorkflowProcess, set_current
+from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage import Codec
 from roost.workflow._driver import Driver, Ports, Status

@@ -10,14 +10,13 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
-from roost.actors._events import Event
-from roost.actors._process import (
-    _current,
+from roost.actors._current import (
     activity_context,
     current_any,
     current_process,
     maybe_current_process,
 )
+from roost.actors._events import Event
 from roost.actors._registry import check_name
 from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel
@@ -74,7 +73,7 @@ class Receipt:
 
 _ACCEPTED = Receipt()
 # The current process, read without a Python call: `send` is the hottest call there is.
-_get_current = _current.get
+_get_current = maybe_current_process
 
 
 class _RecordedReceipt(Receipt):
@@ -440,5 +439,5 @@ def _context_values() -> Mapping[str, Any] | None:
     proc = maybe_current_process()
     if proc is not None:
         return proc.context
-    known = activity_context.get()  # an activity's: its workflow's values
-    return known.context if known is not None else None
+    port = activity_context.get()  # an activity's port: its workflow's values
+    return port.context if port is not None else None

@@ -16,12 +16,8 @@ import trio
 
 from roost._duration import Duration, parse_duration
 from roost._errors import invalid
-from roost.actors._process import (
-    Process,
-    bound_node,
-    current_process,
-    maybe_current_process,
-)
+from roost.actors._current import bound_node, current_process, maybe_current_process
+from roost.actors._process import Process
 from roost.actors._workflow_ops import WorkflowOps
 from roost.mailbox._channel import Channel
 

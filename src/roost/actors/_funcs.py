@@ -11,11 +11,12 @@ import trio
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import ENTRY_ATTR, extension_or_none
 from roost.actors._contain import in_worker_thread, must_propagate
-from roost.actors._process import Process, _current, current_any
+from roost.actors._current import current_any, maybe_current_process
+from roost.actors._process import Process
 
 __all__ = ["ActivityHandle", "Executor", "funcs_call", "funcs_new", "funcs_start"]
 
-_get_current = _current.get
+_get_current = maybe_current_process
 _NO_OPTIONS: Mapping[str, Any] = types.MappingProxyType({})  # funcs.call's own: none
 
 

@@ -16,6 +16,7 @@ from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import LOCAL_NODE, Pid
 from roost.actors._app import App, Entry, EntryKind
 from roost.actors._contain import must_propagate
+from roost.actors._current import set_current
 from roost.actors._events import Cancel, Exit, LinkDown
 from roost.actors._node_types import (
     ExitResult,
@@ -25,7 +26,7 @@ from roost.actors._node_types import (
     noproc_error,
     terminated_error,
 )
-from roost.actors._process import Process, VirtualHost, set_current
+from roost.actors._process import Process, VirtualHost
 from roost.actors._registry import Registry, check_name
 from roost.actors._stopping import shut_down, until_running
 from roost.actors._timers import Timers

@@ -18,9 +18,9 @@ from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost._text import check_text
 from roost.actors._app import App, Entry, _extension, node_services
+from roost.actors._current import reset_current, set_current
 from roost.actors._node import Node, SpawnRequest
 from roost.actors._node_types import is_mock_clock
-from roost.actors._process import reset_current, set_current
 from roost.actors._spawn import exec as _exec
 from roost.storage import open_lmdb_store
 

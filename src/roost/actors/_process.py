@@ -1,14 +1,16 @@
-"""The per-process record and the "current process" lookup."""
+"""The per-process record, and the node as processes see it (``NodeOps``, ``VirtualHost``).
+
+Which process runs the calling code is ``actors/_current.py``, which needs no trio.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from roost._errors import Error, ErrorKind
+from roost._errors import Error
 from roost._pid import Pid
 from roost.actors import _hardstop
 from roost.mailbox._channel import Channel
@@ -26,42 +28,9 @@ if TYPE_CHECKING:
     from roost.actors._workflow_ops import WorkflowOps
     from roost.storage._store import Store
 
-__all__ = [
-    "NodeOps",
-    "Process",
-    "VirtualHost",
-    "WorkflowProcess",
-    "activity_context",
-    "current_any",
-    "current_process",
-    "maybe_current_process",
-]
+__all__ = ["NodeOps", "Process", "VirtualHost"]
 
 _EMPTY: Mapping[str, Any] = {}
-
-
-class WorkflowProcess:
-    """The current process as workflow code sees it: every call goes to its driver."""
-
-    __slots__ = ("context", "entry", "node", "pid", "workflow")
-
-    def __init__(
-        self,
-        pid: Pid,
-        entry: Entry | None,
-        workflow: WorkflowOps,
-        context: Mapping[str, Any] = _EMPTY,
-        node: NodeOps | None = None,
-    ) -> None:
-        self.pid = pid
-        self.entry = entry
-        self.workflow = workflow
-        self.context = context
-        self.node = node
-
-    def get_mailbox(self) -> Mailbox:
-        """The workflow's mailbox (fed from its history)."""
-        return self.workflow.mailbox
 
 
 class NodeOps(Protocol):
@@ -148,6 +117,9 @@ class NodeOps(Protocol):
 
     def mark_ready(self, proc: Process) -> None:
         """Signal that ``proc`` finished starting."""
+
+    async def wait_ready(self, pid: Pid) -> None:
+        """Wait until a sync_start process has started, or has already ended."""
 
     def exit_channel(self, proc: Process) -> Channel[ExitResult]:
         """A channel that receives ``proc``'s ExitResult once."""
@@ -296,78 +268,3 @@ class Process:
         if exc is None:
             return bool(stop.__exit__(None, None, None))
         return bool(stop.__exit__(type(exc), exc, exc.__traceback__))
-
-
-_current: ContextVar[Any] = ContextVar("roost_process", default=None)
-
-# Inside an activity run by a workflow: what the attempt knows of itself (a ``Known`` of
-# workflow/_activity_info), whose ``context`` is that workflow's context values (ctx.get).
-# One variable for all of it: an attempt's start sets one.
-activity_context: ContextVar[Any] = ContextVar("roost_activity_context", default=None)
-
-
-def maybe_current_process() -> Process | WorkflowProcess | None:
-    """The process (or workflow) running the calling code, or None outside any process."""
-    return _current.get()  # type: ignore[no-any-return]
-
-
-def current_any(what: str = "this call") -> Process | WorkflowProcess:
-    """The process (or workflow) running the calling code.
-
-    Raises:
-        roost.Error: kind InvalidState outside a process.
-    """
-    proc = _current.get()
-    if proc is None:
-        raise Error(
-            f"{what} must run inside a roost process: spawn one, or call it inside "
-            "'async with roost.open_node(app):'",
-            kind=ErrorKind.INVALID_STATE,
-        )
-    return proc  # type: ignore[no-any-return]
-
-
-def current_process(what: str = "this call") -> Process:
-    """The plain process running the calling code.
-
-    Raises:
-        roost.Error: InvalidState outside a process; Invalid inside a workflow, where
-            this call is not replay-safe.
-    """
-    proc = current_any(what)
-    if proc.workflow is not None:
-        raise Error(
-            f"{what} is not available inside a workflow: it is not replay-safe there "
-            "(see docs/workflows.md for what workflows may call)",
-            kind=ErrorKind.INVALID,
-            retryable=False,
-        )
-    assert isinstance(proc, Process)
-    return proc
-
-
-def set_current(proc: Process | WorkflowProcess | None) -> object:
-    """Make ``proc`` the current process of this task; returns a reset token."""
-    return _current.set(proc)
-
-
-def reset_current(token: Any) -> None:
-    """Undo ``set_current``."""
-    _current.reset(token)
-
-
-# The node code reaches when no process is current: set in activity tasks run by a
-# workflow (whose current process is deliberately None) and in queue deliveries, so that
-# roost.now, roost.state, roost.enqueue and roost.publish work there. A process, when
-# there is one, always wins.
-_bound_node: ContextVar[NodeOps | None] = ContextVar("roost_bound_node", default=None)
-
-
-def bind_node(node: NodeOps) -> Any:
-    """Let roost calls in this task (and the tasks and threads it starts) reach ``node``."""
-    return _bound_node.set(node)
-
-
-def bound_node() -> NodeOps | None:
-    """The node bound by ``bind_node`` in this context, if any."""
-    return _bound_node.get()

@@ -11,8 +11,9 @@ import trio
 from roost._errors import invalid
 from roost._pid import Pid
 from roost.actors._app import ENTRY_ATTR, Entry, EntryKind
+from roost.actors._current import current_any, current_process, maybe_current_process
 from roost.actors._node import SpawnRequest, terminated_error
-from roost.actors._process import Process, _current, current_any, current_process
+from roost.actors._process import Process
 from roost.actors._registry import check_name
 from roost.mailbox._mailbox import check_topic
 
@@ -307,7 +308,7 @@ class Spawner:
 
 _DEFAULT = Spawner()
 # The current process, read without a Python call (spawn is a hot path).
-_get_current = _current.get
+_get_current = maybe_current_process
 # The common case (no options, default host) reuses one request per link/monitor pair.
 _PLAIN = {
     (link, monitor): SpawnRequest(link=link, monitor=monitor)

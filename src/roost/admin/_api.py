@@ -28,8 +28,8 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid, shown
 from roost.actors._app import EntryKind
+from roost.actors._current import reset_current, set_current
 from roost.actors._events import Exit
-from roost.actors._process import reset_current, set_current
 from roost.admin._json import error_json, to_jsonable
 from roost.admin._status import http_status
 from roost.admin._views import (

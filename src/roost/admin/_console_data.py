@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
 from roost.actors._app import EntryKind
-from roost.actors._process import reset_current, set_current
+from roost.actors._current import reset_current, set_current
 from roost.workflow._history import (
     ScheduleActivity,
     StartChild,

@@ -6,7 +6,7 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import EntryKind
-from roost.actors._process import bound_node, maybe_current_process
+from roost.actors._current import bound_node, maybe_current_process
 from roost.queues._records import QueueInfo
 from roost.queues._runtime import DELIVERY, QueueRuntime
 

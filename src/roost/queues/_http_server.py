@@ -35,7 +35,7 @@ import trio
 from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import register_extension, register_node_service
-from roost.actors._process import reset_current, set_current
+from roost.actors._current import reset_current, set_current
 from roost.queues._contain import contain, describe
 from roost.queues._http import (
     MAX_BODY,

@@ -32,9 +32,10 @@ from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
 from roost.actors._app import EntryKind, register_extension, register_node_service
+from roost.actors._current import reset_current, set_current
 from roost.actors._funcs import funcs_call
 from roost.actors._node import Node
-from roost.actors._process import NodeOps, reset_current, set_current
+from roost.actors._process import NodeOps
 from roost.actors._spawn import Spawner
 from roost.queues._contain import contain, describe, safe_error
 from roost.queues._dispatch import QueueState

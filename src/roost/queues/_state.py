@@ -22,7 +22,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid, shown
 from roost._text import check_text
-from roost.actors._process import bound_node, current_any, maybe_current_process
+from roost.actors._current import bound_node, current_any, maybe_current_process
 from roost.queues._state_ops import apply_ops, parse_ops
 from roost.storage import MAX_KEY_SIZE, Codec, Store, WriteTxn, key, unpack_key
 

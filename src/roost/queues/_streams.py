@@ -26,7 +26,8 @@ import trio
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._api import Receipt
 from roost.actors._app import EntryKind, register_app_check, register_extension
-from roost.actors._process import NodeOps, bound_node, maybe_current_process
+from roost.actors._current import bound_node, maybe_current_process
+from roost.actors._process import NodeOps
 from roost.mailbox._mailbox import check_topic
 from roost.queues._contain import contain, describe
 from roost.queues._records import message_key

@@ -8,7 +8,7 @@ import trio
 
 from roost._errors import invalid, not_found
 from roost._pid import Pid
-from roost.actors._process import current_process
+from roost.actors._current import current_process
 from roost.supervisor._runtime import SupervisorState, state_of
 from roost.supervisor._spec import ChildInfo, ChildType
 

@@ -13,9 +13,10 @@ import trio
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost.actors._app import App, Entry, EntryKind
+from roost.actors._current import current_process
 from roost.actors._events import Cancel, Exit, LinkDown
 from roost.actors._node import SpawnRequest, terminated_error
-from roost.actors._process import NodeOps, Process, current_process
+from roost.actors._process import NodeOps, Process
 from roost.actors._stopping import shut_down, until_running
 from roost.mailbox._channel import UNBOUNDED, Channel, select
 from roost.mailbox._mailbox import EVENTS

@@ -9,7 +9,6 @@ from roost._errors import Error, NondeterminismError
 from roost._pid import Pid
 from roost.actors._app import App
 from roost.testing._property_values import CrashPoint, Outcome, _normal, _Report, _short
-from roost.testing._replayer import Replayer
 from roost.workflow._history import (
     ActivityResolved,
     CancelRequested,
@@ -20,6 +19,7 @@ from roost.workflow._history import (
     describe,
     unflatten,
 )
+from roost.workflow._replayer import Replayer
 
 __all__: list[str] = []
 

@@ -26,9 +26,10 @@ from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost.actors._api import send
 from roost.actors._app import App
+from roost.actors._current import reset_current, set_current
 from roost.actors._node import Node
 from roost.actors._open import NodeHandle, open_node
-from roost.actors._process import Process, reset_current, set_current
+from roost.actors._process import Process
 
 __all__ = ["TestNode", "open_test_node"]
 

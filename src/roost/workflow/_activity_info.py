@@ -1,7 +1,11 @@
-"""What a running activity sees: ``roost.activity_info()`` and ``roost.heartbeat()``."""
+"""What a running activity sees: ``roost.activity_info()`` and ``roost.heartbeat()``.
+
+Both ask the ``ActivityPort`` the host that runs the attempt installed (no trio here).
+"""
 
 from __future__ import annotations
 
+import abc
 import contextvars
 import datetime as dt
 from collections.abc import Callable, Mapping
@@ -10,9 +14,16 @@ from typing import Any
 import attrs
 
 from roost._errors import Error, ErrorKind
-from roost.actors._process import activity_context, bind_node, set_current
+from roost.actors._current import activity_context, bind_node, set_current
 
-__all__ = ["ActivityInfo", "Known", "activity_info", "enter", "heartbeat", "prepare_base"]
+__all__ = [
+    "ActivityInfo",
+    "ActivityPort",
+    "activity_info",
+    "heartbeat",
+    "install_port",
+    "prepare_base",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -32,57 +43,39 @@ class ActivityInfo:
     scheduled_at: dt.datetime
 
 
-class Known:
-    """What an attempt's context knows of it; its ``ActivityInfo`` is built when first asked.
+class ActivityPort(abc.ABC):
+    """What a running activity asks of the host that runs its attempt (one per attempt).
 
-    ``task`` is the attempt's ActivityTask (anything with its fields): most activities
-    never call ``activity_info()``, so an attempt's start builds no record for it.
-    ``context`` is its workflow's context values (``ctx.get``), ``beat`` what
-    ``roost.heartbeat()`` calls (None: the task has no heartbeat timeout). One context
-    variable holds it all (``activity_context``), so an attempt's start sets one.
+    The host installs it in the attempt's context (``install_port``, the context
+    variable's own setter: one set per attempt, no Python frame) before the activity runs;
+    ``roost.activity_info()``, ``roost.heartbeat()`` and ``ctx.get`` read it there.
+    ``context`` is the workflow's context values the activity sees through ``ctx.get``
+    (None: none).
     """
 
-    __slots__ = ("beat", "context", "info", "task")
+    __slots__ = ()
+    context: Mapping[str, Any] | None
 
-    def __init__(
-        self,
-        task: Any,
-        context: Mapping[str, Any] | None = None,
-        beat: Callable[[Any], None] | None = None,
-    ) -> None:
-        self.task = task
-        self.context = context
-        self.beat = beat
-        self.info: ActivityInfo | None = None
-
-    def get(self) -> ActivityInfo:
+    @abc.abstractmethod
+    def info(self) -> ActivityInfo:
         """The attempt's info (the same object on every call)."""
-        info = self.info
-        if info is None:
-            task = self.task
-            info = self.info = ActivityInfo(
-                workflow_id=task.workflow_id,
-                run_id=task.run_id,
-                seq=task.seq,
-                entry=task.entry,
-                attempt=task.attempt,
-                idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
-                scheduled_at=task.scheduled_at,
-            )
-        return info
+
+    @abc.abstractmethod
+    def heartbeat(self, details: Any) -> None:
+        """The activity is alive: reset its heartbeat timeout (a no-op without one)."""
 
 
-_info: contextvars.ContextVar[Known | None] = activity_context
+_port: contextvars.ContextVar[ActivityPort | None] = activity_context
 
-# Sets up the calling context (an attempt's own copy of the base) for an attempt: the
-# variable's own setter, so an attempt's start runs no Python function for it.
-enter: Callable[[Known], object] = activity_context.set
+# Installs ``port`` in the calling context (an attempt's own context): the variable's own
+# setter, so an attempt's start runs no Python function for it.
+install_port: Callable[[ActivityPort], object] = activity_context.set
 
 
 def activity_info() -> ActivityInfo | None:
     """The running activity's info, or None outside an activity run by a workflow."""
-    known = _info.get()
-    return known.get() if known is not None else None
+    port = _port.get()
+    return port.info() if port is not None else None
 
 
 def heartbeat(details: Any = None) -> None:
@@ -94,14 +87,13 @@ def heartbeat(details: Any = None) -> None:
     Raises:
         roost.Error: kind InvalidState outside an activity run by a workflow.
     """
-    known = _info.get()
-    if known is None:
+    port = _port.get()
+    if port is None:
         raise Error(
             "roost.heartbeat() must be called inside an activity run by a workflow",
             kind=ErrorKind.INVALID_STATE,
         )
-    if known.beat is not None:
-        known.beat(details)
+    port.heartbeat(details)
 
 
 def prepare_base(node: Any) -> None:

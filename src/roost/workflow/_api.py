@@ -8,7 +8,7 @@ from typing import Any
 import attrs as _attrs
 
 from roost._errors import Error, ErrorKind, invalid
-from roost.actors._process import maybe_current_process
+from roost.actors._current import maybe_current_process
 from roost.workflow._options import check_attributes
 
 __all__ = [

@@ -15,75 +15,143 @@ into it as a clear error.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+import logging
+import random
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, SupportsIndex
 
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
+from roost._interrupt import is_ctrl_c
 from roost._pid import Pid
-from roost.actors._events import Cancel
+from roost.actors._events import Cancel, Exit
 from roost.actors._upgrade import Upgrade
+from roost.mailbox._backend import Waiter
 from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS, Mailbox, Message
-from roost.workflow._driver_children import Children
-from roost.workflow._driver_parts import (
-    BETWEEN_ACTIVATIONS,
-    NONE,
-    PARKS,
-    Chance,
-    DriverBackend,
-    Future,
-    Ports,
-    Status,
-    Task,
-    WorkflowActivity,
-    call_site,
-    close_all,
-    divergence,
-    foreign_error,
-    recordable_error,
-    trio_misuse,
-    unrecordable,
-    workflow_error,
-)
-from roost.workflow._driver_versions import DEFAULT_VERSION, Versions
+from roost.workflow._awaitables import PARKS, DriverWaiter, Future, Task, WorkflowActivity
 from roost.workflow._history import (
     ActivityResolved,
     CancelActivity,
     CancelRequested,
+    Command,
     Complete,
     ContinueAsNew,
+    Event,
     Fail,
     MessageArrived,
     ProcessExited,
     ScheduleActivity,
     SendMessage,
+    SpawnProcess,
+    StartChild,
     Started,
     StartTimer,
+    StopProcess,
     TimerFired,
     UpsertAttributes,
+    VersionMarker,
     new_schedule,
     same_command,
 )
+from roost.workflow._misuse import (
+    call_site,
+    check_version_range,
+    divergence,
+    foreign_error,
+    recordable_error,
+    trio_misuse,
+    unrecordable,
+    version_dropped,
+    workflow_error,
+)
+from roost.workflow._options import check_child_id, check_child_options
+from roost.workflow._ports import Ports
 from roost.workflow._retry import activity_options
 
-__all__ = [
-    "DEFAULT_VERSION",
-    "Driver",
-    "DriverBackend",
-    "Ports",
-    "Status",
-    "WorkflowActivity",
-]
+__all__ = ["DEFAULT_VERSION", "Driver", "Ports", "Status", "WorkflowActivity"]
+
+log = logging.getLogger("roost.workflow")
+
+DEFAULT_VERSION = -1
+"""What ``workflow.version`` returns replaying a history made before the change existed."""
 
 
-_NO_PIDS: frozenset[Pid] = frozenset()
-_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
+class Status:
+    """Run states."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CONTINUED = "continued"
 
 
 RUNNING = Status.RUNNING
-# Names of the shared empties, as the driver uses them.
-_NONE = NONE
-_BETWEEN_ACTIVATIONS = BETWEEN_ACTIVATIONS
+_NO_PIDS: frozenset[Pid] = frozenset()
+_EPOCH = dt.datetime.fromtimestamp(0, dt.UTC)
+# -- shared empties of the driver -------------------------------------------------------
+
+
+class _NoEntries(dict[Any, Any]):
+    """The one empty dict every driver shares until it needs one of its own.
+
+    Reads (``get``, ``pop`` with a default, ``in``) work as on any empty dict; a write
+    raises, so a missed ``_own`` cannot leak entries into every run.
+    """
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+    def __ior__(self, other: Any) -> Any:  # type: ignore[misc]  # refuses, returns nothing
+        raise TypeError("the shared empty dict of drivers is read-only")
+
+
+# Most runs never make a call, wait on a child, start a ticker or ask for a version; and
+# an idle run has no command pending. Each empty dict is 64 bytes per cached run: they
+# start as this shared one (see ``Driver._own``).
+_NONE: Any = _NoEntries()
+
+
+class _Dropped(list[Any]):
+    """Where commands go between activations: nowhere.
+
+    Only a discarded coroutine runs then (a ``finally`` as ``close`` ends it), and what it
+    issues belongs to no activation. One shared object, not an idle list per cached run.
+    """
+
+    __slots__ = ()
+
+    def append(self, command: Command) -> None:
+        """Drop ``command``."""
+
+    def extend(self, commands: Iterable[Command]) -> None:
+        """Refused: the driver only appends (a guard for the shared object)."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def insert(self, index: SupportsIndex, command: Command) -> None:
+        """Refused, as ``extend``."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def __iadd__(self, commands: Any) -> Any:  # type: ignore[misc]  # refuses, returns nothing
+        """Refused, as ``extend``."""
+        raise TypeError("commands between activations are dropped one by one")
+
+    def __setitem__(self, index: Any, commands: Any) -> None:
+        """Refused, as ``extend`` (the shared list stays empty)."""
+        raise TypeError("commands between activations are dropped one by one")
+
+
+_BETWEEN_ACTIVATIONS = _Dropped()
+
+
 # The options of an activity called without any (the common case), merged once; each
 # command gets its own copy.
 _DEFAULT_OPTIONS = activity_options()
@@ -91,7 +159,7 @@ _DEFAULT_OPTIONS = activity_options()
 _SCALARS = frozenset({type(None), bool, int, float, bytes})
 
 
-class Driver(Chance, Children, DriverBackend, Versions):
+class Driver:
     """Runs one workflow run deterministically, one activation at a time.
 
     Args:
@@ -116,6 +184,7 @@ class Driver(Chance, Children, DriverBackend, Versions):
         "_pending",
         "_ports",
         "_ready",
+        "_rng",
         "_seq",
         "_size_base",
         "_tasks",
@@ -150,13 +219,14 @@ class Driver(Chance, Children, DriverBackend, Versions):
         self._timers: dict[int, Channel[Any]] = _NONE
         self._tickers: dict[int, float] = _NONE
         self._versions: dict[str, int] = _NONE
-        self._commands: list[Any] = _BETWEEN_ACTIVATIONS
+        self._commands: list[Command] = _BETWEEN_ACTIVATIONS
         # On replay: the commands the history recorded for this activation (the caller's
         # list, read in place), and the index of the next one the code must issue.
-        self._expected: Sequence[Any] | None = None
+        self._expected: Sequence[Command] | None = None
         self._expected_at = 0
         self._seq = 0
-        super().__init__()
+        # Seeded on first use: most workflows never draw, and a generator is 2.5 KB.
+        self._rng: random.Random | None = None
         self._divergence: NondeterminismError | None = None
         self.mailbox = Mailbox()
         self.started: Started | None = None
@@ -171,7 +241,7 @@ class Driver(Chance, Children, DriverBackend, Versions):
         self.history_length = 0
         self._length_base = 0
         self._size_base = 0
-        self._events: Sequence[Any] = ()
+        self._events: Sequence[Event] = ()
         self._events_size = 0
 
     def _own(self, name: str) -> dict[Any, Any]:
@@ -192,8 +262,8 @@ class Driver(Chance, Children, DriverBackend, Versions):
     # -- the activation ------------------------------------------------------------------
 
     def activate(
-        self, at: dt.datetime, events: Sequence[Any], expected: Sequence[Any] | None = None
-    ) -> list[Any]:
+        self, at: dt.datetime, events: Sequence[Event], expected: Sequence[Command] | None = None
+    ) -> list[Command]:
         """Feed one batch of events, run until every coroutine is blocked, return commands.
 
         Args:
@@ -253,7 +323,7 @@ class Driver(Chance, Children, DriverBackend, Versions):
         self._size_base += size
         self._events, self._events_size = (), 0
 
-    def _apply(self, event: Any) -> None:
+    def _apply(self, event: Event) -> None:
         if type(event) is ActivityResolved:  # the most frequent event, without a match
             waiting = self._pending.pop(event.seq, None)
             if waiting is not None:  # None: cancelled by the workflow meanwhile
@@ -375,8 +445,47 @@ class Driver(Chance, Children, DriverBackend, Versions):
         """
         tasks, self._tasks = self._tasks, []
         started = self.started
-        close_all(tasks, started.workflow_id if started else "?")
+        workflow_id = started.workflow_id if started else "?"
+        for task in tasks:
+            try:
+                task.ctx.run(task.coro.close)
+            except BaseException as exc:
+                if is_ctrl_c(exc):
+                    raise
+                log.warning(
+                    "workflow %r: coroutine %s raised while it was discarded",
+                    workflow_id,
+                    task.name,
+                    exc_info=True,
+                )
         self._ready.clear()
+
+    # -- the channel backend of its workflow code: the driver itself -------------------
+
+    @property
+    def backend(self) -> Driver:
+        """The channel backend of this driver's workflow code: the driver itself.
+
+        Parking yields to the driver, checkpoints are free; no object of its own per run.
+        """
+        return self
+
+    def checkpoint_if_cancelled(self) -> Coroutine[Any, Any, None]:
+        """Workflows are never trio-cancelled: a no-op."""
+        return _no_yield()
+
+    def cancel_shielded_checkpoint(self) -> Coroutine[Any, Any, None]:
+        """Scheduling is the driver's FIFO queue: a no-op."""
+        return _no_yield()
+
+    def new_waiter(self) -> Waiter:
+        """A waiter that requeues the parked coroutine on the driver."""
+        return DriverWaiter(self)
+
+    def park(self, waiter: Waiter) -> DriverWaiter:
+        """Yield to the driver until the waiter is woken (the waiter is the awaitable)."""
+        assert type(waiter) is DriverWaiter
+        return waiter
 
     # -- commands ------------------------------------------------------------------------
 
@@ -395,12 +504,12 @@ class Driver(Chance, Children, DriverBackend, Versions):
         self._seq += 1
         return self._seq
 
-    def _next_recorded(self) -> Any:
+    def _next_recorded(self) -> Command | None:
         """On replay, the recorded command the code must issue next (None: none is left)."""
         expected, at = self._expected, self._expected_at
         return expected[at] if expected is not None and at < len(expected) else None
 
-    def _issue(self, command: Any) -> None:
+    def _issue(self, command: Command) -> None:
         if self._expected is not None:
             recorded = self._next_recorded()
             self._expected_at += 1
@@ -408,7 +517,7 @@ class Driver(Chance, Children, DriverBackend, Versions):
                 self._diverged(command, recorded, call_site())
         self._commands.append(command)
 
-    def _diverged(self, issued: Any, recorded: Any, where: str) -> None:
+    def _diverged(self, issued: Command | None, recorded: Command | None, where: str) -> None:
         started = self.started
         workflow = started.workflow_id if started else "?"
         self._stop_replay(divergence(workflow, self.activations, issued, recorded, where))
@@ -548,3 +657,143 @@ class Driver(Chance, Children, DriverBackend, Versions):
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Run ``fn(*args)`` as another coroutine of this workflow (FIFO after the caller)."""
         self._spawn(fn, args, getattr(fn, "__qualname__", "coroutine"))
+
+    # -- deterministic randomness --------------------------------------------------------
+
+    def rng(self) -> random.Random:
+        """The run's random generator, seeded from its history."""
+        if self._rng is None:
+            if self.started is None:
+                raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
+            self._rng = random.Random(self.started.seed)  # noqa: S311 - replayable, not crypto
+        return self._rng
+
+    def uuid4(self) -> uuid.UUID:
+        """A UUID drawn from the run's seeded generator."""
+        return uuid.UUID(int=self.rng().getrandbits(128), version=4)
+
+    def uuid7(self) -> uuid.UUID:
+        """A version-7 UUID from the workflow time and the seeded generator."""
+        ms = int(self.now.timestamp() * 1000) & ((1 << 48) - 1)
+        rand = self.rng().getrandbits(74)
+        value = ms << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | (rand & ((1 << 62) - 1))
+        return uuid.UUID(int=value)
+
+    def random_bytes(self, n: int) -> bytes:
+        """``n`` bytes from the run's seeded generator."""
+        return self.rng().randbytes(n)
+
+    def random(self) -> random.Random:
+        """A ``random.Random`` seeded from the run's generator (so itself replayable)."""
+        return random.Random(self.rng().getrandbits(64))  # noqa: S311 - not crypto
+
+    # -- child workflows and processes ---------------------------------------------------
+
+    def _child_exited(self, pid: Pid, value: Any, error: Error | None) -> None:
+        """A child's EXIT: to its ``workflow.exec`` caller, else to the run's events."""
+        if pid in self.children:
+            self._own_children().discard(pid)
+        waiting = self._child_waits.pop(pid, None)
+        if waiting is not None:  # a workflow.exec: the result goes to its caller
+            waiting.resolve(value, error)
+        else:
+            exit_event = Exit(pid, value, error, self.now)
+            self.mailbox.deliver(EVENTS, exit_event, None, force=True)
+
+    def stop(self, dest: Any, reason: str | None, *, hard: bool) -> None:
+        """Record a cancel (or, ``hard``, a terminate) of ``dest``, done after the commit."""
+        self._issue(StopProcess(seq=self._next_seq(), dest=dest, reason=reason, hard=hard))
+
+    def spawn_process(self, entry: str, args: tuple[Any, ...]) -> Pid:
+        """Record the start of a plain process; its PID is derived from the run and seq.
+
+        The process is monitored: its EXIT comes back as an event in the history.
+        """
+        self._validate_args(args, f"process {entry!r}")
+        pid = self._ports.spawn_pid(self._seq + 1)  # raises if this driver cannot
+        seq = self._next_seq()
+        self._issue(SpawnProcess(seq=seq, entry=entry, args=list(args), pid=pid))
+        self._own_children().add(pid)
+        return pid
+
+    def start_child(self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]) -> Pid:
+        """Start a child workflow; its EXIT arrives on ``events()`` (it is monitored).
+
+        ``options`` are child start options (``id``, ``parent_close_policy``, timeouts,
+        ``retry_policy``, ``cron_schedule``, ...), checked here.
+        """
+        if self.started is None:
+            raise Error("the workflow has not started", kind=ErrorKind.INVALID_STATE)
+        workflow_id, policy, child_options = check_child_options(options)
+        self._validate_args(args, f"child workflow {entry!r}")
+        child_id = workflow_id or check_child_id(f"{self.started.workflow_id}.{self._seq + 1}")
+        pid = self._ports.child_pid(child_id)  # raises if this driver cannot
+        seq = self._next_seq()
+        self._issue(
+            StartChild(
+                seq=seq,
+                entry=entry,
+                args=list(args),
+                workflow_id=child_id,
+                parent_close_policy=policy,
+                options=child_options,
+            )
+        )
+        self._own_children().add(pid)
+        return pid
+
+    async def exec_child(
+        self, entry: str, args: tuple[Any, ...], options: Mapping[str, Any]
+    ) -> Any:
+        """Run a child workflow to its end: its result, or its error raised here."""
+        pid = self.start_child(entry, args, options)
+        future = Future(self)
+        self._own("_child_waits")[pid] = future
+        return await future
+
+    # -- workflow.version ----------------------------------------------------------------
+
+    def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """Deterministic versioning (Temporal's GetVersion).
+
+        A new run records and returns ``max_supported``; a replay returns the recorded
+        version, or ``DEFAULT_VERSION`` (-1) for a history made before the change existed.
+        A host that replays by itself answers instead (``Ports.choose_version``).
+        """
+        check_version_range(change_id, min_supported, max_supported)
+        chosen = self._versions.get(change_id)
+        if chosen is None:
+            chosen = self._ports.choose_version(change_id, min_supported, max_supported)
+            if chosen is None:
+                chosen = self._recorded_version(change_id, max_supported)
+            elif chosen != DEFAULT_VERSION:
+                # A history made before the change has no marker, whoever decides.
+                self._issue(
+                    VersionMarker(seq=self._next_seq(), change_id=change_id, version=chosen)
+                )
+            self._own("_versions")[change_id] = chosen
+        if not min_supported <= chosen <= max_supported:
+            # Only a replay can hit this: the code dropped support for this run. Like a
+            # divergence, it stops the replay (the run stays open until the code is fixed)
+            # instead of recording a failure into the run's history.
+            self._stop_replay(version_dropped(change_id, chosen, min_supported, max_supported))
+        return chosen
+
+    def _recorded_version(self, change_id: str, max_supported: int) -> int:
+        """The version from the replayed commands (``max_supported`` when not replaying)."""
+        if self._expected is None:
+            self._issue(
+                VersionMarker(seq=self._next_seq(), change_id=change_id, version=max_supported)
+            )
+            return max_supported
+        nxt = self._next_recorded()
+        if isinstance(nxt, VersionMarker) and nxt.change_id == change_id:
+            self._issue(
+                VersionMarker(seq=self._next_seq(), change_id=change_id, version=nxt.version)
+            )
+            return int(nxt.version)
+        return DEFAULT_VERSION  # replaying a history made before this change
+
+
+async def _no_yield() -> None:
+    return None

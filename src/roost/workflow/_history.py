@@ -9,7 +9,7 @@ boundaries matters: which events arrive *together* decides, for example, which c
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -29,6 +29,7 @@ __all__ = [
     "ContinueAsNew",
     "Event",
     "Fail",
+    "HistoryItem",
     "MessageArrived",
     "ProcessExited",
     "ScheduleActivity",
@@ -117,6 +118,7 @@ class ProcessExited:
 
 
 Event = Started | ActivityResolved | TimerFired | MessageArrived | CancelRequested | ProcessExited
+"""An incoming event: what a host feeds a driver's ``activate``."""
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -260,6 +262,7 @@ Command = (
     | Complete
     | Fail
 )
+"""A command: what workflow code issues, and ``activate`` returns for the host to carry out."""
 
 
 @record("wf.task")
@@ -276,12 +279,16 @@ class WorkflowTask:
     size: int | None = None
 
 
-def flatten(activations: list[Activation], sizes: list[int] | None = None) -> list[Any]:
+HistoryItem = WorkflowTask | Event | Command
+"""An item of a flattened history (``node.history``, ``save_history`` files)."""
+
+
+def flatten(activations: list[Activation], sizes: list[int] | None = None) -> list[HistoryItem]:
     """Activations as one list: a ``WorkflowTask`` marker, its events, its commands.
 
     ``sizes``: the stored bytes of each activation, kept in its marker.
     """
-    out: list[Any] = []
+    out: list[HistoryItem] = []
     for n, act in enumerate(activations):
         size = sizes[n] if sizes is not None else None
         out.append(WorkflowTask(index=act.index, at=act.at, size=size))
@@ -290,20 +297,23 @@ def flatten(activations: list[Activation], sizes: list[int] | None = None) -> li
     return out
 
 
-def unflatten(items: list[Any]) -> list[Activation]:
+def unflatten(items: Sequence[HistoryItem | Activation]) -> list[Activation]:
     """Rebuild activations from ``flatten``'s output (or a list of Activation records).
 
     Raises:
         roost.Error: kind Invalid when the list is not a history.
     """
-    if all(isinstance(item, Activation) for item in items):
-        return list(items)
+    given = [item for item in items if isinstance(item, Activation)]
+    if len(given) == len(items):
+        return given
     acts: list[Activation] = []
     for item in items:
         if isinstance(item, WorkflowTask):
             acts.append(Activation(index=item.index, at=item.at, events=[], commands=[]))
         elif not acts:
             raise invalid("a history starts with a WorkflowTask marker (from node.history)")
+        elif isinstance(item, Activation):
+            raise invalid("a history is either Activation records or flattened items, not both")
         elif isinstance(item, _COMMANDS):
             acts[-1].commands.append(item)
         else:
@@ -318,12 +328,14 @@ class Activation:
 
     index: int
     at: dt.datetime
+    # ``Event`` and ``Command`` items; the codec reads these annotations, and a union of
+    # records has no structure hook (each item is rebuilt by its own record tag).
     events: list[Any]
     commands: list[Any]
 
 
 # Built on every step (see _builders): positional, without keyword parsing.
-new_activation: Callable[[int, dt.datetime, list[Any], list[Any]], Activation] = maker(
+new_activation: Callable[[int, dt.datetime, list[Event], list[Command]], Activation] = maker(
     Activation, ("index", "at", "events", "commands")
 )
 new_schedule: Callable[[int, str, list[Any], dict[str, Any]], ScheduleActivity] = maker(
@@ -346,8 +358,8 @@ _COMMANDS = (
 )
 
 
-def describe(command: Any) -> str:  # noqa: PLR0911, PLR0912 - one arm per command kind
-    """A short human form of a command, for nondeterminism reports."""
+def describe(command: HistoryItem | None) -> str:  # noqa: PLR0911, PLR0912 - one arm per command kind
+    """A short human form of a command, for nondeterminism reports (another item: its repr)."""
     match command:
         case ScheduleActivity(seq=seq, entry=entry):
             return f"#{seq} schedule activity {entry!r}"
@@ -375,10 +387,11 @@ def describe(command: Any) -> str:  # noqa: PLR0911, PLR0912 - one arm per comma
             return f"#{seq} fail the workflow with {error}"
         case None:
             return "nothing"
-    return repr(command)
+        case _:
+            return repr(command)
 
 
-def same_command(issued: Any, recorded: Any) -> bool:
+def same_command(issued: Command, recorded: Command) -> bool:
     """Whether replayed code issued what the history recorded (identity, not arguments)."""
     if type(issued) is not type(recorded):
         return False

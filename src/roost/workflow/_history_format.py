@@ -45,8 +45,10 @@ from roost.workflow._history import (
     ActivityResolved,
     CancelActivity,
     CancelRequested,
+    Command,
     Complete,
     ContinueAsNew,
+    Event,
     Fail,
     MessageArrived,
     ProcessExited,
@@ -234,7 +236,7 @@ def _walked(events: list[list[Any]], commands: list[list[Any]]) -> list[Any] | N
 
 def read_activation(
     codec: Codec, data: bytes | bytearray | memoryview
-) -> tuple[int, dt.datetime, list[Any], list[Any]]:
+) -> tuple[int, dt.datetime, list[Event], list[Command]]:
     """A stored activation row (format v1 or v2) as ``(index, at, events, commands)``.
 
     Raises:

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from roost._text import has_utf8
 from roost.storage import Codec
-from roost.workflow._history import ActivityResolved, MessageArrived, Started, TimerFired
+from roost.workflow._history import ActivityResolved, Event, MessageArrived, Started, TimerFired
 
 __all__ = ["as_recorded", "is_plain", "recorded"]
 
@@ -29,25 +29,25 @@ def is_plain(value: Any) -> bool:
 _plain = is_plain
 
 
-def as_recorded(event: Any) -> bool:
+def as_recorded(event: Event) -> bool:
     """Whether ``event`` is what recording it gives back (no need to round-trip it)."""
-    tp = type(event)
-    if tp is TimerFired:
-        return True
-    if tp is ActivityResolved:
+    # ``type(event) is`` per kind (mypy narrows on it), the most frequent kind first.
+    if type(event) is ActivityResolved:
         return event.error is None and _plain(event.value)
-    if tp is Started:
+    if type(event) is TimerFired:
+        return True
+    if type(event) is Started:
         # Its lists are fresh copies (``new_run``); the values in them are shared.
         return (
             all(_plain(a) for a in event.args)
             and all(type(k) is str and has_utf8(k) and _plain(v) for k, v in event.context.items())
             and has_utf8(event.workflow_id)
         )
-    if tp is MessageArrived:
+    if type(event) is MessageArrived:
         return _plain(event.payload) and has_utf8(event.topic)
     return False
 
 
-def recorded(codec: Codec, event: Any) -> Any:
+def recorded(codec: Codec, event: Event) -> Event:
     """``event`` as its history will hold it (encoded and decoded, unless as recorded)."""
     return event if as_recorded(event) else codec.decode(codec.encode(event))

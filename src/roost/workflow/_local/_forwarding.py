@@ -33,7 +33,7 @@ import attrs
 
 from roost.storage import key
 from roost.workflow._history import CancelRequested, MessageArrived
-from roost.workflow._local._records import TerminateRequest, inbox_key
+from roost.workflow._local._records import InboxItem, TerminateRequest, inbox_key
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
@@ -60,10 +60,10 @@ FORWARD_BLOCK: Final = 1 << 32
 # (the key a row was staged as, the run it is stored for, the key it is stored as)
 Moved = tuple[bytes, "Run", bytes]
 # (the run a row is for, or None to write it as keyed; its key, its bytes, its event)
-Row = tuple["Run | None", bytes, bytes, Any]
+Row = tuple["Run | None", bytes, bytes, InboxItem]
 
 
-def follows(event: Any) -> bool:
+def follows(event: InboxItem) -> bool:
     """Whether ``event`` is for the workflow (it follows the id), not for one run.
 
     A reply to a run's call or an EXIT of its child means nothing to the next run.
@@ -129,13 +129,13 @@ class Forwarding:
             self._moved[staged] = (run, stored)
 
     def take(
-        self, items: list[tuple[bytes, Any]]
-    ) -> tuple[list[tuple[Run, tuple[bytes, Any]]], list[tuple[bytes, Any]]]:
+        self, items: list[tuple[bytes, InboxItem]]
+    ) -> tuple[list[tuple[Run, tuple[bytes, InboxItem]]], list[tuple[bytes, InboxItem]]]:
         """Split ``items`` into those stored for another run (with it), and the rest."""
         if not self._moved:
             return [], items
-        moved: list[tuple[Run, tuple[bytes, Any]]] = []
-        rest: list[tuple[bytes, Any]] = []
+        moved: list[tuple[Run, tuple[bytes, InboxItem]]] = []
+        rest: list[tuple[bytes, InboxItem]] = []
         for k, event in items:
             found = self._moved.pop(k, None)
             if found is None:

@@ -22,7 +22,7 @@ from roost.storage._quarantine import (
     quarantine_key,
     read_quarantine,
 )
-from roost.workflow._history import flatten
+from roost.workflow._history import HistoryItem, flatten
 from roost.workflow._history_format import decode_activation
 from roost.workflow._local._pending import read_open
 from roost.workflow._local._records import ActivityTask, RunRecord, RunStatus, read_progress
@@ -165,7 +165,7 @@ def _pending(task: ActivityTask) -> dict[str, Any]:
     }
 
 
-def history(store: Store, codec: Codec, workflow_id: str) -> list[Any]:
+def history(store: Store, codec: Codec, workflow_id: str) -> list[HistoryItem]:
     """Every event and command of the latest run, in order.
 
     Each activation starts with a ``WorkflowTask`` marker, so replay can feed exactly the

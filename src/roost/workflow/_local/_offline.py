@@ -25,6 +25,7 @@ from roost.storage._quarantine import QUARANTINE_TABLE, quarantine_key
 from roost.workflow._history import CancelRequested, MessageArrived, Started
 from roost.workflow._local._inspect import run_key
 from roost.workflow._local._records import (
+    InboxItem,
     RunRecord,
     RunStatus,
     TerminateRequest,
@@ -186,7 +187,7 @@ def _open_run(txn: ReadTxn, codec: Codec, workflow_id: str) -> RunRecord:
     return record
 
 
-def _append(txn: WriteTxn, codec: Codec, record: RunRecord, event: Any) -> None:
+def _append(txn: WriteTxn, codec: Codec, record: RunRecord, event: InboxItem) -> None:
     # After the run's last pending row, as the runtime numbers them (recovery resumes
     # its count from the highest stored one).
     last = 0

@@ -22,7 +22,7 @@ from roost.workflow._history import (
     ScheduleActivity,
 )
 from roost.workflow._history_format import decode_activation
-from roost.workflow._local._records import ActivityTask, RunRecord, with_history
+from roost.workflow._local._records import ActivityTask, InboxItem, RunRecord, with_history
 
 if TYPE_CHECKING:
     from roost.storage import Codec, ReadTxn
@@ -35,7 +35,7 @@ def pending_tasks(
     run_id: str,
     activations: Iterable[Activation],
     rows: Mapping[int, ActivityTask],
-    resolved: Iterable[object] = (),
+    resolved: Iterable[InboxItem] = (),
 ) -> list[ActivityTask]:
     """The run's pending activity tasks, in the order it scheduled them.
 
@@ -54,15 +54,14 @@ def pending_tasks(
             if type(event) is ActivityResolved:
                 scheduled.pop(event.seq, None)
         for command in act.commands:
-            kind = type(command)
-            if kind is ScheduleActivity:
+            if type(command) is ScheduleActivity:
                 scheduled[command.seq] = rows.get(command.seq)
                 commands[command.seq] = (command, act)
-            elif kind is CancelActivity:
+            elif type(command) is CancelActivity:
                 scheduled.pop(command.activity, None)
-    for event in resolved:
-        if type(event) is ActivityResolved:
-            scheduled.pop(event.seq, None)
+    for item in resolved:
+        if type(item) is ActivityResolved:
+            scheduled.pop(item.seq, None)
     tasks = []
     for seq, row in scheduled.items():
         if row is not None:
@@ -102,7 +101,7 @@ def read_open(
     record: RunRecord,
     *,
     rows: Mapping[int, ActivityTask] | None = None,
-    resolved: Iterable[object] = (),
+    resolved: Iterable[InboxItem] = (),
 ) -> tuple[RunRecord, list[ActivityTask]]:
     """An open run's record with the counters its history gives, and its pending tasks.
 

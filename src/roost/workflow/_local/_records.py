@@ -31,6 +31,7 @@ from roost._pid import Pid
 from roost.storage import key
 from roost.storage._codec import record
 from roost.workflow._builders import maker, replacer
+from roost.workflow._history import Event
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROGRESS_TABLE",
     "ActivityTask",
+    "InboxItem",
     "RunProgress",
     "RunRecord",
     "RunStatus",
@@ -217,6 +219,10 @@ class TerminateRequest:
     its close deletes the row with the run's inbox; a run recovered with one is
     terminated at open (the node stopped before that close committed).
     """
+
+
+InboxItem = Event | TerminateRequest
+"""What an inbox row of a run holds: an event for its next activation, or a terminate."""
 
 
 def history_key(run_id: str, index: int) -> bytes:

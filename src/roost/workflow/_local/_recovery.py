@@ -33,6 +33,7 @@ from roost.workflow._local._quarantine import commit_quarantines, workflow_entry
 from roost.workflow._local._records import (
     PROGRESS_TABLE,
     ActivityTask,
+    InboxItem,
     RunRecord,
     RunStatus,
     TerminateRequest,
@@ -186,12 +187,12 @@ def _with_progress(m: RunHost, record: RunRecord, data: bytes) -> RunRecord:
 
 def _read_inbox(
     txn: ReadTxn, bad: _Unreadable, resumable: dict[str, RunRecord]
-) -> tuple[dict[str, list[tuple[bytes, Any]]], set[str]]:
+) -> tuple[dict[str, list[tuple[bytes, InboxItem]]], set[str]]:
     """The pending events of the ``resumable`` runs, by run id, and the runs with a bad one.
 
     Rows of other runs (closed, quarantined, unknown) are left alone, undecoded.
     """
-    inbox: dict[str, list[tuple[bytes, Any]]] = {}
+    inbox: dict[str, list[tuple[bytes, InboxItem]]] = {}
     unreadable: set[str] = set()
     prefix, record = b"", None
     for k, v in txn.range("inbox"):
@@ -215,7 +216,7 @@ def _same(record: RunRecord, _k: bytes) -> RunRecord:
     return record
 
 
-def _resume(m: RunHost, record: RunRecord, pending: Iterable[tuple[bytes, Any]]) -> None:
+def _resume(m: RunHost, record: RunRecord, pending: Iterable[tuple[bytes, InboxItem]]) -> None:
     try:
         run = _load(m, record)
     except Error as exc:

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from roost._interrupt import is_ctrl_c
 from roost._pid import Pid
-from roost.actors._process import WorkflowProcess, set_current
+from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.storage._quarantine import QuarantinedRow, decode_error
+from roost.workflow._awaitables import DriverView
 from roost.workflow._driver import Driver, Ports
-from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import Started
 from roost.workflow._history_format import read_activation
 from roost.workflow._local._quarantine import RunQuarantined

@@ -13,8 +13,9 @@ from roost.actors._app import Entry
 from roost.actors._node import ExitResult
 from roost.mailbox._channel import Channel
 from roost.workflow._driver import Driver
+from roost.workflow._history import Event
 from roost.workflow._local._phases import RunPhase
-from roost.workflow._local._records import RunRecord, TimerTask
+from roost.workflow._local._records import InboxItem, RunRecord, TimerTask
 
 __all__ = ["NO_ROW", "Pending", "Run", "Settled"]
 
@@ -44,7 +45,7 @@ NO_ROW = ""
 
 # An event waiting for the run's next activation, keyed by where it is stored: its inbox
 # row, or the task or timer row it settles.
-Pending = tuple[bytes | Settled, Any]
+Pending = tuple[bytes | Settled, InboxItem]
 
 
 @attrs.define(eq=False)
@@ -65,7 +66,7 @@ class Run:
     # Sets and sequences start as shared empty immutables (see _NONE); change them through
     # the methods below, or by assigning a new value.
     exits_reported: set[Pid] | frozenset[Pid] = _NONE
-    pending_start: Sequence[tuple[bytes, bytes, Any]] = ()
+    pending_start: Sequence[tuple[bytes, bytes, Event]] = ()
     watchers: set[Pid] | frozenset[Pid] = _NONE
     links: set[Pid] | frozenset[Pid] = _NONE
     exit_chans: Sequence[Channel[ExitResult]] = ()

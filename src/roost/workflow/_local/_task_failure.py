@@ -34,10 +34,10 @@ import trio
 from roost import _telemetry as telemetry
 from roost._backoff import capped_backoff
 from roost._errors import Error, ErrorKind, NondeterminismError, type_name
-from roost.workflow._driver_parts import exception_text
 from roost.workflow._local._phases import PhaseEvent, RunPhase
 from roost.workflow._local._run import Pending, Run
 from roost.workflow._local._watchdog import Guard
+from roost.workflow._misuse import exception_text
 
 if TYPE_CHECKING:
     from roost.workflow._local._host import RunHost

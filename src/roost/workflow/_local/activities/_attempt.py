@@ -6,7 +6,7 @@ import contextvars
 import math
 import struct
 import types
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -15,6 +15,7 @@ from roost import _telemetry as telemetry
 from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost.actors._contain import must_propagate
+from roost.workflow._activity_info import ActivityInfo, ActivityPort
 from roost.workflow._history import ActivityResolved
 from roost.workflow._local._records import ActivityTask
 from roost.workflow._local.activities._threads import SyncJob
@@ -26,6 +27,7 @@ __all__ = [
     "RESULT_PATH",
     "SCALARS",
     "Attempt",
+    "AttemptPort",
     "Unstorable",
     "check_result",
     "failed",
@@ -39,6 +41,51 @@ __all__ = [
 # Results that always encode, at any depth (ints of any size too: a bignum is one tag).
 SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
 _U64 = struct.Struct(">Q")
+
+
+class AttemptPort(ActivityPort):
+    """What an attempt's context knows of it; its ``ActivityInfo`` is built when first asked.
+
+    ``task`` is the attempt's ActivityTask (anything with its fields): most activities
+    never call ``activity_info()``, so an attempt's start builds no record for it.
+    ``context`` is its workflow's context values (``ctx.get``), ``beat`` what
+    ``roost.heartbeat()`` calls (None: the task has no heartbeat timeout).
+    """
+
+    __slots__ = ("_info", "beat", "context", "task")
+
+    def __init__(
+        self,
+        task: Any,
+        context: Mapping[str, Any] | None = None,
+        beat: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.task = task
+        self.context = context
+        self.beat = beat
+        self._info: ActivityInfo | None = None
+
+    def info(self) -> ActivityInfo:
+        """The attempt's info (the same object on every call)."""
+        info = self._info
+        if info is None:
+            task = self.task
+            info = self._info = ActivityInfo(
+                workflow_id=task.workflow_id,
+                run_id=task.run_id,
+                seq=task.seq,
+                entry=task.entry,
+                attempt=task.attempt,
+                idempotency_key=f"{task.workflow_id}/{task.run_id}/{task.seq}",
+                scheduled_at=task.scheduled_at,
+            )
+        return info
+
+    def heartbeat(self, details: Any) -> None:
+        """Extend the attempt's deadline (a no-op without a heartbeat timeout)."""
+        beat = self.beat
+        if beat is not None:
+            beat(details)
 
 
 class Unstorable(Exception):  # noqa: N818 - private control flow, never seen by users

@@ -32,11 +32,7 @@ import trio
 from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind
 from roost.actors._app import Entry, EntryKind
-from roost.workflow._activity_info import (
-    Known,
-    enter,
-    prepare_base,
-)
+from roost.workflow._activity_info import install_port, prepare_base
 from roost.workflow._history import ActivityResolved
 from roost.workflow._local._records import ActivityTask
 from roost.workflow._local._replay import paused_gc
@@ -44,6 +40,7 @@ from roost.workflow._local._run import NO_ROW
 from roost.workflow._local.activities._attempt import (
     SCALARS,
     Attempt,
+    AttemptPort,
     Unstorable,
     check_result,
     failed,
@@ -285,7 +282,9 @@ class ActivityWorker:
         # The run's context values are shared, never copied: nothing changes them in place
         # (the workflow's own process reads the same mapping).
         ctx = work.ctx = self._base.copy()
-        ctx.run(enter, Known(task, run.context, self._beater(work) if work.every else None))
+        ctx.run(
+            install_port, AttemptPort(task, run.context, self._beater(work) if work.every else None)
+        )
         if telemetry.tracing:
             telemetry.activity_started(work, run, ctx)
         if not entry.is_async and not self.m.node.mock_time:

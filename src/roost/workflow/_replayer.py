@@ -1,25 +1,26 @@
-"""``roost.testing.Replayer``: replay recorded histories against the current code."""
+"""``Replayer``: replay recorded histories against the current code (no trio, no store).
+
+Public as ``roost.testing.Replayer``; ``roost replay`` runs it on a history file.
+"""
 
 from __future__ import annotations
 
 import contextvars
-import os
 import types
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from roost._errors import Error, NondeterminismError, invalid
 from roost._pid import Pid
 from roost.actors._app import App, EntryKind
-from roost.actors._process import WorkflowProcess, set_current
-from roost.admin._json import dumps
+from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
-from roost.storage import Codec
+from roost.storage._codec import Codec
+from roost.workflow._awaitables import DriverView
 from roost.workflow._driver import Driver, Ports, Status
-from roost.workflow._driver_parts import DriverView
 from roost.workflow._history import (
     Activation,
+    HistoryItem,
     SendMessage,
     SpawnProcess,
     Started,
@@ -27,7 +28,7 @@ from roost.workflow._history import (
     unflatten,
 )
 
-__all__ = ["Replayer", "history_to_json", "load_history", "save_history"]
+__all__ = ["Replayer"]
 
 _CODEC = Codec()
 
@@ -46,7 +47,7 @@ class Replayer:
             raise invalid(f"Replayer needs a roost.App, got {type(app).__name__}")
         self.app = app
 
-    def replay(self, history: Iterable[Any]) -> Any:
+    def replay(self, history: Iterable[HistoryItem | Activation]) -> Any:
         """Replay one history; see the class docstring.
 
         Returns:
@@ -95,7 +96,7 @@ class Replayer:
         # As the live run's watchers got it: recorded (a tuple comes back a list).
         return _CODEC.decode(_CODEC.encode(driver.result))
 
-    def replay_many(self, histories: Iterable[Iterable[Any]]) -> list[Any]:
+    def replay_many(self, histories: Iterable[Iterable[HistoryItem | Activation]]) -> list[Any]:
         """Replay several histories: their results, or their recorded errors, in order.
 
         Raises:
@@ -162,38 +163,3 @@ def _started(acts: list[Activation]) -> Started:
         raise invalid("a history must begin with the workflow's Started event")
     started: Started = acts[0].events[0]
     return started
-
-
-def save_history(history: Iterable[Any], path: str | os.PathLike[str]) -> Path:
-    """Write a history (from ``node.history``) to a portable CBOR file."""
-    target = Path(path)
-    # A list of roost's own records: it gets their depth, as the store does.
-    target.write_bytes(_CODEC.encode(list(history), what="history", envelope=True))
-    return target
-
-
-def history_to_json(history: Iterable[Any], *, indent: int | None = 2) -> str:
-    """A readable JSON form of a history (for people and diff tools; load the CBOR file).
-
-    Strict JSON in the admin server's rendering (``roost.admin._json``): each event or
-    command becomes ``{"type": "<record class>", ...its fields}``; datetimes ISO 8601 text,
-    PIDs and UUIDs their text, bytes ``{"base64": ...}``, errors ``{"kind", "message",
-    "details", "retryable"}``, non-finite floats their text (``"nan"``, ``"inf"``).
-    """
-    return dumps(list(history), indent=indent)
-
-
-def load_history(path: str | os.PathLike[str]) -> list[Any]:
-    """Read a history written by ``save_history``.
-
-    Raises:
-        roost.Error: kind Invalid when the file is not a roost history.
-    """
-    data = Path(path).read_bytes()
-    try:
-        items = _CODEC.decode(data)
-    except Error as exc:
-        raise invalid(f"{path} is not a roost history file: {exc.message}") from exc
-    if not isinstance(items, list):
-        raise invalid(f"{path} is not a roost history file (no list of events)")
-    return items

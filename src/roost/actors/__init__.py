@@ -7,8 +7,8 @@ from roost import _lazy
 if _typing.TYPE_CHECKING:
     from roost.actors._api import Receipt, Registry
     from roost.actors._app import App, Entry, EntryKind, HostSpec
-    from roost.actors._events import Cancel, Event, EventKind, Exit, LinkDown
-    from roost.actors._node import ExitResult, Node
+    from roost.actors._events import Cancel, Event, EventKind, Exit, ExitResult, LinkDown
+    from roost.actors._node import Node
     from roost.actors._open import NodeHandle, open_node, run
     from roost.actors._spawn import Spawner
 
@@ -21,7 +21,7 @@ _NAMES = {
     "Event": "roost.actors._events",
     "EventKind": "roost.actors._events",
     "Exit": "roost.actors._events",
-    "ExitResult": "roost.actors._node",
+    "ExitResult": "roost.actors._events",
     "HostSpec": "roost.actors._app",
     "LinkDown": "roost.actors._events",
     "Node": "roost.actors._node",

@@ -1,4 +1,4 @@
-"""The events a process receives on ``process.events()``."""
+"""The events a process receives on ``process.events()``, and how a process ended."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import attrs
 from roost._errors import Error
 from roost._pid import Pid
 
-__all__ = ["Cancel", "Event", "EventKind", "Exit", "LinkDown"]
+__all__ = ["Cancel", "Event", "EventKind", "Exit", "ExitResult", "LinkDown"]
 
 
 class EventKind(enum.StrEnum):
@@ -53,3 +53,11 @@ class Cancel:
 
 
 Event = Exit | LinkDown | Cancel
+
+
+@attrs.frozen
+class ExitResult:
+    """How a process (or workflow) ended: ``value`` when it returned, else ``error``."""
+
+    value: Any
+    error: Error | None

@@ -1,19 +1,17 @@
-"""The node's value types and the protocol of virtual hosts (split from _node for size)."""
+"""The node's value types (split from _node for size)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
-
-if TYPE_CHECKING:
-    pass
+from roost.actors._events import ExitResult
 
 __all__ = [
     "ExitResult",
@@ -24,14 +22,6 @@ __all__ = [
     "shutdown_error",
     "terminated_error",
 ]
-
-
-@attrs.frozen
-class ExitResult:
-    """How a process ended: ``value`` when it returned, else ``error``."""
-
-    value: Any
-    error: Error | None
 
 
 @attrs.frozen(kw_only=True)

@@ -1,4 +1,4 @@
-"""Durable workflows: the deterministic driver, the LMDB-backed runtime, and its API."""
+"""Durable workflows: the deterministic driver, the API, and the protocol of their hosts."""
 
 import typing as _typing
 
@@ -16,12 +16,22 @@ if _typing.TYPE_CHECKING:
         is_continue_as_new_suggested,
         version,
     )
+    from roost.workflow._host_protocol import (
+        Durable,
+        NodeServices,
+        WorkflowHost,
+        WorkflowHostFactory,
+    )
     from roost.workflow._retry import RetryPolicy
 
 # Where each public name lives; the first use of a name loads its module (PEP 562).
 _NAMES = {
     "ActivityInfo": "roost.workflow._activity_info",
+    "Durable": "roost.workflow._host_protocol",
+    "NodeServices": "roost.workflow._host_protocol",
     "RetryPolicy": "roost.workflow._retry",
+    "WorkflowHost": "roost.workflow._host_protocol",
+    "WorkflowHostFactory": "roost.workflow._host_protocol",
     "WorkflowInfo": "roost.workflow._api",
     "activity_info": "roost.workflow._activity_info",
     "attrs": "roost.workflow._api",
@@ -37,7 +47,11 @@ __getattr__, __dir__ = _lazy.attach(__name__, _NAMES)
 
 __all__ = [
     "ActivityInfo",
+    "Durable",
+    "NodeServices",
     "RetryPolicy",
+    "WorkflowHost",
+    "WorkflowHostFactory",
     "WorkflowInfo",
     "activity_info",
     "attrs",

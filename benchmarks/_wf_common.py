@@ -167,7 +167,7 @@ def store(node: Any) -> Any:
 
 
 def manager(node: Any) -> Any:
-    return node._node.ext["workflows"]
+    return node._node.local_workflows
 
 
 async def wait_exits(n: int) -> None:

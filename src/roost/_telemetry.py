@@ -550,8 +550,8 @@ def log_queues_recovered(messages: int, dead: int, quarantined: int) -> None:
 
 def log_node_opened(node: Any, data_dir: Any) -> None:
     """Log at INFO that a node is open (its recovery logged its own counts before)."""
-    manager = node.ext.get("workflows")
-    workflows = len(manager.runs) if manager is not None else 0
+    embedded = node.local_workflows  # another host's open workflows are not counted here
+    workflows = len(embedded.runs) if embedded is not None else 0
     log_node.info(
         "node %s open on %s (incarnation %d, %s): %d workflows open",
         node.name,

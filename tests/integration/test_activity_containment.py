@@ -333,7 +333,7 @@ async def test_a_task_row_left_by_a_closed_run_is_deleted_without_running(autoju
             options={},
             scheduled_at=record["closed_at"],
         )
-        manager = node._node.ext["workflows"]
+        manager = node._node.local_workflows
         row = task_key(stray.run_id, stray.seq)
         await node._node.transact(lambda txn: txn.put("tasks", row, manager.codec.encode(stray)))
         attempts.clear()

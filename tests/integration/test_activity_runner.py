@@ -33,7 +33,7 @@ def _clear():
 
 
 def worker(node):
-    return node._node.ext["workflows"].activities
+    return node._node.local_workflows.activities
 
 
 @app.activity

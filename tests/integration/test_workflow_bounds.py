@@ -48,7 +48,7 @@ async def test_the_losing_timers_of_a_select_go_with_the_close_and_stay_gone_aft
         assert {node.describe(p.id)["result"] for p in pids} == {"message"}
         assert timer_rows(node) == []
         # Their heap entries are dropped too, not held in memory for a day.
-        assert len(node._node.ext["workflows"].timers._heap) < 70 // 2
+        assert len(node._node.local_workflows.timers._heap) < 70 // 2
         await node.restart()
         assert timer_rows(node) == []
         # Nothing of them fires a day later either (the heap entries were dropped too).

@@ -46,7 +46,7 @@ async def _run_two(node, cache_evicts):
         process.send(pid, "go", 1)
     results = [await process.events().receive() for _ in pids]
     by_pid = {ev.pid: ev for ev in results}
-    stats = node._node.ext["workflows"].stats
+    stats = node._node.local_workflows.stats
     assert (stats["replays"] > 0) is cache_evicts
     return [by_pid[pid] for pid in pids]
 
@@ -74,7 +74,7 @@ async def test_a_cached_run_keeps_its_start_with_the_run_records_own_values():
     async with open_test_node(app) as node:
         pid = await process.spawn_monitored(parks)
         await roost.sleep("1s")
-        m = node._node.ext["workflows"]
+        m = node._node.local_workflows
         run = m.runs[str(pid.id)]
         started = run.driver.started
         # Equal to what was recorded, and the same objects as the record's: a decoded

@@ -178,7 +178,7 @@ async def test_a_step_that_changes_only_counters_writes_no_run_row(autojump_cloc
             unread["history_length"],
             unread["history_size"],
         )
-        assert node._node.ext["workflows"].runs.get("p").next_index == 6
+        assert node._node.local_workflows.runs.get("p").next_index == 6
         pid = roost.Pid(node.name, "executor:workflows", "p")
         process.monitor(pid)
         await process.send(pid, "go", 1)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_workflow_handover_requests import HOST, app, check_outcome, go, issuer, target
+from test_workflow_handover_requests import app, check_outcome, go, issuer, target
 
 from roost import process
 from roost.testing import open_test_node
 
 
 def forwarding(node: Any) -> Any:
-    return node._node.virtual[HOST].forwarding
+    return node._node.local_workflows.forwarding
 
 
 @pytest.mark.parametrize("order", ["issuer-first", "target-first", "target-a-pass-earlier"])

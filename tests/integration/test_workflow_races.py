@@ -73,7 +73,7 @@ async def test_a_start_waits_for_a_child_its_step_has_not_committed(
     # The parent's first activation (run by its starter) starts child "shared"; a start of
     # "shared" from outside while that step commits must see the child, not a free id.
     async with open_test_node(app) as node:
-        manager = node._node.ext["workflows"]
+        manager = node._node.local_workflows
         gate, commit = trio.Event(), node._node.transact
 
         async def held_commit(fn: Any) -> Any:  # the parent's step waits here, uncommitted

@@ -107,7 +107,7 @@ async def test_what_fell_due_while_down_is_one_first_activation(
     _fall_due(data, ["due-1", "due-2"])
     _message_before_the_stop(data, {"due-1": "one", "due-2": "two", "later": "three"})
     async with roost.open_node(app, data) as node:
-        manager = node._node.ext["workflows"]
+        manager = node._node.local_workflows
         for label in ["due-1", "due-2"]:
             process.monitor(wf(label))
         exits = {}

@@ -317,7 +317,7 @@ async def _settle_a_fake_timer(node, workflow_id, waiting=2):
     from roost.workflow._history import TimerFired  # noqa: PLC0415 - internals under test
     from roost.workflow._local._records import TimerTask, timer_key  # noqa: PLC0415
 
-    manager = node._node.ext["workflows"]
+    manager = node._node.local_workflows
     run = manager.runs[workflow_id]
     timer = TimerTask(workflow_id=workflow_id, run_id=run.record.run_id, seq=7, due=roost.now())
     row = timer_key(timer.due, timer.run_id, timer.seq)
@@ -357,10 +357,10 @@ async def test_a_row_settled_for_a_run_that_is_retried_before_recording_it_is_de
         )
         await retried.spawn("sched:inbox_reader", 1)
         await trio.testing.wait_all_tasks_blocked()  # started, waiting for its message
-        first = node._node.ext["workflows"].runs["retried"]
+        first = node._node.local_workflows.runs["retried"]
         first.phase = RunPhase.HELD  # so the settled event is still waiting at the timeout
         row = await _settle_a_fake_timer(node, "retried", waiting=1)
         await roost.sleep("31m")
         await trio.testing.wait_all_tasks_blocked()
-        assert node._node.ext["workflows"].runs["retried"] is not first  # the retry took over
+        assert node._node.local_workflows.runs["retried"] is not first  # the retry took over
         assert _stored_timer(node, row) is None

@@ -190,7 +190,7 @@ async def test_a_cancel_not_yet_read_ends_the_retries_of_a_run_that_times_out(au
             "sem:ignores_cancel_and_times_out"
         )
         await trio.testing.wait_all_tasks_blocked()
-        manager = node._node.ext["workflows"]
+        manager = node._node.local_workflows
         # No activation reads the cancel before the timeout.
         manager.runs["to"].phase = RunPhase.HELD
         process.cancel(pid, "stop")
@@ -221,7 +221,7 @@ async def test_a_cancel_committed_for_a_run_that_continued_as_new_reaches_the_ne
     async with roost.open_node(app) as node:
         pid = await process.with_options(id="can").spawn_monitored("sem:renews_then_waits", 0)
         await trio.testing.wait_all_tasks_blocked()
-        manager = node._node.ext["workflows"]
+        manager = node._node.local_workflows
         old = manager.runs["can"]
         await process.send(pid, "go", None)
         await trio.testing.wait_all_tasks_blocked()

@@ -38,7 +38,7 @@ async def test_a_burst_of_starts_is_admitted_a_few_at_a_time(autojump_clock, mon
 
     monkeypatch.setattr(_manager, "new_run", counting_new_run)
     async with roost.open_node(app) as node:
-        node._node.ext["workflows"].start_gate = StartGate(3)
+        node._node.local_workflows.start_gate = StartGate(3)
         events = process.events()
 
         async def start(i: int) -> None:
@@ -105,7 +105,7 @@ async def test_a_start_waiting_at_the_gate_ends_when_the_node_stops(autojump_clo
 
     with trio.fail_after(60):  # without the close this waits forever
         async with trio.open_nursery() as nursery, roost.open_node(app) as node:
-            gate = node._node.ext["workflows"].start_gate = StartGate(1)
+            gate = node._node.local_workflows.start_gate = StartGate(1)
             await gate.enter()  # every slot taken: the next start waits
             nursery.start_soon(starter)
             await trio.testing.wait_all_tasks_blocked()
@@ -117,7 +117,7 @@ async def test_the_runtimes_own_starts_do_not_pass_the_gate(autojump_clock):
     async with roost.open_node(app) as node:
         pid = await process.spawn_monitored(parent_of_one, 5)
         events = process.events()
-        gate = node._node.ext["workflows"].start_gate = StartGate(1)
+        gate = node._node.local_workflows.start_gate = StartGate(1)
         await gate.enter()  # every slot taken by a caller's start in flight
         await process.send(pid, "go", None)
         with trio.fail_after(60):

@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent(
         async with roost.open_node(app, data_dir) as node:
             assert gc.get_freeze_count() > 0, "the start-up heap was frozen"
             assert not seen_by_the_collector(waits), "what was imported is frozen"
-            manager = node._node.ext["workflows"]
+            manager = node._node.local_workflows
             run = manager.runs.get(workflow_id)
             assert run is not None, "the run was recovered"
             assert seen_by_the_collector(run), "a recovered run is frozen"

@@ -323,7 +323,7 @@ async def test_evicted_workflows_are_rebuilt_by_replay(autojump_clock):
                 await process.send(pid, "add", round_ + 1)
         results = sorted([(await next_event()).value for _ in pids])
         assert results == [6, 6, 6]
-        stats = node._node.ext["workflows"].stats
+        stats = node._node.local_workflows.stats
         assert stats["evictions"] > 0
         assert stats["replays"] >= stats["evictions"]
         with pytest.raises(roost.Error):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -21,6 +21,9 @@ from roost.actors._registry import check_name
 from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
+
+if TYPE_CHECKING:
+    from roost.workflow._host_protocol import Durable
 
 __all__ = [
     "Receipt",
@@ -94,7 +97,7 @@ class DurableReceipt(Receipt):
 
     __slots__ = ("_done",)
 
-    def __init__(self, done: trio.Event) -> None:
+    def __init__(self, done: Durable) -> None:
         self._done = done
 
     @property
@@ -130,9 +133,9 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     target = node.procs.get(dest) if dest.__class__ is Pid else None
     if target is None:
         pid_ = node.resolve(dest)
-        virtual = node.virtual.get(pid_.host)
-        if virtual is not None:
-            return DurableReceipt(virtual.signal(proc.pid, pid_, topic, payload))
+        host = node.workflow_host_of(pid_)
+        if host is not None:
+            return DurableReceipt(host.signal(proc.pid, pid_, topic, payload))
         target = node.live(pid_)
     box = target.mailbox
     if box is None:
@@ -184,9 +187,9 @@ async def call(
     alias = node.attach(proc.context)  # a mailbox-only process: the reply address
     try:
         target = node.resolve(dest)
-        virtual = node.virtual.get(target.host)
-        if virtual is not None:
-            await DurableReceipt(virtual.signal(alias.pid, target, topic, payload))
+        host = node.workflow_host_of(target)
+        if host is not None:
+            await DurableReceipt(host.signal(alias.pid, target, topic, payload))
         else:
             node.live(target).get_mailbox().deliver(topic, payload, alias.pid)
         replies = alias.get_mailbox().subscribe(INBOX, message=True)

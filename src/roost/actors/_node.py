@@ -6,7 +6,7 @@ import datetime as dt
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -26,7 +26,7 @@ from roost.actors._node_types import (
     noproc_error,
     terminated_error,
 )
-from roost.actors._process import Process, VirtualHost
+from roost.actors._process import Process
 from roost.actors._registry import Registry, check_name
 from roost.actors._stopping import shut_down, until_running
 from roost.actors._timers import Timers
@@ -36,11 +36,13 @@ from roost.mailbox._channel import Channel, select
 from roost.mailbox._mailbox import EVENTS
 from roost.storage import Store
 
+if TYPE_CHECKING:
+    from roost.workflow._host_protocol import WorkflowHost
+
 __all__ = [
     "ExitResult",
     "Node",
     "SpawnRequest",
-    "VirtualHost",
     "noproc_error",
     "terminated_error",
 ]
@@ -87,9 +89,9 @@ class Node:
         self.ext: dict[str, Any] = {}
         self.store = store
         self.settings: dict[str, Any] = dict(settings or {})
-        # Hosts served by higher layers: PID host -> handler, and entry kind -> handler.
-        self.virtual: dict[str, VirtualHost] = {}
-        self.kind_hosts: dict[EntryKind, VirtualHost] = {}
+        # The host of the app's workflows, set once as the node starts (roost.actors._hosting)
+        # from open_node's workflow_host= factory, or the embedded LMDB host.
+        self.workflows: WorkflowHost | None = None
         self._nursery = nursery
         self._counter = 0
         self._idle: trio.Event | None = None
@@ -121,6 +123,33 @@ class Node:
     def is_local(self, pid: Pid) -> bool:
         """Whether ``pid`` belongs to this node."""
         return pid.node == self.name or (pid.node == LOCAL_NODE and self.name == LOCAL_NODE)
+
+    # -- the workflow host -----------------------------------------------------------------
+
+    def workflow_host_of(self, pid: Pid) -> WorkflowHost | None:
+        """The workflow host serving ``pid`` (a workflow or a reply address), if any."""
+        host = self.workflows
+        return host if host is not None and pid.host in host.pid_hosts else None
+
+    def require_workflows(self) -> WorkflowHost:
+        """The node's workflow host.
+
+        Raises:
+            roost.Error: Invalid when the node hosts no workflows.
+        """
+        host = self.workflows
+        if host is None:
+            raise invalid("this node runs no workflow runtime; import roost.workflow")
+        return host
+
+    @property
+    def local_workflows(self) -> Any:
+        """The workflow host when it is the embedded LMDB one, else None.
+
+        What only that host has (its counters, stats and run cache) is read through it;
+        everything else goes through the ``WorkflowHost`` protocol (``workflows``).
+        """
+        return self.workflows if self.settings.get("workflow_host") is None else None
 
     # -- destinations ----------------------------------------------------------------------
 
@@ -391,8 +420,10 @@ class Node:
                 if other.watching:
                     other.watching.discard(pid)
                 self.post_event(other, Exit(pid, value, error, at))
-            elif watcher.host in self.virtual:
-                self.virtual[watcher.host].process_exited(watcher, Exit(pid, value, error, at))
+            else:
+                host = self.workflow_host_of(watcher)
+                if host is not None:
+                    host.process_exited(watcher, Exit(pid, value, error, at))
 
     def _notify_links(self, proc: Process, error: Error | None, at: Any) -> None:
         pid = proc.pid
@@ -444,12 +475,12 @@ class Node:
             roost.Error: NotFound when ``dest`` is not alive.
         """
         pid = self.resolve(dest)
-        virtual = self.virtual.get(pid.host)
-        if virtual is not None:
+        host = self.workflow_host_of(pid)
+        if host is not None:
             if hard:
-                virtual.terminate(pid)
+                host.terminate(pid)
             else:
-                virtual.cancel(pid, reason)
+                host.cancel(pid, reason)
             return
         target = self.live(pid)
         if hard:
@@ -480,17 +511,17 @@ class Node:
         """Whether ``pid`` is a live process or an open workflow on this node."""
         if pid in self.procs:
             return True
-        virtual = self.virtual.get(pid.host)
-        return virtual is not None and virtual.running(pid)
+        host = self.workflow_host_of(pid)
+        return host is not None and host.running(pid)
 
     def monitor(self, watcher: Process, dest: object) -> None:
         """Watch ``dest``: one EXIT when it ends (at once, "noproc", if it is not alive)."""
         pid = self.resolve(dest)
         if pid == watcher.pid:
             return
-        virtual = self.virtual.get(pid.host)
-        if virtual is not None:
-            virtual.monitor(watcher, pid)
+        host = self.workflow_host_of(pid)
+        if host is not None:
+            host.monitor(watcher.pid, pid)
             return
         target = self.procs.get(pid)
         if target is None:
@@ -506,9 +537,9 @@ class Node:
     def unmonitor(self, watcher: Process, dest: object) -> None:
         """Stop watching ``dest``; a no-op when not watching it."""
         pid = self.resolve(dest)
-        virtual = self.virtual.get(pid.host)
-        if virtual is not None:
-            virtual.unwatch(watcher, pid)
+        host = self.workflow_host_of(pid)
+        if host is not None:
+            host.unwatch(watcher.pid, pid)
         if watcher.watching:
             watcher.watching.discard(pid)
         target = self.procs.get(pid)
@@ -520,9 +551,9 @@ class Node:
         pid = self.resolve(dest)
         if pid == proc.pid:
             return
-        virtual = self.virtual.get(pid.host)
-        if virtual is not None:
-            virtual.link(proc, pid)
+        host = self.workflow_host_of(pid)
+        if host is not None:
+            host.link(proc.pid, pid)
             return
         other = self.procs.get(pid)
         if other is None:
@@ -538,9 +569,9 @@ class Node:
     def unlink(self, proc: Process, dest: object) -> None:
         """Remove a link; a no-op when there is none."""
         pid = self.resolve(dest)
-        virtual = self.virtual.get(pid.host)
-        if virtual is not None:
-            virtual.unwatch(proc, pid)
+        host = self.workflow_host_of(pid)
+        if host is not None:
+            host.unwatch(proc.pid, pid)
         if proc.links:
             proc.links.discard(pid)
         other = self.procs.get(pid)

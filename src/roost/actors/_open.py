@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -23,6 +23,9 @@ from roost.actors._node import Node, SpawnRequest
 from roost.actors._node_types import is_mock_clock
 from roost.actors._spawn import exec as _exec
 from roost.storage import open_lmdb_store
+
+if TYPE_CHECKING:
+    from roost.workflow._host_protocol import WorkflowHostFactory
 
 __all__ = ["NodeHandle", "open_node", "run"]
 
@@ -76,10 +79,10 @@ class NodeHandle:
         return self._inspect("list_workflows", query)  # type: ignore[no-any-return]
 
     def _inspect(self, what: str, arg: Any) -> Any:
-        manager = self._node.ext.get("workflows")
-        if manager is None:
+        host = self._node.workflows
+        if host is None:
             raise Error("this node has no workflow runtime", kind=ErrorKind.INVALID_STATE)
-        return getattr(manager, what)(arg)
+        return getattr(host, what)(arg)
 
     @property
     def http_url(self) -> str | None:
@@ -180,6 +183,7 @@ async def open_node(
     http: Any = None,
     workflow_unread_limit: int = 10_000,
     admin: str | None = None,
+    workflow_host: WorkflowHostFactory | None = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -206,6 +210,11 @@ async def open_node(
             ``admin.json`` in the data directory (docs/admin.md). A host other than a
             loopback address exposes the node's control to that network. None (the
             default) serves nothing.
+        workflow_host: where the app's workflows run: a ``roost.workflow.WorkflowHostFactory``,
+            called once as the node starts with its ``roost.workflow.NodeServices``; the
+            async context manager it returns yields the ``roost.workflow.WorkflowHost`` and
+            is left as the node closes (docs/workflows.md, "Workflow hosts"). None (the
+            default): the embedded host, in ``data_dir``'s LMDB store.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -223,6 +232,11 @@ async def open_node(
     if workflow_cache < 1:
         raise invalid(f"workflow_cache must be >= 1, got {workflow_cache}")
     _check_positive_int(workflow_unread_limit, "workflow_unread_limit")
+    if workflow_host is not None and not callable(workflow_host):
+        raise invalid(
+            "workflow_host must be a factory (a callable given the node's services that "
+            f"returns an async context manager yielding a WorkflowHost), got {workflow_host!r}"
+        )
     http_bind = _extension("http_bind")(http) if http is not None else None
     admin_bind = _extension("admin_bind")(admin) if admin is not None else None
     app.validate()
@@ -247,6 +261,7 @@ async def open_node(
                     "workflow_unread_limit": workflow_unread_limit,
                     "admin": admin_bind,
                     "data_dir": path,
+                    "workflow_host": workflow_host,
                 },
             }
             async with _running(
@@ -322,8 +337,11 @@ def run(
     durability: str = "sync",
     shutdown_grace: Duration = "10s",
     clock: trio.abc.Clock | None = None,
+    workflow_host: WorkflowHostFactory | None = None,
 ) -> Any:
     """Start a node, run ``entry`` with ``args`` to completion, shut down, return its value.
+
+    The keywords are ``open_node``'s; ``clock`` is the trio clock to run on.
 
     Raises:
         roost.Error: the entry's error.
@@ -331,7 +349,12 @@ def run(
 
     async def main() -> Any:
         async with open_node(
-            app, data_dir, name=name, durability=durability, shutdown_grace=shutdown_grace
+            app,
+            data_dir,
+            name=name,
+            durability=durability,
+            shutdown_grace=shutdown_grace,
+            workflow_host=workflow_host,
         ):
             return await _exec(entry, *args)
 

@@ -1,4 +1,4 @@
-"""The per-process record, and the node as processes see it (``NodeOps``, ``VirtualHost``).
+"""The per-process record, and the node as processes see it (``NodeOps``).
 
 Which process runs the calling code is ``actors/_current.py``, which needs no trio.
 """
@@ -20,15 +20,16 @@ if TYPE_CHECKING:
     import datetime as dt
     from collections.abc import Awaitable, Callable
 
-    from roost.actors._app import App, Entry, EntryKind
-    from roost.actors._events import Exit
-    from roost.actors._node_types import ExitResult, SpawnRequest
+    from roost.actors._app import App, Entry
+    from roost.actors._events import ExitResult
+    from roost.actors._node_types import SpawnRequest
     from roost.actors._registry import Registry
     from roost.actors._timers import Timers
     from roost.actors._workflow_ops import WorkflowOps
     from roost.storage._store import Store
+    from roost.workflow._host_protocol import WorkflowHost
 
-__all__ = ["NodeOps", "Process", "VirtualHost"]
+__all__ = ["NodeOps", "Process"]
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -49,8 +50,7 @@ class NodeOps(Protocol):
     ext: dict[str, Any]
     store: Store | None
     settings: dict[str, Any]
-    virtual: dict[str, VirtualHost]
-    kind_hosts: dict[EntryKind, VirtualHost]
+    workflows: WorkflowHost | None
     mock_time: bool
     timers: Timers
 
@@ -62,6 +62,12 @@ class NodeOps(Protocol):
 
     def resolve(self, dest: object) -> Pid:
         """Turn a Pid, a PID string or a registered name into a Pid."""
+
+    def workflow_host_of(self, pid: Pid) -> WorkflowHost | None:
+        """The workflow host serving ``pid`` (a workflow or a reply address), if any."""
+
+    def require_workflows(self) -> WorkflowHost:
+        """The node's workflow host (Invalid when it hosts none)."""
 
     def live(self, dest: object) -> Process:
         """The live process behind ``dest``."""
@@ -123,32 +129,6 @@ class NodeOps(Protocol):
 
     def exit_channel(self, proc: Process) -> Channel[ExitResult]:
         """A channel that receives ``proc``'s ExitResult once."""
-
-
-class VirtualHost(Protocol):
-    """Processes that are not trio tasks of this node (workflows), reached by PID host."""
-
-    host: str
-
-    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event: ...
-    def running(self, pid: Pid) -> bool: ...
-    def cancel(self, pid: Pid, reason: str | None) -> trio.Event: ...
-    def terminate(self, pid: Pid) -> None: ...
-    def monitor(self, watcher: Process, pid: Pid) -> None: ...
-    def link(self, proc: Process, pid: Pid) -> None: ...
-    def unwatch(self, proc: Process, pid: Pid) -> None: ...
-    def exit_channel(self, pid: Pid) -> Channel[ExitResult]: ...
-    def process_exited(self, watcher: Pid, event: Exit) -> None: ...
-    async def spawn(
-        self,
-        parent: Process,
-        *,
-        entry: Entry,
-        args: tuple[Any, ...],
-        options: dict[str, Any],
-        messages: tuple[tuple[str, Any], ...],
-        context: dict[str, Any],
-    ) -> Pid: ...
 
 
 class Process:

@@ -172,7 +172,7 @@ class Spawner:
         resolved = node.app.resolve(entry)
         if resolved.kind is EntryKind.WORKFLOW:
             pid = await self._start_workflow(parent, resolved, args, link=False, monitor=False)
-            outcome = await node.virtual[pid.host].exit_channel(pid).receive()
+            outcome = await node.require_workflows().wait_exit(pid)
             if outcome.error is not None:
                 raise outcome.error.clone()
             return outcome.value
@@ -255,22 +255,20 @@ class Spawner:
         self, parent: Any, entry: Entry, args: tuple[Any, ...], *, link: bool, monitor: bool
     ) -> Pid:
         node = parent.node
-        handler = node.kind_hosts.get(EntryKind.WORKFLOW)
-        if handler is None:
-            raise invalid("this node runs no workflow runtime; import roost.workflow")
+        host = node.require_workflows()
         options = dict(self.options)
         for key in PROCESS_OPTIONS - {"name"}:
             if key in options:
                 raise invalid(f"option {key!r} applies to plain processes, not workflows")
         if self.name is not None:
             options["name"] = self.name
-        pid: Pid = await handler.spawn(
-            parent,
+        pid: Pid = await host.spawn(
+            parent.pid,
             entry=entry,
             args=args,
             options=options,
             messages=self.messages,
-            context=dict(self.context),
+            context={**parent.context, **self.context},
         )
         if link:
             node.link(parent, pid)

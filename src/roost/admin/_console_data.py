@@ -83,8 +83,8 @@ def activity_names(history: list[Any]) -> dict[int, str]:
 
 
 def _workflow_pid(handle: Any, workflow_id: str) -> tuple[Any, Pid]:
-    manager = _node(handle).ext.get("workflows")
-    if manager is None:
+    host = _node(handle).workflows
+    if host is None:
         raise Error("this node has no workflow runtime", kind=ErrorKind.INVALID_STATE)
     status = handle.describe(workflow_id)["status"]  # NotFound for an unknown id
     if status != "running":
@@ -94,7 +94,7 @@ def _workflow_pid(handle: Any, workflow_id: str) -> tuple[Any, Pid]:
             kind=ErrorKind.INVALID_STATE,
             details={"workflow_id": workflow_id, "status": status},
         )
-    return manager, Pid(handle.name, manager.host, workflow_id)
+    return host, Pid(handle.name, host.host, workflow_id)
 
 
 async def _as_process(handle: Any, fn: Callable[[], Awaitable[T]]) -> T:
@@ -125,14 +125,14 @@ async def signal_workflow(handle: Any, workflow_id: str, topic: str, payload: An
 
 async def cancel_workflow(handle: Any, workflow_id: str, reason: str | None) -> None:
     """Ask a running workflow to stop; returns once the request is stored."""
-    manager, pid = _workflow_pid(handle, workflow_id)
-    await manager.cancel(pid, reason).wait()
+    host, pid = _workflow_pid(handle, workflow_id)
+    await host.cancel(pid, reason).wait()
 
 
 def terminate_workflow(handle: Any, workflow_id: str) -> None:
     """Stop a running workflow at once (it closes as terminated)."""
-    manager, pid = _workflow_pid(handle, workflow_id)
-    manager.terminate(pid)
+    host, pid = _workflow_pid(handle, workflow_id)
+    host.terminate(pid)
 
 
 # -- queues and cron ---------------------------------------------------------------------------

@@ -46,9 +46,9 @@ class NodeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """The families, read from the runtime's counters now."""
         node = node_of(self.handle)
-        manager = node.ext.get("workflows")
-        if manager is not None:
-            yield from _workflows(manager)
+        embedded = node.local_workflows  # the counters are the embedded host's own
+        if embedded is not None:
+            yield from _workflows(embedded)
         if node.store is not None:
             yield from _store(node.store.stats)
         yield from _queues(self.handle)

@@ -58,10 +58,10 @@ def node_info(handle: NodeHandle) -> dict[str, Any]:
 
 def workflow_pid(handle: NodeHandle, workflow_id: str) -> Pid:
     """The PID of the workflow ``workflow_id`` on this node."""
-    manager = node_of(handle).ext.get("workflows")
-    if manager is None:
+    host = node_of(handle).workflows
+    if host is None:
         raise Error("this node has no workflow runtime", kind=ErrorKind.INVALID_STATE)
-    return Pid.trusted(handle.name, manager.host, workflow_id)
+    return Pid.trusted(handle.name, host.host, workflow_id)
 
 
 def queue_stats(handle: NodeHandle) -> dict[str, dict[str, int]]:

@@ -409,7 +409,7 @@ async def invoke(
     else:
         pid = await _start_once(node, spawner, entry.id, payload, workflow_id)
     try:
-        outcome = await node.virtual[pid.host].exit_channel(pid).receive()
+        outcome = await node.require_workflows().wait_exit(pid)
     except BaseException:
         # The call timed out (or the node stops): unlike process.exec, a target that is
         # given up on must not go on running next to its retry.
@@ -438,7 +438,7 @@ async def _start_once(
     except Error as exc:
         if exc.kind is not ErrorKind.ALREADY_EXISTS:
             raise
-    host = node.kind_hosts[EntryKind.WORKFLOW].host
+    host = node.require_workflows().host
     log.info(
         "queue delivery: workflow %r of this attempt has closed; taking its outcome", workflow_id
     )

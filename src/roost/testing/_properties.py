@@ -256,7 +256,7 @@ async def _until(count: Callable[[], int], target: int) -> None:
 
 def _activations(node: NodeHandle) -> Callable[[], int]:
     """The number of activations this node has committed (replays not counted)."""
-    manager = node._node.ext.get("workflows")
+    manager = node._node.local_workflows  # the stats are the embedded host's own
     if manager is None:
         return lambda: 0
     stats: dict[str, int] = manager.stats
@@ -265,7 +265,7 @@ def _activations(node: NodeHandle) -> Callable[[], int]:
 
 def _task_failures(node: NodeHandle) -> Callable[[], int]:
     """The number of workflow tasks that failed on this node."""
-    manager = node._node.ext.get("workflows")
+    manager = node._node.local_workflows  # the stats are the embedded host's own
     if manager is None:
         return lambda: 0
     stats: dict[str, int] = manager.stats

@@ -90,7 +90,8 @@ class NodeServices(Protocol):
     ) -> None:
         """Start a plain process of ``entry`` for the workflow ``watcher``, under ``pid``.
 
-        The process ends as any does; its EXIT reaches the host's ``process_exited``.
+        ``pid`` is on the app's default host (``app.default_host``) and new on this node;
+        the process ends as any does, and its EXIT reaches the host's ``process_exited``.
 
         Raises:
             roost.Error: Invalid when ``entry`` is not a process entry, Unavailable when

@@ -20,10 +20,9 @@ import trio
 from roost._counters import RuntimeCounters
 from roost._errors import Error, not_found
 from roost._pid import Pid
-from roost.actors._app import Entry, EntryKind
+from roost.actors._app import Entry
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
-from roost.actors._process import Process
 from roost.mailbox._channel import Channel
 from roost.storage import Codec, Store, WriteTxn
 from roost.workflow._history import (
@@ -71,7 +70,7 @@ log = logging.getLogger("roost.workflow")
 
 
 class WorkflowManager:
-    """All workflows of one node."""
+    """All workflows of one node: the embedded host (``roost.workflow.WorkflowHost``)."""
 
     def __init__(self, node: Node, store: Store, nursery: trio.Nursery) -> None:
         self.node = node
@@ -85,6 +84,7 @@ class WorkflowManager:
         self.activities = ActivityWorker(self, nursery)
         self.timers = DurableTimers(self)
         self.replies = ReplyHost(self)
+        self.pid_hosts = frozenset({self.host, self.replies.host})
         self.incoming = Incoming(self)  # the events runs did not cause (see _incoming)
         self.forwarding = Forwarding()  # inbox rows following an id into its next run
         self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
@@ -140,18 +140,16 @@ class WorkflowManager:
     # -- lifecycle -----------------------------------------------------------------------
 
     @classmethod
-    async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
-        """The node service: create the runtime for ``node`` and recover its runs."""
+    def start_on(cls, node: Node, nursery: trio.Nursery) -> WorkflowManager | None:
+        """The embedded host of ``node`` (None without a store); the node installs, then starts it.
+
+        Registered as the node's default workflow host (``roost._wiring``).
+        """
         if node.store is None:
-            return
+            return None
         # Before any run is loaded: a recovered run is garbage once it closes.
         freeze_startup_heap()
-        manager = cls(node, node.store, nursery)
-        node.virtual[manager.host] = manager
-        node.virtual[manager.replies.host] = manager.replies
-        node.kind_hosts[EntryKind.WORKFLOW] = manager
-        node.ext["workflows"] = manager
-        await manager.start()
+        return cls(node, node.store, nursery)
 
     async def start(self) -> None:
         """Recover open runs, pending tasks and timers, then start the executors."""
@@ -173,7 +171,7 @@ class WorkflowManager:
 
     async def spawn(
         self,
-        parent: Process,
+        parent: Pid,
         *,
         entry: Entry,
         args: tuple[Any, ...],
@@ -182,6 +180,8 @@ class WorkflowManager:
         context: dict[str, Any],
     ) -> Pid:
         """Start a run, or (per the id policies) return the running one and signal it.
+
+        ``context`` is the run's whole context (the parent's, with the spawn's on top).
 
         Raises:
             roost.Error: AlreadyExists when the id policies refuse; Invalid for a bad
@@ -202,7 +202,7 @@ class WorkflowManager:
                 explicit=explicit,
                 opts=opts,
                 messages=messages,
-                sender=parent.pid,
+                sender=parent,
             )
             if pid is not None:
                 return pid
@@ -215,13 +215,13 @@ class WorkflowManager:
                 entry=entry,
                 pid=pid,
                 args=args,
-                context={**parent.context, **context},
+                context=context,
                 at=at,
-                **record_for_start(opts, parent=parent.pid, at=at),
+                **record_for_start(opts, parent=parent, at=at),
             )
             self.runs.add(run)
             events: list[Any] = [started]
-            events += [MessageArrived(topic=t, payload=p, sender=parent.pid) for t, p in messages]
+            events += [MessageArrived(topic=t, payload=p, sender=parent) for t, p in messages]
             try:
                 if eager_ok(self, run):
                     await start_eagerly(self, self.tasks, run, events)
@@ -369,11 +369,15 @@ class WorkflowManager:
     def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
         """Append a message to a running workflow's history; the event is set once durable.
 
+        A message to a reply address is the reply to that workflow's call (see ``ReplyHost``).
+
         Raises:
             roost.Error: NotFound if no run with that id is open; Invalid for a payload
                 that cannot be encoded; LimitExceeded when the workflow holds its limit of
                 unread messages (nothing is stored).
         """
+        if pid.host != self.host:
+            return self.replies.signal(sender, pid, topic, payload)
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
@@ -387,13 +391,15 @@ class WorkflowManager:
 
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
         """Deliver a CANCEL request to a running workflow (it decides what to do)."""
-        run = self.runs.get(pid.id)
+        run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
         return self.from_outside(run, CancelRequested(reason=reason))
 
     def _not_open(self, pid: Pid) -> Error:
         """The error for steering a workflow id that has no open run on this node."""
+        if pid.host != self.host:
+            return not_found(f"{pid} is a reply address, not a process", pid=str(pid))
         cause = self.unloadable.get(pid.id)
         if cause is None:
             return not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
@@ -460,10 +466,14 @@ class WorkflowManager:
             incoming = ProcessExited(pid=event.pid, error=exc)
         self.from_outside(run, incoming)
 
-    def _open_or_closing(self, workflow_id: str) -> Run | None:
+    def _open_or_closing(self, pid: Pid) -> Run | None:
         # A terminated run is out of ``runs`` at once but stored as closed only after its
         # commit: until then watchers attach to it, so they get its real EXIT.
-        return self.runs.open_or_closing(workflow_id)
+        return self.runs.open_or_closing(pid.id) if pid.host == self.host else None
+
+    def _closed_record(self, pid: Pid) -> RunRecord | None:
+        # A reply address is never a workflow: "noproc", as for an id that never existed.
+        return self.stored_record(pid.id) if pid.host == self.host else None
 
     @property
     def cached(self) -> Mapping[str, Run]:
@@ -472,7 +482,7 @@ class WorkflowManager:
 
     def running(self, pid: Pid) -> bool:
         """Whether a run of workflow ``pid`` is open."""
-        return pid.id in self.runs
+        return pid.host == self.host and pid.id in self.runs
 
     def route(self, pid: Pid) -> tuple[Run, int | None] | None:
         """The open run a message to ``pid`` goes to, with the call seq for reply addresses."""
@@ -489,56 +499,62 @@ class WorkflowManager:
         Raises:
             roost.Error: NotFound if no run with that id is open.
         """
-        run = self.runs.get(pid.id)
+        run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
         self.runs.start_closing(run)  # no further activations, signals or results
         self.runs.move(run, PhaseEvent.CLOSE)
         self.spawn_task(close_from_outside, self, run, RunStatus.TERMINATED, terminated_error(pid))
 
-    def monitor(self, watcher: Process, pid: Pid) -> None:
+    def monitor(self, watcher: Pid, pid: Pid) -> None:
         """EXIT to ``watcher`` when the workflow closes (at once if it already has)."""
-        run = self._open_or_closing(pid.id)
+        run = self._open_or_closing(pid)
         if run is not None:
-            run.watch(watcher.pid)
+            run.watch(watcher)
             return
-        record = self.stored_record(pid.id)
+        proc = self.node.procs.get(watcher)
+        if proc is None:
+            return
+        record = self._closed_record(pid)
         at = self.node.now()
         if record is None:
-            self.node.post_event(watcher, Exit(pid, None, noproc_error(pid), at))
+            self.node.post_event(proc, Exit(pid, None, noproc_error(pid), at))
         else:
-            self.node.post_event(watcher, Exit(pid, record.result, record.error, at))
+            self.node.post_event(proc, Exit(pid, record.result, record.error, at))
 
-    def link(self, proc: Process, pid: Pid) -> None:
+    def link(self, proc: Pid, pid: Pid) -> None:
         """LINK_DOWN to ``proc`` if the workflow fails (at once if it is not running)."""
-        run = self._open_or_closing(pid.id)
+        run = self._open_or_closing(pid)
         if run is not None:
-            run.link(proc.pid)
+            run.link(proc)
             return
-        record = self.stored_record(pid.id)
+        linked = self.node.procs.get(proc)
+        if linked is None:
+            return
+        record = self._closed_record(pid)
         error = noproc_error(pid) if record is None else record.error
         if error is not None:
-            self.node.link_down(proc, pid, error, self.node.now())
+            self.node.link_down(linked, pid, error, self.node.now())
 
-    def unwatch(self, proc: Process, pid: Pid) -> None:
+    def unwatch(self, proc: Pid, pid: Pid) -> None:
         """Drop monitors and links from ``proc``."""
-        run = self._open_or_closing(pid.id)
+        run = self._open_or_closing(pid)
         if run is not None:
-            run.unwatch(proc.pid)
+            run.unwatch(proc)
 
-    def exit_channel(self, pid: Pid) -> Channel[ExitResult]:
-        """A channel that receives the workflow's result once it closes."""
+    async def wait_exit(self, pid: Pid) -> ExitResult:
+        """The workflow's result once it closes (at once if it has)."""
         chan: Channel[ExitResult] = Channel(1)
-        run = self._open_or_closing(pid.id)
+        run = self._open_or_closing(pid)
         if run is not None:
             run.exit_chans = [*run.exit_chans, chan]
         else:
-            record = self.stored_record(pid.id)
+            record = self._closed_record(pid)
             if record is None:
                 chan._try_send(ExitResult(None, noproc_error(pid)))
             else:
                 chan._try_send(ExitResult(record.result, record.error))
-        return chan
+        return await chan.receive()
 
 
 async def _busy_collector() -> None:

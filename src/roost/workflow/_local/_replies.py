@@ -3,7 +3,8 @@
 A workflow's call sends its request from a private address, ``{node@<app>:replies|<run
 id>.<seq>.<workflow id>}``. What is sent there is recorded in that run's history as a
 ``MessageArrived`` marked with the call's seq, so concurrent calls never mix and a replay
-sees the same replies. The address is not a process: it can only receive.
+sees the same replies. The address is not a process: it can only receive (the manager
+answers every other call on one as for a PID that is not alive).
 """
 
 from __future__ import annotations
@@ -12,13 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from roost._errors import invalid, not_found
+from roost._errors import not_found
 from roost._pid import Pid
-from roost.actors._app import Entry
-from roost.actors._events import Exit
-from roost.actors._node import ExitResult, noproc_error
-from roost.actors._process import Process
-from roost.mailbox._channel import Channel
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
@@ -29,7 +25,7 @@ __all__ = ["ReplyHost"]
 
 
 class ReplyHost:
-    """The virtual host of workflow reply addresses (see the module docstring)."""
+    """The reply addresses of workflows' calls (see the module docstring)."""
 
     def __init__(self, manager: RunHost) -> None:
         self.m = manager
@@ -59,48 +55,3 @@ class ReplyHost:
         self.m.codec.encode(payload, what=f"payload of reply {topic!r}")
         event = MessageArrived(topic=topic, payload=payload, sender=sender, call=seq)
         return self.m.from_outside(run, event)
-
-    def running(self, pid: Pid) -> bool:
-        """Reply addresses are not processes."""
-        return False
-
-    def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
-        """Raises NotFound: a reply address cannot be cancelled."""
-        raise not_found(f"{pid} is a reply address, not a process", pid=str(pid))
-
-    def terminate(self, pid: Pid) -> None:
-        """Raises NotFound: a reply address cannot be terminated."""
-        raise not_found(f"{pid} is a reply address, not a process", pid=str(pid))
-
-    def monitor(self, watcher: Process, pid: Pid) -> None:
-        """An immediate noproc EXIT, as for any PID that is not a process."""
-        self.m.node.post_event(watcher, Exit(pid, None, noproc_error(pid), self.m.node.now()))
-
-    def link(self, proc: Process, pid: Pid) -> None:
-        """An immediate noproc LINK_DOWN."""
-        self.m.node.link_down(proc, pid, noproc_error(pid), self.m.node.now())
-
-    def unwatch(self, proc: Process, pid: Pid) -> None:
-        """Nothing to drop."""
-
-    def exit_channel(self, pid: Pid) -> Channel[ExitResult]:
-        """A channel holding a noproc result."""
-        chan: Channel[ExitResult] = Channel(1)
-        chan._try_send(ExitResult(None, noproc_error(pid)))
-        return chan
-
-    def process_exited(self, watcher: Pid, event: Exit) -> None:
-        """Reply addresses watch nothing."""
-
-    async def spawn(
-        self,
-        parent: Process,
-        *,
-        entry: Entry,
-        args: tuple[Any, ...],
-        options: dict[str, Any],
-        messages: tuple[tuple[str, Any], ...],
-        context: dict[str, Any],
-    ) -> Pid:
-        """Raises Invalid: nothing runs on the reply host."""
-        raise invalid("nothing can be started on a workflow reply address host")

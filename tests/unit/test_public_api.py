@@ -128,6 +128,10 @@ def test_other_namespaces():
         "history_size",
         "is_continue_as_new_suggested",
         "RetryPolicy",
+        "WorkflowHost",
+        "WorkflowHostFactory",
+        "NodeServices",
+        "Durable",
     } <= set(roost.workflow.__all__)
 
 

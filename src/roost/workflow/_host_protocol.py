@@ -109,10 +109,11 @@ class NodeServices(Protocol):
 class WorkflowHost(Protocol):
     """What a node asks of the host of its workflows (see the module docstring).
 
-    Called from the node's task, never concurrently; only ``spawn`` and ``wait_exit`` may
-    wait. A PID of one of ``pid_hosts`` that is not an open workflow (a closed or unknown
-    one, a reply address) is refused by ``cancel`` and ``terminate``, not ``running``, and
-    answered at once by ``monitor``, ``link`` and ``wait_exit``.
+    Called on the node's trio thread. Only ``spawn`` and ``wait_exit`` wait (and may
+    overlap any other call); every other member does its part before it returns. A PID of
+    one of ``pid_hosts`` that is not an open workflow (a closed or unknown one, a reply
+    address) is refused by ``cancel`` and ``terminate``, not ``running``, and answered at
+    once by ``monitor``, ``link`` and ``wait_exit``.
     """
 
     @property

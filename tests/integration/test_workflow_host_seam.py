@@ -150,8 +150,9 @@ class MemoryHost:
         self.exited.set()
 
     async def wait_exit(self, pid):
-        await self.done[pid].wait()
-        return self.closed[pid]
+        if pid in self.done:
+            await self.done[pid].wait()
+        return self._outcome(pid)
 
     def describe(self, workflow_id):
         pid = roost.Pid(self.services.name, self.host, workflow_id)

@@ -13,7 +13,7 @@ import trio
 
 import roost
 from roost import funcs, process
-from roost.workflow._local import _eager, _manager
+from roost.workflow._local import _eager
 
 app = roost.App("eager")
 app.queue("jobs", jitter=0, max_retries=0)
@@ -91,13 +91,13 @@ async def test_eager_starts_in_flight_are_bounded(autojump_clock, monkeypatch):
     # starts take the normal path (the executors run their first steps).
     monkeypatch.setattr(_eager, "EAGER_LIMIT", 2)
     in_flight_at_start = []
-    real = _manager.start_eagerly
+    real = _eager.EagerStarts.start
 
-    async def spy(m, tasks, run, events):
-        in_flight_at_start.append(m.eager_in_flight)
-        await real(m, tasks, run, events)
+    async def spy(eager, run, events):
+        in_flight_at_start.append(eager.in_flight)
+        await real(eager, run, events)
 
-    monkeypatch.setattr(_manager, "start_eagerly", spy)
+    monkeypatch.setattr(_eager.EagerStarts, "start", spy)
     async with roost.open_node(app):
         events = process.events()
         async with trio.open_nursery() as nursery:

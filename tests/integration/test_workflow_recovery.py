@@ -25,7 +25,7 @@ from roost import process
 from roost.storage import Codec, key, unpack_key
 from roost.storage._codec import TAG_RECORD
 from roost.workflow._history import MessageArrived, TimerFired, WorkflowTask
-from roost.workflow._local import _executors
+from roost.workflow._local import _replay
 from roost.workflow._local._records import TimerTask, timer_key
 
 app = roost.App("rcv")
@@ -146,13 +146,13 @@ async def test_recovered_runs_replay_on_first_activation_and_a_bad_history_quara
         txn.put(row, UNKNOWN_TAG, db=dbs["histories"])
     read_ahead: list[set[str]] = []
 
-    def spy(m: Any, runs: list[Any]) -> Any:
-        found = real(m, runs)
+    def spy(drivers: Any, runs: list[Any]) -> Any:
+        found = real(drivers, runs)
         read_ahead.append({run.record.workflow_id for run in runs if run.record.run_id in found})
         return found
 
-    real = _executors.read_histories
-    monkeypatch.setattr(_executors, "read_histories", spy)
+    real = _replay.Drivers.read_histories
+    monkeypatch.setattr(_replay.Drivers, "read_histories", spy)
     async with roost.open_node(app, data) as node:
         for label in labels[:3]:
             process.monitor(wf(label))

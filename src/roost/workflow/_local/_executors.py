@@ -1,6 +1,6 @@
 """The executors: a few tasks that drain the ready queue, one pass and one commit at a time.
 
-A run with pending events is queued (``RunHost.ready``). An idle executor takes
+A run with pending events is queued (``Executors.ready``). An idle executor takes
 every queued run (up to ``PASS_LIMIT``), runs their activations back to back, commits them
 in one group transaction (``Tasks.commit``) and then applies their effects. While it
 waits for that commit, another executor takes the runs that became ready meanwhile.
@@ -22,21 +22,17 @@ import trio
 
 from roost.workflow._local._phases import PhaseEvent, RunPhase
 from roost.workflow._local._plan import Step
-from roost.workflow._local._quarantine import RunQuarantined, quarantine_run
-from roost.workflow._local._replay import (
-    ReplayFailed,
-    Stored,
-    paused_gc,
-    read_histories,
-    rebuild,
-    touch,
-)
+from roost.workflow._local._quarantine import RunQuarantined
+from roost.workflow._local._replay import Drivers, ReplayFailed, Stored, paused_gc
 from roost.workflow._local._run import Run
 from roost.workflow._local._task import EXECUTORS, PASS_LIMIT, StepFailed, Tasks
-from roost.workflow._local._task_failure import fail_task, task_failure_error
+from roost.workflow._local._task_failure import TaskFailures, task_failure_error
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
+    import datetime as dt
+    from collections.abc import Awaitable, Callable
+
+    from roost.workflow._local._runs import RunTable
 
 __all__ = ["Executors", "freeze_startup_heap"]
 
@@ -61,11 +57,40 @@ def freeze_startup_heap() -> None:
 class Executors:
     """The ready queue of one node's workflow runtime and the tasks that drain it."""
 
-    __slots__ = ("_held", "_idle", "_ready", "m", "tasks")
+    __slots__ = (
+        "_drivers",
+        "_failures",
+        "_held",
+        "_idle",
+        "_now",
+        "_quarantine",
+        "_ready",
+        "_runs",
+        "_tasks",
+    )
 
-    def __init__(self, m: RunHost, tasks: Tasks) -> None:
-        self.m = m
-        self.tasks = tasks  # prepares, commits and applies the pass's steps
+    def __init__(
+        self,
+        *,
+        runs: RunTable,
+        tasks: Tasks,
+        drivers: Drivers,
+        failures: TaskFailures,
+        now: Callable[[], dt.datetime],
+        quarantine: Callable[[Run, RunQuarantined], Awaitable[None]],
+    ) -> None:
+        """Build it from the few collaborators it uses.
+
+        Args:
+            runs: the run table (phases, the current run of an id).
+            tasks: prepares, commits and applies the pass's steps.
+            drivers: builds and rebuilds the runs' drivers.
+            failures: fails a task that cannot be prepared.
+            now: the node's clock.
+            quarantine: sets aside a run whose stored rows cannot be read.
+        """
+        self._runs, self._tasks, self._drivers, self._failures = runs, tasks, drivers, failures
+        self._now, self._quarantine = now, quarantine
         self._ready: deque[Run] = deque()  # queued for an executor's next pass
         self._idle = trio.lowlevel.ParkingLot()  # executors waiting for a queued run
         self._held = False  # queued runs wait for ``run_held`` (no executor is woken)
@@ -75,11 +100,13 @@ class Executors:
         for _ in range(EXECUTORS):
             nursery.start_soon(self._executor, name="roost.workflow.executor")
 
-    def queue(self, run: Run) -> None:
-        """``run`` (just moved to QUEUED) waits for the next pass."""
-        self._ready.append(run)
-        if self._idle and not self._held:
-            self._idle.unpark()
+    def ready(self, run: Run) -> None:
+        """Queue ``run`` for an activation if it has events and may take one."""
+        if run.phase is _IDLE and run.pending:
+            self._runs.move(run, _QUEUE)
+            self._ready.append(run)
+            if self._idle and not self._held:
+                self._idle.unpark()
 
     def hold(self) -> None:
         """Runs queued from now on wait for ``release`` (a caller's synchronous pass)."""
@@ -111,7 +138,7 @@ class Executors:
 
     async def take_pass(self) -> None:
         """Take the queued runs (up to PASS_LIMIT) and run their pass in this task."""
-        ready, table = self._ready, self.m.runs
+        ready, table = self._ready, self._runs
         current, move = table.get, table.move
         runs: list[Run] = []
         while ready and len(runs) < PASS_LIMIT:
@@ -127,14 +154,13 @@ class Executors:
         finally:
             for run in runs:
                 move(run, _DONE)  # a close from outside waits for this
-            again = self.m.ready
+            again = self.ready
             for run in runs:
                 if run.pending:  # most runs wait for an activity: no call to make
                     again(run)
 
     async def _pass(self, runs: list[Run]) -> None:
         """One pass: every run's activation, one group commit, their effects."""
-        m = self.m
         steps: list[Step] = []
         quarantined: list[tuple[Run, RunQuarantined]] | None = None
         # No collection in the middle of a pass: what a pass allocates lives until its
@@ -143,54 +169,50 @@ class Executors:
         with paused_gc():
             # After a restart, most runs replay first: their histories in one read (one run
             # alone reads its own, as ``read_histories`` would have it do anyway).
-            histories = read_histories(m, runs) if len(runs) > 1 else None
+            histories = self._drivers.read_histories(runs) if len(runs) > 1 else None
             for run in runs:
-                began = _begin(
-                    m, self.tasks, run, histories.get(run.record.run_id) if histories else None
-                )
+                began = self._begin(run, histories.get(run.record.run_id) if histories else None)
                 if isinstance(began, Step):
                     steps.append(began)
                 elif began is not None:
                     if quarantined is None:
                         quarantined = []
                     quarantined.append((run, began))
-        tasks = self.tasks
+        tasks = self._tasks
         committed = await tasks.commit(steps)
         with paused_gc():
             for step, moved in committed:
                 tasks.apply(step, moved)
         if quarantined is not None:
             for run, exc in quarantined:
-                await quarantine_run(m, run, exc)
+                await self._quarantine(run, exc)
 
+    def _begin(self, run: Run, stored: Stored | None = None) -> Step | RunQuarantined | None:
+        """A pass's start of a task of ``run``: its driver, its pending events, ``prepare``.
 
-def _begin(
-    m: RunHost, tasks: Tasks, run: Run, stored: Stored | None = None
-) -> Step | RunQuarantined | None:
-    """An executor's start of a task of ``run``: its driver, its pending events, ``prepare``.
+        ``stored``: the run's history rows, if its pass read them ahead (``read_histories``).
 
-    ``stored``: the run's history rows, if its pass read them ahead (``read_histories``).
-
-    Returns the prepared step; the ``RunQuarantined`` to act on when a stored row of the
-    run is unreadable; or None when the task failed (already handed to ``fail_task``).
-    """
-    driver = run.driver
-    if driver is None:
+        Returns the prepared step; the ``RunQuarantined`` to act on when a stored row of the
+        run is unreadable; or None when the task failed (already handed to ``fail``).
+        """
+        driver = run.driver
+        if driver is None:
+            try:
+                driver = run.driver = self._drivers.rebuild(run, stored)
+            except RunQuarantined as exc:  # a stored row is unreadable: set aside, not retried
+                return exc
+            except ReplayFailed as exc:
+                error = task_failure_error(run, exc.activation, exc.cause, stage="replay")
+                self._failures.fail(run, [], error, exc.cause)
+                return None
+        self._drivers.touch(run)
+        batch, run.pending = run.pending, []
         try:
-            driver = run.driver = rebuild(m, run, stored)
-        except RunQuarantined as exc:  # a stored row is unreadable: set aside, not retried
-            return exc
-        except ReplayFailed as exc:
-            error = task_failure_error(run, exc.activation, exc.cause, stage="replay")
-            fail_task(m, run, [], error, exc.cause)
+            return self._tasks.prepare(run, driver, batch, self._now())
+        except StepFailed as failed:
+            self._failures.fail(run, batch, failed.error, failed.cause)
             return None
-    touch(m, run)
-    batch, run.pending = run.pending, []
-    try:
-        return tasks.prepare(run, driver, batch, m.node.now())
-    except StepFailed as failed:
-        fail_task(m, run, batch, failed.error, failed.cause)
-        return None
 
 
 _QUEUED, _TAKE, _DONE = RunPhase.QUEUED, PhaseEvent.TAKE, PhaseEvent.DONE
+_IDLE, _QUEUE = RunPhase.IDLE, PhaseEvent.QUEUE

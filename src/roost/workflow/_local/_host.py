@@ -115,8 +115,6 @@ class Replies(Protocol):
 class RunHost(Protocol):
     """The host of a node's workflow runs, as every part of the runtime sees it."""
 
-    eager_in_flight: int
-
     @property
     def node(self) -> NodeOps:
         """Message delivery (to a PID; EXIT and LINK_DOWN to watchers), the clock, names."""

@@ -34,13 +34,14 @@ from roost.workflow._history import (
 from roost.workflow._history_format import decode_activation
 from roost.workflow._local import _inspect
 from roost.workflow._local._admission import StartGate
-from roost.workflow._local._closing import announce_closed, close_from_outside
+from roost.workflow._local._closing import announce_closed, close_from_outside, fire_timer
 from roost.workflow._local._collector import busy_collector, idle_collector
-from roost.workflow._local._eager import eager_ok, start_eagerly
+from roost.workflow._local._eager import EagerStarts
 from roost.workflow._local._executors import Executors, freeze_startup_heap
 from roost.workflow._local._forwarding import Forwarding
 from roost.workflow._local._incoming import Incoming
-from roost.workflow._local._phases import PhaseEvent, RunPhase
+from roost.workflow._local._phases import PhaseEvent
+from roost.workflow._local._quarantine import quarantine_run
 from roost.workflow._local._records import (
     RunRecord,
     RunStatus,
@@ -48,6 +49,7 @@ from roost.workflow._local._records import (
     read_progress,
 )
 from roost.workflow._local._recovery import recover
+from roost.workflow._local._replay import Drivers
 from roost.workflow._local._replies import ReplyHost
 from roost.workflow._local._routes import HostRoutes
 from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
@@ -55,7 +57,7 @@ from roost.workflow._local._runs import RunTable
 from roost.workflow._local._starting import check_input, claim_name, make_room
 from roost.workflow._local._successors import hand_over, new_run, record_for_start
 from roost.workflow._local._task import Tasks
-from roost.workflow._local._task_failure import fail_task, task_backoff
+from roost.workflow._local._task_failure import TaskFailures, task_backoff
 from roost.workflow._local._timers import DurableTimers
 from roost.workflow._local._unread import DEFAULT_UNREAD_LIMIT, check_room
 from roost.workflow._local.activities._worker import ActivityWorker
@@ -82,10 +84,21 @@ class WorkflowManager:
         self._nursery = nursery
         self.start_gate = StartGate()  # bounds the starts in flight (see _admission)
         self.activities = ActivityWorker(self, nursery)
-        self.timers = DurableTimers(self)
-        self.replies = ReplyHost(self)
-        self.pid_hosts = frozenset({self.host, self.replies.host})
+        self.timers = DurableTimers(
+            now=node.now,
+            runs=self.runs,
+            spawn=self.spawn_task,
+            fire=lambda timer: fire_timer(self, timer),
+        )
         self.incoming = Incoming(self)  # the events runs did not cause (see _incoming)
+        self.replies = ReplyHost(
+            node_name=node.name,
+            app_name=node.app.name,
+            runs=self.runs,
+            codec=self.codec,
+            from_outside=self.incoming.from_outside,
+        )
+        self.pid_hosts = frozenset({self.host, self.replies.host})
         self.forwarding = Forwarding()  # inbox rows following an id into its next run
         self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
@@ -93,7 +106,6 @@ class WorkflowManager:
         self.base_context = contextvars.copy_context()
         self.stats = {"activations": 0, "replays": 0, "evictions": 0, "task_failures": 0}
         self.counters = RuntimeCounters()  # for /metrics (roost.admin._metrics)
-        self.eager_in_flight = 0  # first activations running in their starters (_eager)
         # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
         # theirs is loaded, started, or has its task and timer rows touched.
         self.quarantined: set[str] = set()
@@ -115,6 +127,14 @@ class WorkflowManager:
             input_of=self.input_of,
             timer_rows=self.timers.rows,
         )
+        self.failures = TaskFailures(
+            runs=self.runs,
+            codec=self.codec,
+            transact=self.transact,
+            spawn=self.spawn_task,
+            ready=self.ready,
+            stats=self.stats,
+        )
         self.tasks = Tasks(
             routes=self.routes,
             runs=self.runs,
@@ -131,11 +151,40 @@ class WorkflowManager:
                 self, old, new, staged, moved=moved
             ),
             process_exited=self.process_exited,
-            fail=lambda run, batch, error, cause: fail_task(self, run, batch, error, cause),
+            fail=self.failures.fail,
             counters=self.counters,
             stats=self.stats,
         )
-        self.executors = Executors(self, self.tasks)
+        self.drivers = Drivers(
+            node=node,
+            store=store,
+            codec=self.codec,
+            runs=self.runs,
+            stats=self.stats,
+            host=self.host,
+            replies=self.replies,
+            base_context=self.base_context,
+        )
+        self.executors = Executors(
+            runs=self.runs,
+            tasks=self.tasks,
+            drivers=self.drivers,
+            failures=self.failures,
+            now=node.now,
+            quarantine=lambda run, exc: quarantine_run(self, run, exc),
+        )
+        self.eager = EagerStarts(
+            codec=self.codec,
+            runs=self.runs,
+            tasks=self.tasks,
+            drivers=self.drivers,
+            failures=self.failures,
+            now=node.now,
+            stopping=lambda: node.stopping,
+            ready=self.executors.ready,
+            commit_start=self.commit_start,
+            arm=self.arm,
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -223,8 +272,8 @@ class WorkflowManager:
             events: list[Any] = [started]
             events += [MessageArrived(topic=t, payload=p, sender=parent) for t, p in messages]
             try:
-                if eager_ok(self, run):
-                    await start_eagerly(self, self.tasks, run, events)
+                if self.eager.ok(run):
+                    await self.eager.start(run, events)
                 else:
                     await self.commit_start(run, events)
             except BaseException:
@@ -408,9 +457,8 @@ class WorkflowManager:
     # -- activations ---------------------------------------------------------------------
 
     def ready(self, run: Run) -> None:
-        if run.phase is RunPhase.IDLE and run.pending:
-            self.runs.move(run, PhaseEvent.QUEUE)
-            self.executors.queue(run)
+        """See ``Executors.ready``."""
+        self.executors.ready(run)
 
     # -- completion ----------------------------------------------------------------------
 

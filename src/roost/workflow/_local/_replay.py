@@ -1,4 +1,4 @@
-"""Drivers of runs: built for new runs, rebuilt by replay, kept in an LRU cache."""
+"""Drivers of runs: built for new runs, rebuilt by replay, kept in an LRU cache (``Drivers``)."""
 
 from __future__ import annotations
 
@@ -21,18 +21,18 @@ from roost.workflow._local._run import Run
 from roost.workflow._recorded import is_plain
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
+    from roost.actors._process import NodeOps
+    from roost.storage import Codec
+    from roost.workflow._local._host import Replies, Storage
+    from roost.workflow._local._runs import RunTable
 
 __all__ = [
     "READ_AHEAD_BYTES",
+    "Drivers",
     "ReplayFailed",
     "RunPorts",
     "Stored",
-    "new_driver",
     "paused_gc",
-    "read_histories",
-    "rebuild",
-    "touch",
 ]
 
 _T = TypeVar("_T")
@@ -54,15 +54,16 @@ class ReplayFailed(Exception):  # noqa: N818 - not an error of its own: it carri
 class RunPorts(Ports):
     """A live run's ports: PIDs derived from the run, values checked by the node's codec."""
 
-    __slots__ = ("m", "run")
+    __slots__ = ("drivers", "run")
 
-    def __init__(self, m: RunHost, run: Run) -> None:
-        self.m, self.run = m, run
+    def __init__(self, drivers: Drivers, run: Run) -> None:
+        self.drivers, self.run = drivers, run
 
     def make_context(self, driver: DriverView) -> contextvars.Context:
         """A context in which workflow code is the run's process, on ``driver``'s backend."""
-        run, ctx = self.run, self.m.base_context.copy()
-        proc = WorkflowProcess(run.pid, run.entry, driver, run.context, self.m.node)
+        run, drivers = self.run, self.drivers
+        ctx = drivers.base_context.copy()
+        proc = WorkflowProcess(run.pid, run.entry, driver, run.context, drivers.node)
         ctx.run(set_current, proc)
         ctx.run(use_backend, driver.backend)
         return ctx
@@ -70,25 +71,25 @@ class RunPorts(Ports):
     def check(self, value: object, what: str) -> None:
         """Encode ``value`` with the node's codec (raises Invalid if it cannot be)."""
         if not is_plain(value):  # a plain value always encodes
-            self.m.codec.encode(value, what=what)
+            self.drivers.codec.encode(value, what=what)
 
     def spawn_pid(self, seq: int) -> Pid:
         """Deterministic, so replay returns the same PID; unique per run and seq."""
-        record, node = self.run.record, self.m.node
+        record, node = self.run.record, self.drivers.node
         name = f"{record.workflow_id}.{record.run_id[:6]}.{seq}"
         return Pid.trusted(node.name, node.app.default_host, name)
 
     def child_pid(self, workflow_id: str) -> Pid:
         """A child workflow's PID: its id on this node's workflow host."""
-        return Pid.trusted(self.m.node.name, self.m.host, workflow_id)
+        return Pid.trusted(self.drivers.node.name, self.drivers.host, workflow_id)
 
     def reply_pid(self, seq: int) -> Pid:
         """The private reply address of the run's call ``seq``."""
-        return self.m.replies.pid(self.run, seq)
+        return self.drivers.reply_pid(self.run, seq)
 
     def encoded_size(self, value: object) -> int:
         """Bytes ``value`` takes in the history, by the node's codec."""
-        return len(self.m.codec.encode(value))
+        return len(self.drivers.codec.encode(value))
 
     def kept_start(self, started: Started) -> Started:
         """``started`` with the run record's own strings, PID and context where equal.
@@ -126,11 +127,6 @@ def _shared(value: _T, kept: object) -> _T:
     return kept if type(kept) is type(value) and kept == value else value
 
 
-def new_driver(m: RunHost, run: Run) -> Driver:
-    """A fresh driver for ``run``, its PIDs (spawned processes, children, replies) fixed."""
-    return Driver(run.entry.fn, RunPorts(m, run))
-
-
 # Histories read ahead for one pass of rebuilds hold at most this many stored bytes in all;
 # a longer one is read when its run is rebuilt (its bytes are never all held twice).
 READ_AHEAD_BYTES = 4 << 20
@@ -138,75 +134,119 @@ READ_AHEAD_BYTES = 4 << 20
 Stored = list[tuple[bytes, bytes]]  # the history rows of a run, in activation order
 
 
-def read_histories(m: RunHost, runs: list[Run]) -> dict[str, Stored]:
-    """The stored histories of the ``runs`` about to be rebuilt, by run id, in one read.
+class Drivers:
+    """Builds runs' drivers, rebuilds them by replay, and keeps the driver cache in order."""
 
-    A run with no driver and a history is rebuilt by replay: after a restart that is
-    every open run, so a pass reads their histories in one transaction, not one each.
-    Only histories within ``READ_AHEAD_BYTES`` together are read; the others are read by
-    ``rebuild`` itself.
-    """
-    wanted = [run for run in runs if run.driver is None and run.record.activations > 0]
-    if len(wanted) < 2:
-        return {}
-    out: dict[str, Stored] = {}
-    budget = READ_AHEAD_BYTES
-    with m.store.read() as txn:
-        for run in wanted:
-            if run.record.history_size > budget:
-                continue  # read by its own rebuild
-            run_id = run.record.run_id
-            rows = out[run_id] = list(txn.prefix("histories", history_key(run_id, 0)[:-8]))
-            budget -= sum(len(data) for _, data in rows)
-            if budget <= 0:
-                break
-    return out
+    __slots__ = ("_replies", "_runs", "_stats", "_store", "base_context", "codec", "host", "node")
 
+    def __init__(
+        self,
+        *,
+        node: NodeOps,
+        store: Storage,
+        codec: Codec,
+        runs: RunTable,
+        stats: dict[str, int],
+        host: str,
+        replies: Replies,
+        base_context: contextvars.Context,
+    ) -> None:
+        """Build it from the few collaborators it uses.
 
-def rebuild(m: RunHost, run: Run, stored: Stored | None = None) -> Driver:
-    """A driver brought back to where ``run`` is, by replaying its stored history.
+        Args:
+            node: the node workflow code's process objects belong to.
+            store: where histories are read from.
+            codec: decodes histories, checks and measures recorded values.
+            runs: the run table (its driver cache).
+            stats: counts replays and evictions.
+            host: the host of workflow PIDs (children's PIDs are on it).
+            replies: the reply addresses of workflows' calls.
+            base_context: what workflow code starts from (never a starter's context).
+        """
+        self.node, self._store, self.codec, self._runs = node, store, codec, runs
+        self._stats, self.host, self._replies = stats, host, replies
+        self.base_context = base_context
 
-    ``stored``: its history rows, if already read (``read_histories``).
+    def reply_pid(self, run: Run, seq: int) -> Pid:
+        """The private reply address of ``run``'s call ``seq``."""
+        return self._replies.pid(run, seq)
 
-    Raises:
-        ReplayFailed: the history does not replay (a ``NondeterminismError``: the code
-            diverged from it), or cannot be read; the driver is discarded.
-        RunQuarantined: a row of the history cannot be decoded; the driver is discarded.
-    """
-    driver = new_driver(m, run)
-    if run.record.activations == 0:
-        return driver  # a new run (or one that never got to its first step): no history
-    m.stats["replays"] += 1
-    position = 0  # of the activation being replayed
-    try:
-        with paused_gc():
-            if stored is None:
-                with m.store.read() as txn:
-                    prefix = history_key(run.record.run_id, 0)[:-8]
-                    stored = list(txn.prefix("histories", prefix))
-            # Decoded one at a time: a long history never has all its records alive at once.
-            codec, activate, recorded = m.codec, driver.activate, driver.recorded
-            for k, data in stored:
-                position += 1
-                try:
-                    index, at, events, commands = read_activation(codec, data)
-                except Exception as exc:  # whatever the decoder raises, the row is unreadable
-                    raise _quarantined(k, data, exc) from exc
-                if index == 1 and events and type(events[0]) is Started:
-                    # Before replaying: workflow code sees the context from its first step on.
-                    run.context = events[0].context
-                activate(at, events, expected=commands)
-                recorded(len(data))
-    except RunQuarantined:
-        driver.close()
-        raise
-    except BaseException as exc:  # the caller fails the task with it
-        if is_ctrl_c(exc):
+    def new(self, run: Run) -> Driver:
+        """A fresh driver for ``run``, its PIDs (spawned processes, children, replies) fixed."""
+        return Driver(run.entry.fn, RunPorts(self, run))
+
+    def read_histories(self, runs: list[Run]) -> dict[str, Stored]:
+        """The stored histories of the ``runs`` about to be rebuilt, by run id, in one read.
+
+        A run with no driver and a history is rebuilt by replay: after a restart that is
+        every open run, so a pass reads their histories in one transaction, not one each.
+        Only histories within ``READ_AHEAD_BYTES`` together are read; the others are read
+        by ``rebuild`` itself.
+        """
+        wanted = [run for run in runs if run.driver is None and run.record.activations > 0]
+        if len(wanted) < 2:
+            return {}
+        out: dict[str, Stored] = {}
+        budget = READ_AHEAD_BYTES
+        with self._store.read() as txn:
+            for run in wanted:
+                if run.record.history_size > budget:
+                    continue  # read by its own rebuild
+                run_id = run.record.run_id
+                rows = out[run_id] = list(txn.prefix("histories", history_key(run_id, 0)[:-8]))
+                budget -= sum(len(data) for _, data in rows)
+                if budget <= 0:
+                    break
+        return out
+
+    def rebuild(self, run: Run, stored: Stored | None = None) -> Driver:
+        """A driver brought back to where ``run`` is, by replaying its stored history.
+
+        ``stored``: its history rows, if already read (``read_histories``).
+
+        Raises:
+            ReplayFailed: the history does not replay (a ``NondeterminismError``: the code
+                diverged from it), or cannot be read; the driver is discarded.
+            RunQuarantined: a row of the history cannot be decoded; the driver is discarded.
+        """
+        driver = self.new(run)
+        if run.record.activations == 0:
+            return driver  # a new run (or one that never got to its first step): no history
+        self._stats["replays"] += 1
+        position = 0  # of the activation being replayed
+        try:
+            with paused_gc():
+                if stored is None:
+                    with self._store.read() as txn:
+                        prefix = history_key(run.record.run_id, 0)[:-8]
+                        stored = list(txn.prefix("histories", prefix))
+                # Decoded one at a time: a long history never has all its records alive at once.
+                codec, activate, recorded = self.codec, driver.activate, driver.recorded
+                for k, data in stored:
+                    position += 1
+                    try:
+                        index, at, events, commands = read_activation(codec, data)
+                    except Exception as exc:  # whatever the decoder raises, the row is unreadable
+                        raise _quarantined(k, data, exc) from exc
+                    if index == 1 and events and type(events[0]) is Started:
+                        # Before replaying: workflow code sees the context from its first step on.
+                        run.context = events[0].context
+                    activate(at, events, expected=commands)
+                    recorded(len(data))
+        except RunQuarantined:
+            driver.close()
             raise
-        driver.close()
-        raise ReplayFailed(position, exc) from exc
-    run.next_index = len(stored) + 1
-    return driver
+        except BaseException as exc:  # the caller fails the task with it
+            if is_ctrl_c(exc):
+                raise
+            driver.close()
+            raise ReplayFailed(position, exc) from exc
+        run.next_index = len(stored) + 1
+        return driver
+
+    def touch(self, run: Run) -> None:
+        """``run`` was just activated: most recently used; evict the oldest idle ones."""
+        self._stats["evictions"] += self._runs.touch(run)
 
 
 def _quarantined(k: bytes, data: bytes, exc: Exception) -> RunQuarantined:
@@ -232,8 +272,3 @@ class paused_gc:  # noqa: N801 - used as a function: ``with paused_gc():``
     def __exit__(self, *_: object) -> None:
         if self.enabled:
             gc.enable()
-
-
-def touch(m: RunHost, run: Run) -> None:
-    """``run`` was just activated: most recently used; evict the oldest idle ones."""
-    m.stats["evictions"] += m.runs.touch(run)

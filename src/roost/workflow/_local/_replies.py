@@ -18,8 +18,11 @@ from roost._pid import Pid
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
+    from collections.abc import Callable
+
+    from roost.storage import Codec
     from roost.workflow._local._run import Run
+    from roost.workflow._local._runs import RunTable
 
 __all__ = ["ReplyHost"]
 
@@ -27,21 +30,39 @@ __all__ = ["ReplyHost"]
 class ReplyHost:
     """The reply addresses of workflows' calls (see the module docstring)."""
 
-    def __init__(self, manager: RunHost) -> None:
-        self.m = manager
-        self.host = f"{manager.node.app.name}:replies"
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        app_name: str,
+        runs: RunTable,
+        codec: Codec,
+        from_outside: Callable[[Run, MessageArrived], trio.Event],
+    ) -> None:
+        """Build it from the few collaborators it uses.
+
+        Args:
+            node_name: the node's name (the node part of reply addresses).
+            app_name: the app's name (reply addresses are on ``<app>:replies``).
+            runs: the run table (the run a reply address belongs to).
+            codec: checks a reply's payload.
+            from_outside: queues a reply for its run's inbox.
+        """
+        self._node_name, self._runs, self._codec = node_name, runs, codec
+        self._from_outside = from_outside
+        self.host = f"{app_name}:replies"
 
     def pid(self, run: Run, seq: int) -> Pid:
         """The reply address of call ``seq`` of ``run``."""
         record = run.record
         address = f"{record.run_id}.{seq}.{record.workflow_id}"
-        return Pid.trusted(self.m.node.name, self.host, address)
+        return Pid.trusted(self._node_name, self.host, address)
 
     def route(self, pid: Pid) -> tuple[Run, int] | None:
         """The open run and call seq a reply address belongs to, if it is still open."""
         run_id, _, rest = pid.id.partition(".")
         seq, _, workflow_id = rest.partition(".")
-        run = self.m.runs.get(workflow_id)
+        run = self._runs.get(workflow_id)
         if run is None or run.record.run_id != run_id or not seq.isdigit():
             return None
         return run, int(seq)
@@ -52,6 +73,6 @@ class ReplyHost:
         if found is None:
             raise not_found(f"reply address {pid} belongs to no open workflow run", pid=str(pid))
         run, seq = found
-        self.m.codec.encode(payload, what=f"payload of reply {topic!r}")
+        self._codec.encode(payload, what=f"payload of reply {topic!r}")
         event = MessageArrived(topic=topic, payload=payload, sender=sender, call=seq)
-        return self.m.from_outside(run, event)
+        return self._from_outside(run, event)

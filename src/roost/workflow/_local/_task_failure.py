@@ -40,13 +40,16 @@ from roost.workflow._local._watchdog import Guard
 from roost.workflow._misuse import exception_text
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
+    from collections.abc import Awaitable, Callable
+
+    from roost.storage import Codec, WriteTxn
+    from roost.workflow._local._runs import RunTable
 
 __all__ = [
     "DEFAULT_TASK_TIMEOUT",
     "MAX_TASK_BACKOFF",
+    "TaskFailures",
     "code_location",
-    "fail_task",
     "task_backoff",
     "task_failure_error",
     "timeout_failure_error",
@@ -163,39 +166,67 @@ def timeout_failure_error(run: Run, guard: Guard) -> Error:
     )
 
 
-def fail_task(
-    m: RunHost, run: Run, batch: list[Pending], error: Error, cause: BaseException | None
-) -> None:
-    """A task of ``run`` failed with ``error``: discard it now, log it, retry after a backoff.
+class TaskFailures:
+    """Fails workflow tasks: discards each at once, stores why, retries it after a backoff."""
 
-    In memory, at once (before anything can queue the run again): the activation's events
-    go back to the front of the run's queue and its driver is dropped, so the retry
-    rebuilds the run by replay; the run is held (``backoff``) until the retry. The error
-    is logged (with ``cause``'s traceback) and set on the run record at once, so
-    ``describe`` shows it even if the store cannot take it; a task then stores it.
-    """
-    m.runs.forget_driver(run)
-    run.pending = batch + run.pending
-    run.task_failures += 1
-    m.runs.move(run, PhaseEvent.FAIL)
-    m.stats["task_failures"] += 1
-    log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
-    run.record = attrs.evolve(run.record, task_failure=error)
-    m.spawn_task(_record_and_retry, m, run)
+    __slots__ = ("_codec", "_ready", "_runs", "_spawn", "_stats", "_transact")
 
+    def __init__(
+        self,
+        *,
+        runs: RunTable,
+        codec: Codec,
+        transact: Callable[[Callable[[WriteTxn], Any]], Awaitable[Any]],
+        spawn: Callable[..., None],
+        ready: Callable[[Run], None],
+        stats: dict[str, int],
+    ) -> None:
+        """Build it from the few collaborators it uses.
 
-async def _record_and_retry(m: RunHost, run: Run) -> None:
-    if run.phase is RunPhase.BACKOFF and m.runs.is_current(run):
-        record = run.record
-        try:
-            data = m.codec.encode(record)
-            await m.transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))
-        except Exception:  # a full store, say: the retry goes on anyway
-            log.exception(
-                "workflow %r: its task failure could not be stored; the task is retried anyway",
-                run.pid.id,
-            )
-    await trio.sleep(task_backoff(run.task_failures))
-    if run.phase is RunPhase.BACKOFF:  # not closed from outside meanwhile
-        m.runs.move(run, PhaseEvent.RETRY)
-        m.ready(run)
+        Args:
+            runs: the run table (the failed run's phase and driver).
+            codec: encodes the run record that stores the failure.
+            transact: commits that record.
+            spawn: starts the background task that stores it and waits out the backoff.
+            ready: queues the run for its retry.
+            stats: counts task failures.
+        """
+        self._runs, self._codec, self._transact = runs, codec, transact
+        self._spawn, self._ready, self._stats = spawn, ready, stats
+
+    def fail(
+        self, run: Run, batch: list[Pending], error: Error, cause: BaseException | None
+    ) -> None:
+        """A task of ``run`` failed with ``error``: discard it now, log it, retry after a backoff.
+
+        In memory, at once (before anything can queue the run again): the activation's
+        events go back to the front of the run's queue and its driver is dropped, so the
+        retry rebuilds the run by replay; the run is held (``backoff``) until the retry.
+        The error is logged (with ``cause``'s traceback) and set on the run record at
+        once, so ``describe`` shows it even if the store cannot take it; a task then
+        stores it.
+        """
+        self._runs.forget_driver(run)
+        run.pending = batch + run.pending
+        run.task_failures += 1
+        self._runs.move(run, PhaseEvent.FAIL)
+        self._stats["task_failures"] += 1
+        log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
+        run.record = attrs.evolve(run.record, task_failure=error)
+        self._spawn(self._record_and_retry, run)
+
+    async def _record_and_retry(self, run: Run) -> None:
+        if run.phase is RunPhase.BACKOFF and self._runs.is_current(run):
+            record = run.record
+            try:
+                data = self._codec.encode(record)
+                await self._transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))
+            except Exception:  # a full store, say: the retry goes on anyway
+                log.exception(
+                    "workflow %r: its task failure could not be stored; the task is retried anyway",
+                    run.pid.id,
+                )
+        await trio.sleep(task_backoff(run.task_failures))
+        if run.phase is RunPhase.BACKOFF:  # not closed from outside meanwhile
+            self._runs.move(run, PhaseEvent.RETRY)
+            self._ready(run)

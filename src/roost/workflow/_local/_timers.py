@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._local._closing import fire_timer
 from roost.workflow._local._records import TimerTask, timer_key
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
+    import datetime as dt
+    from collections.abc import Awaitable, Callable
+
     from roost.workflow._local._run import Run
+    from roost.workflow._local._runs import RunTable
 
 # Dropped heap entries tolerated before a rebuild (and at least half the heap).
 _REBUILD_AT = 64
@@ -31,15 +33,30 @@ __all__ = ["DurableTimers"]
 class DurableTimers:
     """A heap of stored timers; one task sleeps until the earliest falls due."""
 
-    def __init__(self, manager: RunHost) -> None:
-        self.m = manager
+    def __init__(
+        self,
+        *,
+        now: Callable[[], dt.datetime],
+        runs: RunTable,
+        spawn: Callable[..., None],
+        fire: Callable[[TimerTask], Awaitable[None]],
+    ) -> None:
+        """Build it from the few collaborators it uses.
+
+        Args:
+            now: the node's clock (a timer's due time is wall-clock time).
+            runs: the run table (a timer's run, open or closing).
+            spawn: starts a background task (timers falling due together fire at once).
+            fire: acts on a timer that fell due (``_closing.fire_timer``).
+        """
+        self._now, self._runs, self._spawn, self._fire_timer = now, runs, spawn, fire
         self._heap: list[tuple[float, str, int, TimerTask]] = []
         self._scope: trio.CancelScope | None = None
         self._dropped: set[tuple[str, int]] = set()  # (run id, seq) of closed runs' timers
 
     def add(self, timer: TimerTask) -> None:
         """Arm ``timer`` (already stored); one that fell due while down fires at once."""
-        delay = (timer.due - self.m.node.now()).total_seconds()
+        delay = (timer.due - self._now()).total_seconds()
         deadline = trio.current_time() + max(0.0, delay)
         heapq.heappush(self._heap, (deadline, timer.run_id, timer.seq, timer))
         run = self._owner(timer)
@@ -50,7 +67,7 @@ class DurableTimers:
 
     def add_all(self, timers: Iterable[TimerTask]) -> None:
         """Arm many stored timers at once (a node's open): one heapify, not a push each."""
-        heap, now, clock = self._heap, self.m.node.now(), trio.current_time()
+        heap, now, clock = self._heap, self._now(), trio.current_time()
         for timer in timers:
             deadline = clock + max(0.0, (timer.due - now).total_seconds())
             heap.append((deadline, timer.run_id, timer.seq, timer))
@@ -64,7 +81,7 @@ class DurableTimers:
     def _owner(self, timer: TimerTask) -> Run | None:
         # A run whose close from outside waits for its activation in flight owns the timers
         # that activation arms: the close deletes their rows.
-        run = self.m.runs.open_or_closing(timer.workflow_id)
+        run = self._runs.open_or_closing(timer.workflow_id)
         return run if run is not None and run.record.run_id == timer.run_id else None
 
     @staticmethod
@@ -101,10 +118,7 @@ class DurableTimers:
                 if run is not None:
                     run.armed_timers = tuple(t for t in run.armed_timers if t is not timer)
                 # Concurrently, so that timers falling due together share one commit.
-                self.m.spawn_task(self._fire, timer)
+                self._spawn(self._fire_timer, timer)
             if not self._heap:
                 self._dropped.clear()
             await trio.lowlevel.checkpoint()
-
-    async def _fire(self, timer: TimerTask) -> None:
-        await fire_timer(self.m, timer)

@@ -11,22 +11,27 @@ never record has its settled task and timer rows deleted.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from roost.workflow._history import CancelRequested, MessageArrived
+from roost._errors import Error
+from roost.workflow._history import CancelRequested, MessageArrived, ProcessExited
 from roost.workflow._local._forwarding import Moved, Row, put_staged
 from roost.workflow._local._records import inbox_key, timer_key
 from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
 from roost.workflow._local._unread import check_room, counts
+from roost.workflow._recorded import as_recorded
 
 if TYPE_CHECKING:
     from roost._pid import Pid
-    from roost.storage import WriteTxn
-    from roost.workflow._local._host import RunHost
+    from roost.actors._events import Exit
+    from roost.storage import Codec, WriteTxn
+    from roost.workflow._local._commits import Commits
+    from roost.workflow._local._forwarding import Forwarding
     from roost.workflow._local._records import RunRecord
+    from roost.workflow._local._runs import RunTable
 
 __all__ = ["Incoming"]
 
@@ -34,8 +39,35 @@ __all__ = ["Incoming"]
 class Incoming:
     """The inbox side of a host: stage, commit and accept the events runs did not cause."""
 
-    def __init__(self, manager: RunHost) -> None:
-        self.m = manager
+    def __init__(
+        self,
+        *,
+        runs: RunTable,
+        codec: Codec,
+        forwarding: Forwarding,
+        commits: Commits,
+        ready: Callable[[Run], None],
+        spawn: Callable[..., None],
+        stopping: Callable[[], bool],
+        unread_limit: int,
+        quarantined: set[str],
+    ) -> None:
+        """Build it from the few collaborators it uses.
+
+        Args:
+            runs: the run table (the run an event is for).
+            codec: encodes and decodes events.
+            forwarding: hand-overs in progress (rows for a run that hands over move).
+            commits: commits its rows.
+            ready: queues a run that has new events.
+            spawn: starts a background task (moving rows, deleting settled ones).
+            stopping: whether the node is stopping (nothing is written then).
+            unread_limit: how many unread messages a run may hold.
+            quarantined: ids whose stored rows are unreadable (their events stay stored).
+        """
+        self._runs, self._codec, self._forwarding, self._commits = runs, codec, forwarding, commits
+        self._ready, self._spawn, self._stopping = ready, spawn, stopping
+        self._unread_limit, self._quarantined = unread_limit, quarantined
         # Events from outside (signals, cancels, child exits) in arrival order, committed
         # by ``commit_outside`` in batches: per-sender order survives into the history.
         self._outside: deque[tuple[Run, bytes, bytes, Any, trio.Event]] = deque()
@@ -47,7 +79,7 @@ class Incoming:
     def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
         """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
         run.inbox_seq += 1
-        k, data = inbox_key(run.record.run_id, run.inbox_seq), self.m.codec.encode(event)
+        k, data = inbox_key(run.record.run_id, run.inbox_seq), self._codec.encode(event)
         self.staged[k] = data
         return k, data
 
@@ -60,14 +92,14 @@ class Incoming:
     ) -> None:
         """Commit ``events`` to ``run``'s inbox (a start: with its record, timers), accept them."""
         staged = [self.stage(run, event) for event in events]
-        record_bytes = self.m.codec.encode(put_record) if put_record is not None else None
-        timers = [(timer_key(t.due, t.run_id, t.seq), self.m.codec.encode(t)) for t in run.timers]
+        record_bytes = self._codec.encode(put_record) if put_record is not None else None
+        timers = [(timer_key(t.due, t.run_id, t.seq), self._codec.encode(t)) for t in run.timers]
         # A run already stored may be handing its id over meanwhile (see _forwarding).
         rows: list[Row] | None = None
         if put_record is None:
             rows = [(run, k, v, e) for (k, v), e in zip(staged, events, strict=True)]
             moved: list[Moved] = []
-            forwarding, codec = self.m.forwarding, self.m.codec
+            forwarding, codec = self._forwarding, self._codec
 
         def write(txn: WriteTxn) -> None:
             if record_bytes is not None:
@@ -84,11 +116,11 @@ class Incoming:
         arriving = sum(1 for event in events if counts(event))
         run.arriving += arriving  # in flight: counted by the unread-message limit
         try:
-            await self.m.transact(write)
+            await self._commits.transact(write)
         finally:
             run.arriving -= arriving
         if rows is not None:
-            self.m.forwarding.record(moved)
+            self._forwarding.record(moved)
         self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
 
     def accept(self, run: Run, items: list[Pending]) -> None:
@@ -100,10 +132,10 @@ class Incoming:
         # The workflow gets what was recorded (a tuple comes back a list), so a live run
         # and its replay see identical values.
         items = [(k, self._recorded(k, e)) for k, e in items]
-        current = self.m.runs.get(run.record.workflow_id)
+        current = self._runs.get(run.record.workflow_id)
         if current is run:
             run.pending.extend(items)
-            self.m.ready(run)
+            self._ready(run)
             return
         # Replies to the old run's calls belong to nobody now (call seqs restart per run);
         # messages and cancel requests are for the workflow, so they follow it.
@@ -113,34 +145,34 @@ class Incoming:
             if isinstance(k, bytes)
             and (type(e) is CancelRequested or (isinstance(e, MessageArrived) and e.call is None))
         ]
-        forwarded, moved = self.m.forwarding.take(moved)  # a commit moved their rows already
+        forwarded, moved = self._forwarding.take(moved)  # a commit moved their rows already
         for target, item in forwarded:
             self.accept(target, [item])
         if current is not None and moved:
-            self.m.spawn_task(self._rehome, current, moved)
+            self._spawn(self._rehome, current, moved)
         self.drop_settled(items)
 
     def drop_settled(self, items: list[Pending]) -> None:
         """Delete the task and timer rows of events no run will record (it has closed)."""
         rows = [k for k, _ in items if isinstance(k, Settled) and k.table != NO_ROW]
-        if rows and not self.m.node.stopping:
+        if rows and not self._stopping():
 
             def write(txn: WriteTxn) -> None:
                 for settled in rows:
                     txn.delete(settled.table, settled.row)
 
-            self.m.spawn_task(self.m.commit_retrying, write, "deleting settled task and timer rows")
+            self._spawn(self._commits.retrying, write, "deleting settled task and timer rows")
 
     def _recorded(self, key: bytes | Settled, event: Any) -> Any:
         data = self.staged.pop(key, None) if isinstance(key, bytes) else None
-        return self.m.codec.decode(data) if data is not None else event
+        return self._codec.decode(data) if data is not None else event
 
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:
         staged = [self.stage(run, event) for _, event in items]
         stale = [k for k, _ in items]
         rows: list[Row] = [(run, k, v, e) for (k, v), (_, e) in zip(staged, items, strict=True)]
         moved: list[Moved] = []
-        forwarding, codec = self.m.forwarding, self.m.codec
+        forwarding, codec = self._forwarding, self._codec
 
         def write(txn: WriteTxn) -> None:
             for k in stale:
@@ -148,8 +180,8 @@ class Incoming:
             moved.clear()
             put_staged(txn, codec, forwarding, rows, moved)
 
-        if await self.m.commit_retrying(write, f"moving messages to workflow {run.pid.id!r}"):
-            self.m.forwarding.record(moved)
+        if await self._commits.retrying(write, f"moving messages to workflow {run.pid.id!r}"):
+            self._forwarding.record(moved)
             self.accept(run, [(k, e) for (k, _), (_, e) in zip(staged, items, strict=True)])
 
     async def signal_many(
@@ -157,7 +189,7 @@ class Incoming:
     ) -> None:
         """Commit start messages to an open run (the id policies let a start signal it)."""
         if messages:
-            check_room(self.m.unread_limit, run, len(messages))
+            check_room(self._unread_limit, run, len(messages))
             events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
             await self.commit(run, events)
 
@@ -189,12 +221,12 @@ class Incoming:
 
             def write(txn: WriteTxn, rows: list[Row] = rows, moved: list[Moved] = moved) -> None:
                 moved.clear()  # keyed by the run the store holds, if one is handing over
-                put_staged(txn, self.m.codec, self.m.forwarding, rows, moved)
+                put_staged(txn, self._codec, self._forwarding, rows, moved)
 
             # Senders wait for their receipts meanwhile: a send is acknowledged once durable.
-            if not await self.m.commit_retrying(write, "storing messages sent to workflows"):
+            if not await self._commits.retrying(write, "storing messages sent to workflows"):
                 return  # the node stops: unacknowledged, as the senders see
-            self.m.forwarding.record(moved)
+            self._forwarding.record(moved)
             for run, k, _, event, done in batch:  # in arrival order
                 self.accept(run, [(k, event)])
                 if counts(event):
@@ -203,4 +235,85 @@ class Incoming:
 
     def _has_home(self, run: Run) -> bool:
         # Open, or continued as new (its messages move to the current run).
-        return run.record.workflow_id in self.m.runs
+        return run.record.workflow_id in self._runs
+
+    # -- settled rows and exits: events of tasks and processes a run started --------------
+
+    async def settle(
+        self,
+        table: str,
+        row: bytes,
+        task: tuple[str, str],
+        event: Any,
+        on_unencodable: Callable[[Error], Any] | None = None,
+    ) -> None:
+        """A task or timer row is done: hand its event to its run's next activation.
+
+        The event goes only to ``task`` (workflow id, run id) if that is still the current
+        run; ``on_unencodable`` turns an event that cannot be recorded into one that can.
+        The row is deleted in the transaction that records the event in the history (one
+        commit instead of two), or at once when no run takes the event.
+        """
+        if self.settle_now(table, row, task, event, on_unencodable) or table == NO_ROW:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._commits.retrying(
+            lambda txn: txn.delete(table, row), f"deleting a settled {table} row"
+        )
+
+    def settle_now(
+        self,
+        table: str,
+        row: bytes,
+        task: tuple[str, str],
+        event: Any,
+        on_unencodable: Callable[[Error], Any] | None = None,
+    ) -> bool:
+        """``settle`` without its commit or checkpoint: False if no run takes the event.
+
+        Then the row must be deleted (``settle`` does that); a caller settling many rows
+        in one pass checkpoints once for all of them.
+        """
+        workflow_id, run_id = task
+        if workflow_id in self._quarantined:
+            return True  # the row stays with the rest of the quarantined workflow
+        run = self._runs.get(workflow_id)
+        if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
+            return False
+        if not as_recorded(event):
+            try:
+                data = self._codec.encode(event)
+            except Error as exc:
+                if on_unencodable is None:
+                    raise
+                data = self._codec.encode(on_unencodable(exc))
+            # The workflow gets what will be recorded (a tuple comes back a list), as on
+            # replay; an event of plain values is that already (encoded once, at the commit).
+            event = self._codec.decode(data)
+        # ``accept`` for one settled row of the current run (checked above): nothing to
+        # look up or decode again (a result per activity: the hot path).
+        run.pending.append((Settled(table, row), event))
+        self._ready(run)
+        return True
+
+    def process_exited(self, watcher: Pid, event: Exit) -> None:
+        """A process a workflow started ended: record its EXIT in that run's history."""
+        run = self._runs.get(watcher.id)
+        if (
+            run is None
+            or event.pid in run.exits_reported
+            or self._stopping()  # nothing is written now: the restart reports them lost
+            or event.pid not in (run.driver.children if run.driver else run.record.children)
+        ):
+            # An exit nobody in this run waits for (a child of a run that continued as
+            # new, say) is not recorded.
+            return
+        run.exit_reported(event.pid)
+        incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
+        try:
+            # The value is a payload: MAX_DEPTH on its own, not the event's envelope allowance.
+            self._codec.check(event.value, what="exit value")
+            self._codec.encode(incoming)
+        except Error as exc:  # the exit value cannot be recorded: record why instead
+            incoming = ProcessExited(pid=event.pid, error=exc)
+        self.from_outside(run, incoming)

@@ -28,14 +28,12 @@ from roost.storage import Codec, Store, WriteTxn
 from roost.workflow._history import (
     CancelRequested,
     MessageArrived,
-    ProcessExited,
-    Started,
 )
-from roost.workflow._history_format import decode_activation
 from roost.workflow._local import _inspect
 from roost.workflow._local._admission import StartGate
 from roost.workflow._local._closing import announce_closed, close_from_outside, fire_timer
 from roost.workflow._local._collector import busy_collector, idle_collector
+from roost.workflow._local._commits import Commits
 from roost.workflow._local._eager import EagerStarts
 from roost.workflow._local._executors import Executors, freeze_startup_heap
 from roost.workflow._local._forwarding import Forwarding
@@ -45,25 +43,22 @@ from roost.workflow._local._quarantine import quarantine_run
 from roost.workflow._local._records import (
     RunRecord,
     RunStatus,
-    history_key,
-    read_progress,
 )
 from roost.workflow._local._recovery import recover
 from roost.workflow._local._replay import Drivers
 from roost.workflow._local._replies import ReplyHost
 from roost.workflow._local._routes import HostRoutes
-from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
+from roost.workflow._local._run import Pending, Run
 from roost.workflow._local._runs import RunTable
 from roost.workflow._local._starting import check_input, claim_name, make_room
 from roost.workflow._local._successors import hand_over, new_run, record_for_start
 from roost.workflow._local._task import Tasks
-from roost.workflow._local._task_failure import TaskFailures, task_backoff
+from roost.workflow._local._task_failure import TaskFailures
 from roost.workflow._local._timers import DurableTimers
 from roost.workflow._local._unread import DEFAULT_UNREAD_LIMIT, check_room
 from roost.workflow._local.activities._worker import ActivityWorker
 from roost.workflow._options import check_start_options
 from roost.workflow._planner import unloadable_error
-from roost.workflow._recorded import as_recorded
 
 __all__ = ["Run", "WorkflowManager"]
 
@@ -90,7 +85,30 @@ class WorkflowManager:
             spawn=self.spawn_task,
             fire=lambda timer: fire_timer(self, timer),
         )
-        self.incoming = Incoming(self)  # the events runs did not cause (see _incoming)
+        self.commits = Commits(
+            store=store,
+            codec=self.codec,
+            # Looked up at each commit: a test may hold the node's commits (test_workflow_races).
+            transact=lambda fn: node.transact(fn),  # noqa: PLW0108 - late-bound, see above
+            stopping=lambda: node.stopping,
+        )
+        # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
+        # theirs is loaded, started, or has its task and timer rows touched.
+        self.quarantined: set[str] = set()
+        self.forwarding = Forwarding()  # inbox rows following an id into its next run
+        self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
+        # The events runs did not cause (see _incoming).
+        self.incoming = Incoming(
+            runs=self.runs,
+            codec=self.codec,
+            forwarding=self.forwarding,
+            commits=self.commits,
+            ready=self.ready,
+            spawn=self.spawn_task,
+            stopping=lambda: node.stopping,
+            unread_limit=self.unread_limit,
+            quarantined=self.quarantined,
+        )
         self.replies = ReplyHost(
             node_name=node.name,
             app_name=node.app.name,
@@ -99,16 +117,11 @@ class WorkflowManager:
             from_outside=self.incoming.from_outside,
         )
         self.pid_hosts = frozenset({self.host, self.replies.host})
-        self.forwarding = Forwarding()  # inbox rows following an id into its next run
-        self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
         # What workflow code starts from (the runtime's own tasks' context): never the
         # context of whoever caused an activation, such as a starter running one eagerly.
         self.base_context = contextvars.copy_context()
         self.stats = {"activations": 0, "replays": 0, "evictions": 0, "task_failures": 0}
         self.counters = RuntimeCounters()  # for /metrics (roost.admin._metrics)
-        # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
-        # theirs is loaded, started, or has its task and timer rows touched.
-        self.quarantined: set[str] = set()
         # Stored running runs this node's app cannot run (their entry is unknown here, or
         # not a workflow): kept, untouched, for a node that can; their id stays taken.
         self.unloadable: dict[str, Error] = {}
@@ -297,15 +310,8 @@ class WorkflowManager:
             self.timers.add(timer)
 
     def input_of(self, run: Run) -> list[Any]:
-        """The input ``run`` started with (for a retry or the next cron run)."""
-        if run.driver is not None and run.driver.started is not None:
-            return list(run.driver.started.args)
-        with self.store.read() as txn:
-            first = txn.get("histories", history_key(run.record.run_id, 1))
-        if first is None:
-            return []
-        started = decode_activation(self.codec, first).events[0]
-        return list(started.args) if isinstance(started, Started) else []
+        """See ``Commits.input_of``."""
+        return self.commits.input_of(run)
 
     def spawn_task(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` in the runtime's nursery."""
@@ -314,29 +320,12 @@ class WorkflowManager:
     # -- commits -------------------------------------------------------------------------
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
-        """Commit through the node's store (see ``Node.transact``)."""
-        return await self.node.transact(fn)
+        """See ``Commits.transact``."""
+        return await self.commits.transact(fn)
 
     async def commit_retrying(self, fn: Callable[[WriteTxn], Any], what: str) -> bool:
-        """Commit the runtime's own bookkeeping ``fn``, retrying a failed commit.
-
-        A store that refuses writes (a full disk, say) must not stop the node: the
-        failure is logged and the same writes are tried again after a backoff, until they
-        commit (True) or the node stops (False: the restart recovers from what is stored).
-        """
-        failures = 0
-        while True:
-            try:
-                await self.transact(fn)
-            except Error:
-                if self.node.stopping:
-                    return False
-                failures += 1
-                delay = task_backoff(failures)
-                log.exception("%s failed (try %d); trying again in %gs", what, failures, delay)
-                await trio.sleep(delay)
-            else:
-                return True
+        """See ``Commits.retrying``."""
+        return await self.commits.retrying(fn, what)
 
     async def settle(
         self,
@@ -346,19 +335,8 @@ class WorkflowManager:
         event: Any,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> None:
-        """A task or timer row is done: hand its event to its run's next activation.
-
-        The event goes only to ``task`` (workflow id, run id) if that is still the current
-        run; ``on_unencodable`` turns an event that cannot be recorded into one that can.
-        The row is deleted in the transaction that records the event in the history (one
-        commit instead of two), or at once when no run takes the event.
-        """
-        if self.settle_now(table, row, task, event, on_unencodable) or table == NO_ROW:
-            await trio.lowlevel.checkpoint()
-            return
-        await self.commit_retrying(
-            lambda txn: txn.delete(table, row), f"deleting a settled {table} row"
-        )
+        """See ``Incoming.settle``."""
+        await self.incoming.settle(table, row, task, event, on_unencodable)
 
     def settle_now(
         self,
@@ -368,32 +346,8 @@ class WorkflowManager:
         event: Any,
         on_unencodable: Callable[[Error], Any] | None = None,
     ) -> bool:
-        """``settle`` without its commit or checkpoint: False if no run takes the event.
-
-        Then the row must be deleted (``settle`` does that); a caller settling many rows
-        in one pass checkpoints once for all of them.
-        """
-        workflow_id, run_id = task
-        if workflow_id in self.quarantined:
-            return True  # the row stays with the rest of the quarantined workflow
-        run = self.runs.get(workflow_id)
-        if run is None or run.record.run_id != run_id:  # closed, or a newer run of the id
-            return False
-        if not as_recorded(event):
-            try:
-                data = self.codec.encode(event)
-            except Error as exc:
-                if on_unencodable is None:
-                    raise
-                data = self.codec.encode(on_unencodable(exc))
-            # The workflow gets what will be recorded (a tuple comes back a list), as on
-            # replay; an event of plain values is that already (encoded once, at the commit).
-            event = self.codec.decode(data)
-        # ``accept`` for one settled row of the current run (checked above): nothing to
-        # look up or decode again (a result per activity: the hot path).
-        run.pending.append((Settled(table, row), event))
-        self.ready(run)
-        return True
+        """See ``Incoming.settle_now``."""
+        return self.incoming.settle_now(table, row, task, event, on_unencodable)
 
     # -- incoming events (see _incoming) -------------------------------------------------
 
@@ -487,32 +441,12 @@ class WorkflowManager:
         return _inspect.list_workflows(self.store, self.codec, query)
 
     def stored_record(self, workflow_id: str) -> RunRecord | None:
-        """The latest run record of ``workflow_id``, open or closed."""
-        with self.store.read() as txn:
-            data = txn.get("runs", workflow_id.encode())
-            return read_progress(txn, self.codec, self.codec.decode(data)) if data else None
+        """See ``Commits.stored_record``."""
+        return self.commits.stored_record(workflow_id)
 
     def process_exited(self, watcher: Pid, event: Exit) -> None:
-        """A plain process a workflow spawned ended: record its EXIT in the history."""
-        run = self.runs.get(watcher.id)
-        if (
-            run is None
-            or event.pid in run.exits_reported
-            or self.node.stopping  # nothing is written now: the restart reports them lost
-            or event.pid not in (run.driver.children if run.driver else run.record.children)
-        ):
-            # An exit nobody in this run waits for (a child of a run that continued as
-            # new, say) is not recorded.
-            return
-        run.exit_reported(event.pid)
-        incoming = ProcessExited(pid=event.pid, value=event.value, error=event.error)
-        try:
-            # The value is a payload: MAX_DEPTH on its own, not the event's envelope allowance.
-            self.codec.check(event.value, what="exit value")
-            self.codec.encode(incoming)
-        except Error as exc:  # the exit value cannot be recorded: record why instead
-            incoming = ProcessExited(pid=event.pid, error=exc)
-        self.from_outside(run, incoming)
+        """See ``Incoming.process_exited``."""
+        self.incoming.process_exited(watcher, event)
 
     def _open_or_closing(self, pid: Pid) -> Run | None:
         # A terminated run is out of ``runs`` at once but stored as closed only after its

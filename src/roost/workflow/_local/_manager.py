@@ -31,14 +31,13 @@ from roost.workflow._history import (
 )
 from roost.workflow._local import _inspect
 from roost.workflow._local._admission import StartGate
-from roost.workflow._local._closing import announce_closed, close_from_outside, fire_timer
+from roost.workflow._local._closing import Closing
 from roost.workflow._local._collector import busy_collector, idle_collector
 from roost.workflow._local._commits import Commits
 from roost.workflow._local._eager import EagerStarts
 from roost.workflow._local._executors import Executors, freeze_startup_heap
 from roost.workflow._local._forwarding import Forwarding
 from roost.workflow._local._incoming import Incoming
-from roost.workflow._local._phases import PhaseEvent
 from roost.workflow._local._quarantine import quarantine_run
 from roost.workflow._local._records import (
     RunRecord,
@@ -50,8 +49,13 @@ from roost.workflow._local._replies import ReplyHost
 from roost.workflow._local._routes import HostRoutes
 from roost.workflow._local._run import Pending, Run
 from roost.workflow._local._runs import RunTable
-from roost.workflow._local._starting import check_input, claim_name, make_room
-from roost.workflow._local._successors import hand_over, new_run, record_for_start
+from roost.workflow._local._starting import (
+    check_input,
+    claim_name,
+    make_room,
+    new_run,
+    record_for_start,
+)
 from roost.workflow._local._task import Tasks
 from roost.workflow._local._task_failure import TaskFailures
 from roost.workflow._local._timers import DurableTimers
@@ -79,12 +83,7 @@ class WorkflowManager:
         self._nursery = nursery
         self.start_gate = StartGate()  # bounds the starts in flight (see _admission)
         self.activities = ActivityWorker(self, nursery)
-        self.timers = DurableTimers(
-            now=node.now,
-            runs=self.runs,
-            spawn=self.spawn_task,
-            fire=lambda timer: fire_timer(self, timer),
-        )
+        self.timers = DurableTimers(now=node.now, runs=self.runs, spawn=self.spawn_task)
         self.commits = Commits(
             store=store,
             codec=self.codec,
@@ -140,6 +139,20 @@ class WorkflowManager:
             input_of=self.input_of,
             timer_rows=self.timers.rows,
         )
+        self.closing = Closing(
+            runs=self.runs,
+            codec=self.codec,
+            host=self.host,
+            node=node,
+            commits=self.commits,
+            incoming=self.incoming,
+            timers=self.timers,
+            forwarding=self.forwarding,
+            routes=self.routes,
+            ready=self.ready,
+            spawn=self.spawn_task,
+            counters=self.counters,
+        )
         self.failures = TaskFailures(
             runs=self.runs,
             codec=self.codec,
@@ -158,11 +171,9 @@ class WorkflowManager:
             timers=self.timers,
             node=node,
             accept=self.incoming.accept,
-            arm=self.arm,
-            closed=self.closed,
-            hand_over=lambda old, new, staged, moved: hand_over(
-                self, old, new, staged, moved=moved
-            ),
+            arm=self.timers.arm,
+            closed=self.closing.announce,
+            hand_over=self.closing.hand_over,
             process_exited=self.process_exited,
             fail=self.failures.fail,
             counters=self.counters,
@@ -216,7 +227,9 @@ class WorkflowManager:
     async def start(self) -> None:
         """Recover open runs, pending tasks and timers, then start the executors."""
         self.executors.start(self._nursery)
-        self._nursery.start_soon(self.timers.run, name="roost.workflow.timers")
+        self._nursery.start_soon(
+            self.timers.run, self.closing.fire_timer, name="roost.workflow.timers"
+        )
         self._nursery.start_soon(self.incoming.commit_outside, name="roost.workflow.inbox")
         self._nursery.start_soon(_busy_collector, name="roost.workflow.collector")
         self._nursery.start_soon(self._close_gate_at_exit, name="roost.workflow.gate")
@@ -304,10 +317,8 @@ class WorkflowManager:
         self.arm(run)
 
     def arm(self, run: Run) -> None:
-        """Arm the runtime timers stored with ``run``'s start (after that commit)."""
-        timers, run.timers = run.timers, ()
-        for timer in timers:
-            self.timers.add(timer)
+        """See ``DurableTimers.arm``."""
+        self.timers.arm(run)
 
     def input_of(self, run: Run) -> list[Any]:
         """See ``Commits.input_of``."""
@@ -418,7 +429,7 @@ class WorkflowManager:
 
     def closed(self, run: Run) -> None:
         """A run ended (its final status is committed): tell whoever is waiting."""
-        announce_closed(self, run)
+        self.closing.announce(run)
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         """See ``NodeHandle.describe``."""
@@ -484,9 +495,7 @@ class WorkflowManager:
         run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
-        self.runs.start_closing(run)  # no further activations, signals or results
-        self.runs.move(run, PhaseEvent.CLOSE)
-        self.spawn_task(close_from_outside, self, run, RunStatus.TERMINATED, terminated_error(pid))
+        self.closing.terminate(run, terminated_error(pid))
 
     def monitor(self, watcher: Pid, pid: Pid) -> None:
         """EXIT to ``watcher`` when the workflow closes (at once if it already has)."""

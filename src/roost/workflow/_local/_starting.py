@@ -1,10 +1,20 @@
-"""Starting a workflow id that may be taken: waiting and acting on ``plan_start``, names."""
+"""Starting a workflow: its new run, its id policies (acting on ``plan_start``), its name."""
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from roost import _telemetry as telemetry
 from roost._pid import Pid
+from roost.actors._app import Entry
+from roost.workflow._history import Started
+from roost.workflow._local._plan import build_run
+from roost.workflow._local._records import RunRecord
+from roost.workflow._local._run import Run
+from roost.workflow._plan_start import start_fields
 from roost.workflow._planner import (
     ExistingRun,
     plan_start,
@@ -17,7 +27,7 @@ if TYPE_CHECKING:
     from roost.storage import Codec
     from roost.workflow._local._host import RunHost
 
-__all__ = ["check_input", "claim_name", "make_room"]
+__all__ = ["check_input", "claim_name", "make_room", "new_run", "record_for_start"]
 
 
 def check_input(
@@ -117,3 +127,34 @@ def claim_name(m: RunHost, name: str, pid: Pid) -> None:
     if holder is not None and holder != pid and not m.node.alive(holder):
         m.node.registry.unregister(name)
     m.node.registry.register(name, pid)  # AlreadyExists if a live process has it
+
+
+def record_for_start(
+    options: dict[str, Any], *, parent: Pid | None, at: dt.datetime
+) -> dict[str, Any]:
+    """RunRecord fields for a workflow starting now with these (checked) start options."""
+    return start_fields(options, parent=parent, at=at)
+
+
+def new_run(
+    *,
+    entry: Entry,
+    pid: Pid,
+    args: Sequence[Any],
+    context: dict[str, Any],
+    at: dt.datetime,
+    inherit: RunRecord | None = None,
+    **fields: Any,
+) -> tuple[Run, Started]:
+    """A run about to begin (not yet stored) and its ``Started`` event (see ``build_run``)."""
+    return build_run(
+        entry=entry,
+        pid=pid,
+        args=args,
+        context=context,
+        at=at,
+        rand=os.urandom(16),
+        tracing=telemetry.tracing,
+        inherit=inherit,
+        **fields,
+    )

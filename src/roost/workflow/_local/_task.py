@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from roost._errors import Error, ErrorKind
 from roost._interrupt import is_ctrl_c
@@ -93,6 +93,15 @@ PASS_LIMIT = 512
 # Commit failures that are the store's, not one step's: every step of the group fails
 # with it (as any request of a failed group commit does).
 _STORE_KINDS = frozenset({ErrorKind.UNAVAILABLE})
+
+
+class HandOverFn(Protocol):
+    """Gives a workflow id to the run that follows (``Closing.hand_over``)."""
+
+    def __call__(
+        self, old: Run, new: Run, staged: list[tuple[bytes, bytes, Any]], *, moved: set[Any]
+    ) -> None: ...
+
 
 # The one hook between a step's commit and its effects (see the module docstring).
 after_commit: Callable[[Step], bool] | None = None
@@ -168,7 +177,7 @@ class Tasks:
         accept: Callable[[Run, list[Pending]], None],
         arm: Callable[[Run], None],
         closed: Callable[[Run], None],
-        hand_over: Callable[[Run, Run, list[tuple[bytes, bytes, Any]], set[Any]], None],
+        hand_over: HandOverFn,
         process_exited: Callable[[Pid, Exit], None],
         fail: Callable[[Run, list[Pending], Error, BaseException | None], None],
         counters: RuntimeCounters,
@@ -188,7 +197,7 @@ class Tasks:
             accept: hands committed events to a run.
             arm: arms the timers stored with a run's start.
             closed: announces a run's committed close.
-            hand_over: moves a workflow id to the run that follows (``_successors``).
+            hand_over: moves a workflow id to the run that follows (``Closing.hand_over``).
             process_exited: records the EXIT of a process a run started.
             fail: fails a task (``_task_failure.fail_task``).
             counters: runs started, for the metrics.
@@ -401,6 +410,6 @@ class Tasks:
             case StopProcess():
                 stop_process(self._node, run.pid, effect)
             case HandOver(new=new, staged=staged, moved=moved_keys):
-                self._hand_over(run, new, list(staged), set(moved_keys))
+                self._hand_over(run, new, list(staged), moved=set(moved_keys))
             case Closed():
                 self._closed(run)

@@ -39,7 +39,6 @@ class DurableTimers:
         now: Callable[[], dt.datetime],
         runs: RunTable,
         spawn: Callable[..., None],
-        fire: Callable[[TimerTask], Awaitable[None]],
     ) -> None:
         """Build it from the few collaborators it uses.
 
@@ -47,9 +46,8 @@ class DurableTimers:
             now: the node's clock (a timer's due time is wall-clock time).
             runs: the run table (a timer's run, open or closing).
             spawn: starts a background task (timers falling due together fire at once).
-            fire: acts on a timer that fell due (``_closing.fire_timer``).
         """
-        self._now, self._runs, self._spawn, self._fire_timer = now, runs, spawn, fire
+        self._now, self._runs, self._spawn = now, runs, spawn
         self._heap: list[tuple[float, str, int, TimerTask]] = []
         self._scope: trio.CancelScope | None = None
         self._dropped: set[tuple[str, int]] = set()  # (run id, seq) of closed runs' timers
@@ -84,6 +82,12 @@ class DurableTimers:
         run = self._runs.open_or_closing(timer.workflow_id)
         return run if run is not None and run.record.run_id == timer.run_id else None
 
+    def arm(self, run: Run) -> None:
+        """Arm the runtime timers stored with ``run``'s start (after that commit)."""
+        timers, run.timers = run.timers, ()
+        for timer in timers:
+            self.add(timer)
+
     @staticmethod
     def rows(run: Run) -> list[bytes]:
         """The stored rows of ``run``'s timers: armed ones and those armed at its commit."""
@@ -100,8 +104,8 @@ class DurableTimers:
             heapq.heapify(self._heap)
             self._dropped = set()
 
-    async def run(self) -> None:
-        """Fire timers as they fall due, forever."""
+    async def run(self, fire: Callable[[TimerTask], Awaitable[None]]) -> None:
+        """Fire timers as they fall due (each with ``fire``), forever."""
         while True:
             deadline = self._heap[0][0] if self._heap else math.inf
             with trio.CancelScope(deadline=deadline) as scope:
@@ -118,7 +122,7 @@ class DurableTimers:
                 if run is not None:
                     run.armed_timers = tuple(t for t in run.armed_timers if t is not timer)
                 # Concurrently, so that timers falling due together share one commit.
-                self._spawn(self._fire_timer, timer)
+                self._spawn(fire, timer)
             if not self._heap:
                 self._dropped.clear()
             await trio.lowlevel.checkpoint()

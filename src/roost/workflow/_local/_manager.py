@@ -38,12 +38,12 @@ from roost.workflow._local._eager import EagerStarts
 from roost.workflow._local._executors import Executors, freeze_startup_heap
 from roost.workflow._local._forwarding import Forwarding
 from roost.workflow._local._incoming import Incoming
-from roost.workflow._local._quarantine import quarantine_run
+from roost.workflow._local._quarantine import Quarantines
 from roost.workflow._local._records import (
     RunRecord,
     RunStatus,
 )
-from roost.workflow._local._recovery import recover
+from roost.workflow._local._recovery import Recovery
 from roost.workflow._local._replay import Drivers
 from roost.workflow._local._replies import ReplyHost
 from roost.workflow._local._routes import HostRoutes
@@ -153,6 +153,14 @@ class WorkflowManager:
             spawn=self.spawn_task,
             counters=self.counters,
         )
+        self.quarantines = Quarantines(
+            codec=self.codec,
+            commits=self.commits,
+            runs=self.runs,
+            registry=node.registry,
+            quarantined=self.quarantined,
+            now=node.now,
+        )
         self.failures = TaskFailures(
             runs=self.runs,
             codec=self.codec,
@@ -195,7 +203,7 @@ class WorkflowManager:
             drivers=self.drivers,
             failures=self.failures,
             now=node.now,
-            quarantine=lambda run, exc: quarantine_run(self, run, exc),
+            quarantine=self.quarantines.quarantine_run,
         )
         self.eager = EagerStarts(
             codec=self.codec,
@@ -233,7 +241,25 @@ class WorkflowManager:
         self._nursery.start_soon(self.incoming.commit_outside, name="roost.workflow.inbox")
         self._nursery.start_soon(_busy_collector, name="roost.workflow.collector")
         self._nursery.start_soon(self._close_gate_at_exit, name="roost.workflow.gate")
-        recover(self)
+        Recovery(
+            codec=self.codec,
+            commits=self.commits,
+            runs=self.runs,
+            app=self.node.app,
+            registry=self.node.registry,
+            node_name=self.node.name,
+            host=self.host,
+            now=self.node.now,
+            quarantined=self.quarantined,
+            unloadable=self.unloadable,
+            quarantines=self.quarantines,
+            timers=self.timers,
+            submit=self.activities.submit,
+            settle_now=self.incoming.settle_now,
+            process_exited=self.incoming.process_exited,
+            ready=self.executors.ready,
+            terminate=lambda run: self.closing.terminate(run, terminated_error(run.pid)),
+        ).recover()
 
     async def _close_gate_at_exit(self) -> None:
         """When the runtime stops, starts waiting at the gate end (Unavailable), not hang."""

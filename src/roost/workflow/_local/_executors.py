@@ -69,34 +69,35 @@ class Executors:
         "_tasks",
     )
 
-    def __init__(
+    def __init__(self, runs: RunTable) -> None:
+        """An empty ready queue over ``runs`` (its phases); ``start`` gives it its passes."""
+        self._runs = runs
+        self._ready: deque[Run] = deque()  # queued for an executor's next pass
+        self._idle = trio.lowlevel.ParkingLot()  # executors waiting for a queued run
+        self._held = False  # queued runs wait for ``run_held`` (no executor is woken)
+
+    def start(
         self,
+        nursery: trio.Nursery,
         *,
-        runs: RunTable,
         tasks: Tasks,
         drivers: Drivers,
         failures: TaskFailures,
         now: Callable[[], dt.datetime],
         quarantine: Callable[[Run, RunQuarantined], Awaitable[None]],
     ) -> None:
-        """Build it from the few collaborators it uses.
+        """Start the executor tasks in ``nursery``, with what their passes use.
 
         Args:
-            runs: the run table (phases, the current run of an id).
+            nursery: where the executor tasks run.
             tasks: prepares, commits and applies the pass's steps.
             drivers: builds and rebuilds the runs' drivers.
             failures: fails a task that cannot be prepared.
             now: the node's clock.
             quarantine: sets aside a run whose stored rows cannot be read.
         """
-        self._runs, self._tasks, self._drivers, self._failures = runs, tasks, drivers, failures
+        self._tasks, self._drivers, self._failures = tasks, drivers, failures
         self._now, self._quarantine = now, quarantine
-        self._ready: deque[Run] = deque()  # queued for an executor's next pass
-        self._idle = trio.lowlevel.ParkingLot()  # executors waiting for a queued run
-        self._held = False  # queued runs wait for ``run_held`` (no executor is woken)
-
-    def start(self, nursery: trio.Nursery) -> None:
-        """Start the executor tasks in ``nursery``."""
         for _ in range(EXECUTORS):
             nursery.start_soon(self._executor, name="roost.workflow.executor")
 

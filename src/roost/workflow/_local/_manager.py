@@ -74,115 +74,133 @@ class WorkflowManager:
     """All workflows of one node: the embedded host (``roost.workflow.WorkflowHost``)."""
 
     def __init__(self, node: Node, store: Store, nursery: trio.Nursery) -> None:
+        """Build the host's parts, each from the few collaborators it uses.
+
+        The order is that of their needs: the run table and the ready queue first (every
+        part queues runs), then the store's commits and the incoming events, the timers
+        and the activities, the close path, the activation shell, the drivers.
+        """
         self.node = node
         self.store = store
-        self.codec = Codec()
-        self.host = f"{node.app.name}:workflows"
-        self.cache_size = int(node.settings.get("workflow_cache", 10_000))
-        self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
         self._nursery = nursery
-        self.start_gate = StartGate()  # bounds the starts in flight (see _admission)
-        self.activities = ActivityWorker(self, nursery)
-        self.timers = DurableTimers(now=node.now, runs=self.runs, spawn=self.spawn_task)
-        self.commits = Commits(
-            store=store,
-            codec=self.codec,
-            # Looked up at each commit: a test may hold the node's commits (test_workflow_races).
-            transact=lambda fn: node.transact(fn),  # noqa: PLW0108 - late-bound, see above
-            stopping=lambda: node.stopping,
-        )
+        codec = self.codec = Codec()
+        host = self.host = f"{node.app.name}:workflows"
+        self.cache_size = int(node.settings.get("workflow_cache", 10_000))
+        self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
+        # What workflow code starts from (the runtime's own tasks' context): never the
+        # context of whoever caused an activation, such as a starter running one eagerly.
+        self.base_context = contextvars.copy_context()
+        self.stats = {"activations": 0, "replays": 0, "evictions": 0, "task_failures": 0}
+        self.counters = RuntimeCounters()  # for /metrics (roost.admin._metrics)
         # Workflow ids whose stored rows could not be decoded (see _quarantine): no run of
         # theirs is loaded, started, or has its task and timer rows touched.
         self.quarantined: set[str] = set()
+        # Stored running runs this node's app cannot run (their entry is unknown here, or
+        # not a workflow): kept, untouched, for a node that can; their id stays taken.
+        self.unloadable: dict[str, Error] = {}
+        stopping = self._stopping
+        runs = self.runs = RunTable(self.cache_size)  # the one owner of runs (see _runs)
+        executors = self.executors = Executors(runs)  # the ready queue; started by start()
+        ready = executors.ready
+        self.start_gate = StartGate()  # bounds the starts in flight (see _admission)
         self.forwarding = Forwarding()  # inbox rows following an id into its next run
-        self.unread_limit = int(node.settings.get("workflow_unread_limit", DEFAULT_UNREAD_LIMIT))
+        commits = self.commits = Commits(
+            store=store,
+            codec=codec,
+            # Looked up at each commit: a test may hold the node's commits (test_workflow_races).
+            transact=lambda fn: node.transact(fn),  # noqa: PLW0108 - late-bound, see above
+            stopping=stopping,
+        )
         # The events runs did not cause (see _incoming).
-        self.incoming = Incoming(
-            runs=self.runs,
-            codec=self.codec,
+        incoming = self.incoming = Incoming(
+            runs=runs,
+            codec=codec,
             forwarding=self.forwarding,
-            commits=self.commits,
-            ready=self.ready,
+            commits=commits,
+            ready=ready,
             spawn=self.spawn_task,
-            stopping=lambda: node.stopping,
+            stopping=stopping,
             unread_limit=self.unread_limit,
             quarantined=self.quarantined,
         )
         self.replies = ReplyHost(
             node_name=node.name,
             app_name=node.app.name,
-            runs=self.runs,
-            codec=self.codec,
-            from_outside=self.incoming.from_outside,
+            runs=runs,
+            codec=codec,
+            from_outside=incoming.from_outside,
         )
-        self.pid_hosts = frozenset({self.host, self.replies.host})
-        # What workflow code starts from (the runtime's own tasks' context): never the
-        # context of whoever caused an activation, such as a starter running one eagerly.
-        self.base_context = contextvars.copy_context()
-        self.stats = {"activations": 0, "replays": 0, "evictions": 0, "task_failures": 0}
-        self.counters = RuntimeCounters()  # for /metrics (roost.admin._metrics)
-        # Stored running runs this node's app cannot run (their entry is unknown here, or
-        # not a workflow): kept, untouched, for a node that can; their id stays taken.
-        self.unloadable: dict[str, Error] = {}
+        self.pid_hosts = frozenset({host, self.replies.host})
+        self.timers = DurableTimers(now=node.now, runs=runs, spawn=self.spawn_task)
+        self.activities = ActivityWorker(
+            node=node,
+            runs=runs,
+            codec=codec,
+            commits=commits,
+            counters=self.counters,
+            incoming=incoming,
+            passes=executors,
+            nursery=nursery,
+        )
         # What activation plans read of this host, and the shell that commits them.
         self.routes = HostRoutes(
-            codec=self.codec,
-            host=self.host,
+            codec=codec,
+            host=host,
             node_name=node.name,
             app=node.app,
             registry=node.registry,
-            runs=self.runs,
+            runs=runs,
             route=self.route,
             unread_limit=self.unread_limit,
             quarantined=self.quarantined,
             unloadable=self.unloadable,
-            input_of=self.input_of,
+            input_of=commits.input_of,
             timer_rows=self.timers.rows,
         )
         self.closing = Closing(
-            runs=self.runs,
-            codec=self.codec,
-            host=self.host,
+            runs=runs,
+            codec=codec,
+            host=host,
             node=node,
-            commits=self.commits,
-            incoming=self.incoming,
+            commits=commits,
+            incoming=incoming,
             timers=self.timers,
             forwarding=self.forwarding,
             routes=self.routes,
-            ready=self.ready,
+            ready=ready,
             spawn=self.spawn_task,
             counters=self.counters,
         )
         self.quarantines = Quarantines(
-            codec=self.codec,
-            commits=self.commits,
-            runs=self.runs,
+            codec=codec,
+            commits=commits,
+            runs=runs,
             registry=node.registry,
             quarantined=self.quarantined,
             now=node.now,
         )
         self.failures = TaskFailures(
-            runs=self.runs,
-            codec=self.codec,
-            transact=self.transact,
+            runs=runs,
+            codec=codec,
+            transact=commits.transact,
             spawn=self.spawn_task,
-            ready=self.ready,
+            ready=ready,
             stats=self.stats,
         )
         self.tasks = Tasks(
             routes=self.routes,
-            runs=self.runs,
+            runs=runs,
             forwarding=self.forwarding,
-            staged=self.incoming.staged,
-            transact=self.transact,
+            staged=incoming.staged,
+            transact=commits.transact,
             activities=self.activities,
             timers=self.timers,
             node=node,
-            accept=self.incoming.accept,
+            accept=incoming.accept,
             arm=self.timers.arm,
             closed=self.closing.announce,
             hand_over=self.closing.hand_over,
-            process_exited=self.process_exited,
+            process_exited=incoming.process_exited,
             fail=self.failures.fail,
             counters=self.counters,
             stats=self.stats,
@@ -190,33 +208,28 @@ class WorkflowManager:
         self.drivers = Drivers(
             node=node,
             store=store,
-            codec=self.codec,
-            runs=self.runs,
+            codec=codec,
+            runs=runs,
             stats=self.stats,
-            host=self.host,
+            host=host,
             replies=self.replies,
             base_context=self.base_context,
         )
-        self.executors = Executors(
-            runs=self.runs,
-            tasks=self.tasks,
-            drivers=self.drivers,
-            failures=self.failures,
-            now=node.now,
-            quarantine=self.quarantines.quarantine_run,
-        )
         self.eager = EagerStarts(
-            codec=self.codec,
-            runs=self.runs,
+            codec=codec,
+            runs=runs,
             tasks=self.tasks,
             drivers=self.drivers,
             failures=self.failures,
             now=node.now,
-            stopping=lambda: node.stopping,
-            ready=self.executors.ready,
+            stopping=stopping,
+            ready=ready,
             commit_start=self.commit_start,
-            arm=self.arm,
+            arm=self.timers.arm,
         )
+
+    def _stopping(self) -> bool:
+        return self.node.stopping
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -234,7 +247,14 @@ class WorkflowManager:
 
     async def start(self) -> None:
         """Recover open runs, pending tasks and timers, then start the executors."""
-        self.executors.start(self._nursery)
+        self.executors.start(
+            self._nursery,
+            tasks=self.tasks,
+            drivers=self.drivers,
+            failures=self.failures,
+            now=self.node.now,
+            quarantine=self.quarantines.quarantine_run,
+        )
         self._nursery.start_soon(
             self.timers.run, self.closing.fire_timer, name="roost.workflow.timers"
         )

@@ -17,25 +17,34 @@ from roost.workflow._local._records import ActivityTask, RunRecord, RunStatus, t
 from roost.workflow._local.activities._log import KEPT_ERRORS
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     from roost.storage import Codec, WriteTxn
-    from roost.workflow._local._host import RunHost
+    from roost.workflow._local._commits import Commits
 
 __all__ = ["forget_if_orphan", "reschedule"]
 
 RUNNING = RunStatus.RUNNING
 
 
-async def reschedule(m: RunHost, task: ActivityTask, error: Error, delay: float) -> ActivityTask:
-    """Store the task's next attempt, ``delay`` seconds from now; returns that task."""
+async def reschedule(
+    commits: Commits,
+    codec: Codec,
+    task: ActivityTask,
+    error: Error,
+    *,
+    now: dt.datetime,
+    delay: float,
+) -> ActivityTask:
+    """Store the task's next attempt, ``delay`` seconds after ``now``; returns that task."""
     # The latest errors only: under an unlimited policy the row must not grow for ever.
     errors = [*task.errors[-(KEPT_ERRORS - 1) :], error]
     task = attrs.evolve(
         task,
         attempt=task.attempt + 1,
-        not_before=deadline_after(m.node.now(), delay),
+        not_before=deadline_after(now, delay),
         errors=errors,
     )
-    codec = m.codec
     data = codec.encode(task)
     key = task_key(task.run_id, task.seq)
     run_key = task.workflow_id.encode()
@@ -48,20 +57,20 @@ async def reschedule(m: RunHost, task: ActivityTask, error: Error, delay: float)
         if stored is not None and _open_run(codec, stored, task.run_id):
             txn.put("tasks", key, data)
 
-    await m.transact(write)
+    await commits.transact(write)
     return task
 
 
-async def forget_if_orphan(m: RunHost, task: ActivityTask) -> None:
+async def forget_if_orphan(commits: Commits, task: ActivityTask) -> None:
     """Delete the task's row if its run has closed.
 
     A row whose run has closed (left by a version that did not delete it at the close)
     is deleted; one of a run that is open but cannot resume here stays.
     """
-    record = m.stored_record(task.workflow_id)
+    record = commits.stored_record(task.workflow_id)
     if record is None or record.run_id != task.run_id or record.status.value != "running":
         key = task_key(task.run_id, task.seq)
-        await m.transact(lambda txn: txn.delete("tasks", key))
+        await commits.transact(lambda txn: txn.delete("tasks", key))
 
 
 def _open_run(codec: Codec, data: bytes, run_id: str) -> bool:

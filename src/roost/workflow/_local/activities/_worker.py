@@ -63,7 +63,13 @@ from roost.workflow._local.activities._threads import SyncJob, ThreadPool, never
 from roost.workflow._retry import next_retry
 
 if TYPE_CHECKING:
-    from roost.workflow._local._host import RunHost
+    from roost._counters import RuntimeCounters
+    from roost.actors._process import NodeOps
+    from roost.storage import Codec
+    from roost.workflow._local._commits import Commits
+    from roost.workflow._local._host import Passes
+    from roost.workflow._local._incoming import Incoming
+    from roost.workflow._local._runs import RunTable
 
 __all__ = ["ActivityWorker"]
 
@@ -71,8 +77,32 @@ __all__ = ["ActivityWorker"]
 class ActivityWorker:
     """Runs each submitted task until it resolves: attempts in passes of one runner task."""
 
-    def __init__(self, manager: RunHost, nursery: trio.Nursery) -> None:
-        self.m = manager
+    def __init__(
+        self,
+        *,
+        node: NodeOps,
+        runs: RunTable,
+        codec: Codec,
+        commits: Commits,
+        counters: RuntimeCounters,
+        incoming: Incoming,
+        passes: Passes,
+        nursery: trio.Nursery,
+    ) -> None:
+        """Build it from the few collaborators it uses.
+
+        Args:
+            node: the node activities run on (its app, clock, test faults, ``roost.ctx``).
+            runs: the run table (whether a task's run still waits for it).
+            codec: encodes results and rows.
+            commits: stores a retried task's row, deletes an orphan's.
+            counters: attempts and their failures, for the metrics.
+            incoming: hands a finished task's event to its run (``settle``).
+            passes: the executors, held while a pass of results is handed on.
+            nursery: where attempts and the runner run.
+        """
+        self._node, self._runs, self._commits, self._counters = node, runs, commits, counters
+        self._incoming, self._passes = incoming, passes
         self._nursery = nursery
         self.running: dict[tuple[str, int], Attempt] = {}
         # The tasks with a row in ``tasks``: an attempt failed (or it was recovered from a
@@ -81,9 +111,9 @@ class ActivityWorker:
         # What every attempt's context starts from: the runtime's own, never a caller's,
         # with no current process and the node bound (see prepare_base).
         self._base = contextvars.copy_context()
-        self._base.run(prepare_base, manager.node)
-        self._settle_now = manager.settle_now  # once per finished attempt
-        self._codec = manager.codec
+        self._base.run(prepare_base, node)
+        self._settle_now = incoming.settle_now  # once per finished attempt
+        self._codec = codec
         # Each activity's entry, resolved on its first attempt: an app's entries never
         # change once registered (a taken id is refused), and the node's app is fixed.
         self._entries: dict[str, Entry] = {}
@@ -126,9 +156,9 @@ class ActivityWorker:
             return
         if stored:
             self._rows.add(ident)
-        work = self.running[ident] = Attempt(task, self.m.counters)
+        work = self.running[ident] = Attempt(task, self._counters)
         when = task.not_before
-        if when is not None and when > self.m.node.now():
+        if when is not None and when > self._node.now():
             self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
         else:
             self._queue(work)
@@ -180,7 +210,7 @@ class ActivityWorker:
     async def _run(self) -> None:
         """Drain the ready queue in passes; if an attempt suspends, become its task."""
         handed: tuple[Attempt, Coroutine[Any, Any, Any], Any] | None = None
-        executors = self.m.executors
+        executors = self._passes
         try:
             with trio.CancelScope() as scope:
                 while True:
@@ -223,7 +253,7 @@ class ActivityWorker:
         ready = self._ready
         outcomes: list[Attempt] = []
         jobs: list[SyncJob] = []
-        faults = self.m.node.ext.get("activity_faults")  # roost.testing's fail_activity
+        faults = self._node.ext.get("activity_faults")  # roost.testing's fail_activity
         while ready:
             work = ready.popleft()
             if work.done:
@@ -255,12 +285,12 @@ class ActivityWorker:
         if work.cancelled:
             self._forget((task.run_id, task.seq))
             return None
-        run = self.m.runs.get(task.workflow_id)  # ``_wanted``, keeping the run at hand
+        run = self._runs.get(task.workflow_id)  # ``_wanted``, keeping the run at hand
         if run is None or run.record.run_id != task.run_id:
             # No attempt: a task decides about the row.
             self._nursery.start_soon(self._work_on, work, name=f"roost.activity {task.entry}")
             return None
-        work.began = self.m.counters.attempt(task.entry)
+        work.began = self._counters.attempt(task.entry)
         entry = self._entries.get(task.entry)
         if entry is None:
             found = self._entry(task)
@@ -270,7 +300,7 @@ class ActivityWorker:
                 return None
             entry = self._entries[task.entry] = found
         options = task.options
-        wall = self.m.node.now() if "schedule_to_close_timeout" in options else None
+        wall = self._node.now() if "schedule_to_close_timeout" in options else None
         set_limits(work, trio.current_time(), wall)
         failure = faults.take(task.entry) if faults is not None else None
         if failure is not None:
@@ -287,7 +317,7 @@ class ActivityWorker:
         )
         if telemetry.tracing:
             telemetry.activity_started(work, run, ctx)
-        if not entry.is_async and not self.m.node.mock_time:
+        if not entry.is_async and not self._node.mock_time:
             job = work.job = SyncJob(work, ctx, entry.fn, task.args)
             jobs.append(job)
             self.stats["threaded"] += 1
@@ -475,7 +505,7 @@ class ActivityWorker:
             if not await self._wait_until(task.not_before, work):
                 return  # cancelled while waiting for its next attempt
             if not self._wanted(task):
-                await forget_if_orphan(self.m, task)
+                await forget_if_orphan(self._commits, task)
                 return  # its run closed (its row went with it): no more attempts
             work.done = False
             requeued = True
@@ -500,32 +530,34 @@ class ActivityWorker:
         if not self._wanted(task):
             return False  # its run closed meanwhile (its row is gone): no more attempts
         delay = next_retry(task.options, task.attempt, error)
-        if delay is not None and schedule_to_close_left(task, self.m.node.now()) <= delay:
+        if delay is not None and schedule_to_close_left(task, self._node.now()) <= delay:
             error = schedule_to_close_error(task, error)
             delay = None
         log_failure(task, error, delay, telemetry.trace_id_of(self._record(task)))
-        self.m.counters.attempt_failed(task.entry)
+        self._counters.attempt_failed(task.entry)
         if delay is None:
             await self._resolve(task, None, error)
             return False
-        work.task = await reschedule(self.m, task, error, delay)
+        work.task = await reschedule(
+            self._commits, self._codec, task, error, now=self._node.now(), delay=delay
+        )
         self._rows.add((task.run_id, task.seq))
         return True
 
     # -- shared --------------------------------------------------------------------------
 
     def _record(self, task: ActivityTask) -> Any:
-        run = self.m.runs.get(task.workflow_id)
+        run = self._runs.get(task.workflow_id)
         return run.record if run is not None else None
 
     def _wanted(self, task: ActivityTask) -> bool:
-        run = self.m.runs.get(task.workflow_id)
+        run = self._runs.get(task.workflow_id)
         return run is not None and run.record.run_id == task.run_id
 
     async def _wait_until(self, when: dt.datetime | None, work: Attempt) -> bool:
         """Sleep until ``when``; False if the workflow cancelled the task meanwhile."""
         if when is not None:
-            delay = (when - self.m.node.now()).total_seconds()
+            delay = (when - self._node.now()).total_seconds()
             if delay > 0:
                 with trio.move_on_after(delay) as scope:
                     work.enter(scope)
@@ -535,7 +567,7 @@ class ActivityWorker:
 
     def _entry(self, task: ActivityTask) -> Entry | Error:
         try:
-            entry = self.m.node.app.resolve(task.entry)
+            entry = self._node.app.resolve(task.entry)
         except Error as exc:
             return Error(exc.message, kind=exc.kind, retryable=False, details=exc.details)
         if entry.kind is not EntryKind.ACTIVITY:
@@ -552,7 +584,7 @@ class ActivityWorker:
         """
         if error is None:
             check_result(self._codec, value)
-        await self.m.settle(*self._settling(task, value, error))
+        await self._incoming.settle(*self._settling(task, value, error))
 
     def _settling(
         self, task: ActivityTask, value: Any, error: Error | None

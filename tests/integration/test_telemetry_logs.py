@@ -122,7 +122,7 @@ async def test_a_failed_activity_attempt_is_logged_once_with_its_fields_and_trac
     caplog.set_level(logging.INFO, logger="roost")
     async with open_test_node(app) as node:
         assert await process.with_options(id="wf-a").exec(uses_flaky) == "fine"
-        record = node._node.local_workflows.stored_record("wf-a")
+        record = node._node.local_workflows.commits.stored_record("wf-a")
     failures = of(caplog, "roost.activity")
     assert [r.attempt for r in failures] == [1, 2, 3]  # once per failed attempt
     first = failures[0]

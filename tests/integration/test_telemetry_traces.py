@@ -326,5 +326,5 @@ async def test_without_a_tracer_provider_nothing_is_traced_or_stored(autojump_cl
         assert not _telemetry.tracing  # no provider: every hook site skips its call
         await process.with_options(id="wf-n").exec(parent, "n")
         assert node.describe("wf-n")["status"] == "completed"
-        stored = node._node.local_workflows.stored_record("wf-n")
+        stored = node._node.local_workflows.commits.stored_record("wf-n")
     assert stored.trace is None

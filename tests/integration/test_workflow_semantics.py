@@ -228,7 +228,7 @@ async def test_a_cancel_committed_for_a_run_that_continued_as_new_reaches_the_ne
         assert manager.runs["can"] is not old  # continued as new
         event = CancelRequested(reason="late")
         k, _ = manager.incoming.stage(old, event)
-        manager.accept(old, [(k, event)])  # as the commit of a cancel for the old run does
+        manager.incoming.accept(old, [(k, event)])  # as the commit of a cancel for the old run does
         with trio.fail_after(3600):
             exit_event = await process.events().receive()
         assert exit_event.value == "round 1: late"

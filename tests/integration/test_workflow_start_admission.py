@@ -9,7 +9,7 @@ import trio
 
 import roost
 from roost import funcs, process, workflow
-from roost.workflow._local import _manager
+from roost.workflow._local import _admission, _starting
 from roost.workflow._local._admission import StartGate
 
 app = roost.App("admission")
@@ -28,7 +28,7 @@ async def one_step(x):
 async def test_a_burst_of_starts_is_admitted_a_few_at_a_time(autojump_clock, monkeypatch):
     building: list[int] = []  # the input of each run built
     open_starts = [0, 0]  # starts built and not yet returned to their caller; the most seen
-    real_new_run = _manager.new_run
+    real_new_run = _starting.new_run
 
     def counting_new_run(**kwargs):
         building.append(kwargs["args"][0])
@@ -36,9 +36,9 @@ async def test_a_burst_of_starts_is_admitted_a_few_at_a_time(autojump_clock, mon
         open_starts[1] = max(open_starts[1], open_starts[0])
         return real_new_run(**kwargs)
 
-    monkeypatch.setattr(_manager, "new_run", counting_new_run)
-    async with roost.open_node(app) as node:
-        node._node.local_workflows.start_gate = StartGate(3)
+    monkeypatch.setattr(_starting, "new_run", counting_new_run)
+    monkeypatch.setattr(_admission, "START_LIMIT", 3)  # the node's gate admits 3 at a time
+    async with roost.open_node(app):
         events = process.events()
 
         async def start(i: int) -> None:
@@ -92,7 +92,8 @@ async def parent_of_one(x):
     return await workflow.exec(one_step, x)
 
 
-async def test_a_start_waiting_at_the_gate_ends_when_the_node_stops(autojump_clock):
+async def test_a_start_waiting_at_the_gate_ends_when_the_node_stops(autojump_clock, monkeypatch):
+    monkeypatch.setattr(_admission, "START_LIMIT", 1)
     outcomes: list[object] = []
 
     async def starter() -> None:
@@ -105,7 +106,7 @@ async def test_a_start_waiting_at_the_gate_ends_when_the_node_stops(autojump_clo
 
     with trio.fail_after(60):  # without the close this waits forever
         async with trio.open_nursery() as nursery, roost.open_node(app) as node:
-            gate = node._node.local_workflows.start_gate = StartGate(1)
+            gate = node._node.local_workflows.start_gate
             await gate.enter()  # every slot taken: the next start waits
             nursery.start_soon(starter)
             await trio.testing.wait_all_tasks_blocked()
@@ -113,11 +114,12 @@ async def test_a_start_waiting_at_the_gate_ends_when_the_node_stops(autojump_clo
     assert outcomes == [roost.ErrorKind.UNAVAILABLE]
 
 
-async def test_the_runtimes_own_starts_do_not_pass_the_gate(autojump_clock):
+async def test_the_runtimes_own_starts_do_not_pass_the_gate(autojump_clock, monkeypatch):
+    monkeypatch.setattr(_admission, "START_LIMIT", 1)
     async with roost.open_node(app) as node:
         pid = await process.spawn_monitored(parent_of_one, 5)
         events = process.events()
-        gate = node._node.local_workflows.start_gate = StartGate(1)
+        gate = node._node.local_workflows.start_gate
         await gate.enter()  # every slot taken by a caller's start in flight
         await process.send(pid, "go", None)
         with trio.fail_after(60):

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -24,7 +23,7 @@ from roost.actors._app import Entry
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
 from roost.mailbox._channel import Channel
-from roost.storage import Codec, Store, WriteTxn
+from roost.storage import Codec, Store
 from roost.workflow._history import (
     CancelRequested,
     MessageArrived,
@@ -47,21 +46,16 @@ from roost.workflow._local._recovery import Recovery
 from roost.workflow._local._replay import Drivers
 from roost.workflow._local._replies import ReplyHost
 from roost.workflow._local._routes import HostRoutes
-from roost.workflow._local._run import Pending, Run
+from roost.workflow._local._run import Run
 from roost.workflow._local._runs import RunTable
 from roost.workflow._local._starting import (
-    check_input,
-    claim_name,
-    make_room,
-    new_run,
-    record_for_start,
+    Starts,
 )
 from roost.workflow._local._task import Tasks
 from roost.workflow._local._task_failure import TaskFailures
 from roost.workflow._local._timers import DurableTimers
 from roost.workflow._local._unread import DEFAULT_UNREAD_LIMIT, check_room
 from roost.workflow._local.activities._worker import ActivityWorker
-from roost.workflow._options import check_start_options
 from roost.workflow._planner import unloadable_error
 
 __all__ = ["Run", "WorkflowManager"]
@@ -224,8 +218,25 @@ class WorkflowManager:
             now=node.now,
             stopping=stopping,
             ready=ready,
-            commit_start=self.commit_start,
+            # Late-bound: Starts, built next, drives EagerStarts and stores a failed one's start.
+            commit_start=lambda run, events: self.starts.commit_start(run, events),  # noqa: PLW0108
             arm=self.timers.arm,
+        )
+
+        self.starts = Starts(
+            codec=codec,
+            host=host,
+            node=node,
+            runs=runs,
+            gate=self.start_gate,
+            commits=commits,
+            incoming=incoming,
+            eager=self.eager,
+            timers=self.timers,
+            terminate=lambda run: self.closing.terminate(run, terminated_error(run.pid)),
+            quarantined=self.quarantined,
+            unloadable=self.unloadable,
+            counters=self.counters,
         )
 
     def _stopping(self) -> bool:
@@ -300,75 +311,10 @@ class WorkflowManager:
         messages: tuple[tuple[str, Any], ...],
         context: dict[str, Any],
     ) -> Pid:
-        """Start a run, or (per the id policies) return the running one and signal it.
-
-        ``context`` is the run's whole context (the parent's, with the spawn's on top).
-
-        Raises:
-            roost.Error: AlreadyExists when the id policies refuse; Invalid for a bad
-                option or input that cannot be encoded (nothing is stored).
-        """
-        opts = check_start_options(options)
-        workflow_id = opts.get("id") or opts.get("name")
-        explicit = workflow_id is not None
-        if workflow_id is None:
-            workflow_id = f"{self.node.app.name}-{os.urandom(8).hex()}"
-        # Every input check comes first: bad input changes nothing, not even a running
-        # workflow that terminate_existing would replace, and waits for no admission.
-        check_input(self.codec, entry.id, args, opts, messages)
-        async with self.start_gate.admitted():
-            pid = await make_room(
-                self,
-                workflow_id,
-                explicit=explicit,
-                opts=opts,
-                messages=messages,
-                sender=parent,
-            )
-            if pid is not None:
-                return pid
-            pid = Pid.trusted(self.node.name, self.host, workflow_id)
-            name = opts.get("name")
-            if name is not None:
-                claim_name(self, name, pid)
-            at = self.node.now()
-            run, started = new_run(
-                entry=entry,
-                pid=pid,
-                args=args,
-                context=context,
-                at=at,
-                **record_for_start(opts, parent=parent, at=at),
-            )
-            self.runs.add(run)
-            events: list[Any] = [started]
-            events += [MessageArrived(topic=t, payload=p, sender=parent) for t, p in messages]
-            try:
-                if self.eager.ok(run):
-                    await self.eager.start(run, events)
-                else:
-                    await self.commit_start(run, events)
-            except BaseException:
-                if run.next_index == 1:  # not stored (a stored run stays, whatever failed after)
-                    self.runs.remove(run)
-                    if name is not None:
-                        self.node.registry.unregister(name)
-                raise
-            self.counters.run_started(entry.id)
-            return run.pid
-
-    async def commit_start(self, run: Run, events: list[Any]) -> None:
-        """Store a new run and its first events; an executor activates it (after any delay)."""
-        await self.incoming.commit(run, events, put_record=run.record)
-        self.arm(run)
-
-    def arm(self, run: Run) -> None:
-        """See ``DurableTimers.arm``."""
-        self.timers.arm(run)
-
-    def input_of(self, run: Run) -> list[Any]:
-        """See ``Commits.input_of``."""
-        return self.commits.input_of(run)
+        """See ``Starts.spawn``."""
+        return await self.starts.spawn(
+            parent, entry=entry, args=args, options=options, messages=messages, context=context
+        )
 
     def spawn_task(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` in the runtime's nursery."""
@@ -376,55 +322,7 @@ class WorkflowManager:
 
     # -- commits -------------------------------------------------------------------------
 
-    async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
-        """See ``Commits.transact``."""
-        return await self.commits.transact(fn)
-
-    async def commit_retrying(self, fn: Callable[[WriteTxn], Any], what: str) -> bool:
-        """See ``Commits.retrying``."""
-        return await self.commits.retrying(fn, what)
-
-    async def settle(
-        self,
-        table: str,
-        row: bytes,
-        task: tuple[str, str],
-        event: Any,
-        on_unencodable: Callable[[Error], Any] | None = None,
-    ) -> None:
-        """See ``Incoming.settle``."""
-        await self.incoming.settle(table, row, task, event, on_unencodable)
-
-    def settle_now(
-        self,
-        table: str,
-        row: bytes,
-        task: tuple[str, str],
-        event: Any,
-        on_unencodable: Callable[[Error], Any] | None = None,
-    ) -> bool:
-        """See ``Incoming.settle_now``."""
-        return self.incoming.settle_now(table, row, task, event, on_unencodable)
-
     # -- incoming events (see _incoming) -------------------------------------------------
-
-    def hold_staged(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
-        """See ``Incoming.hold_staged``."""
-        self.incoming.hold_staged(rows)
-
-    def accept(self, run: Run, items: list[Pending]) -> None:
-        """See ``Incoming.accept``."""
-        self.incoming.accept(run, items)
-
-    def drop_settled(self, items: list[Pending]) -> None:
-        """See ``Incoming.drop_settled``."""
-        self.incoming.drop_settled(items)
-
-    async def signal_many(
-        self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
-    ) -> None:
-        """See ``Incoming.signal_many``."""
-        await self.incoming.signal_many(run, messages, sender)
 
     def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
         """Append a message to a running workflow's history; the event is set once durable.
@@ -443,18 +341,16 @@ class WorkflowManager:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         self.codec.encode(payload, what=f"payload of message {topic!r}")
         check_room(self.unread_limit, run)
-        return self.from_outside(run, MessageArrived(topic=topic, payload=payload, sender=sender))
-
-    def from_outside(self, run: Run, event: Any) -> trio.Event:
-        """See ``Incoming.from_outside``."""
-        return self.incoming.from_outside(run, event)
+        return self.incoming.from_outside(
+            run, MessageArrived(topic=topic, payload=payload, sender=sender)
+        )
 
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
         """Deliver a CANCEL request to a running workflow (it decides what to do)."""
         run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
-        return self.from_outside(run, CancelRequested(reason=reason))
+        return self.incoming.from_outside(run, CancelRequested(reason=reason))
 
     def _not_open(self, pid: Pid) -> Error:
         """The error for steering a workflow id that has no open run on this node."""
@@ -467,15 +363,7 @@ class WorkflowManager:
 
     # -- activations ---------------------------------------------------------------------
 
-    def ready(self, run: Run) -> None:
-        """See ``Executors.ready``."""
-        self.executors.ready(run)
-
     # -- completion ----------------------------------------------------------------------
-
-    def closed(self, run: Run) -> None:
-        """A run ended (its final status is committed): tell whoever is waiting."""
-        self.closing.announce(run)
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         """See ``NodeHandle.describe``."""
@@ -497,10 +385,6 @@ class WorkflowManager:
         """See ``NodeHandle.list_workflows``."""
         return _inspect.list_workflows(self.store, self.codec, query)
 
-    def stored_record(self, workflow_id: str) -> RunRecord | None:
-        """See ``Commits.stored_record``."""
-        return self.commits.stored_record(workflow_id)
-
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """See ``Incoming.process_exited``."""
         self.incoming.process_exited(watcher, event)
@@ -512,7 +396,7 @@ class WorkflowManager:
 
     def _closed_record(self, pid: Pid) -> RunRecord | None:
         # A reply address is never a workflow: "noproc", as for an id that never existed.
-        return self.stored_record(pid.id) if pid.host == self.host else None
+        return self.commits.stored_record(pid.id) if pid.host == self.host else None
 
     @property
     def cached(self) -> Mapping[str, Run]:

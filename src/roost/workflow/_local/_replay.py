@@ -22,8 +22,8 @@ from roost.workflow._recorded import is_plain
 
 if TYPE_CHECKING:
     from roost.actors._process import NodeOps
-    from roost.storage import Codec
-    from roost.workflow._local._host import Replies, Storage
+    from roost.storage import Codec, Store
+    from roost.workflow._local._replies import ReplyHost
     from roost.workflow._local._runs import RunTable
 
 __all__ = [
@@ -143,12 +143,12 @@ class Drivers:
         self,
         *,
         node: NodeOps,
-        store: Storage,
+        store: Store,
         codec: Codec,
         runs: RunTable,
         stats: dict[str, int],
         host: str,
-        replies: Replies,
+        replies: ReplyHost,
         base_context: contextvars.Context,
     ) -> None:
         """Build it from the few collaborators it uses.

@@ -1,4 +1,4 @@
-"""Starting a workflow: its new run, its id policies (acting on ``plan_start``), its name."""
+"""Starting a workflow: input checks, admission, the id policies (``plan_start``), the run."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 from roost import _telemetry as telemetry
 from roost._pid import Pid
 from roost.actors._app import Entry
-from roost.workflow._history import Started
+from roost.workflow._history import MessageArrived, Started
 from roost.workflow._local._plan import build_run
 from roost.workflow._local._records import RunRecord
 from roost.workflow._local._run import Run
+from roost.workflow._options import check_start_options
 from roost.workflow._plan_start import start_fields
 from roost.workflow._planner import (
     ExistingRun,
@@ -24,10 +25,20 @@ from roost.workflow._planner import (
 from roost.workflow._recorded import is_plain
 
 if TYPE_CHECKING:
-    from roost.storage import Codec
-    from roost.workflow._local._host import RunHost
+    from collections.abc import Callable
 
-__all__ = ["check_input", "claim_name", "make_room", "new_run", "record_for_start"]
+    from roost._counters import RuntimeCounters
+    from roost._errors import Error
+    from roost.actors._process import NodeOps
+    from roost.storage import Codec
+    from roost.workflow._local._admission import StartGate
+    from roost.workflow._local._commits import Commits
+    from roost.workflow._local._eager import EagerStarts
+    from roost.workflow._local._incoming import Incoming
+    from roost.workflow._local._runs import RunTable
+    from roost.workflow._local._timers import DurableTimers
+
+__all__ = ["Starts", "check_input", "claim_name", "new_run", "record_for_start"]
 
 
 def check_input(
@@ -55,78 +66,206 @@ def check_input(
             codec.encode(payload, what=f"start message {topic!r}")
 
 
-async def make_room(
-    m: RunHost,
-    workflow_id: str,
-    *,
-    explicit: bool,
-    opts: dict[str, Any],
-    messages: tuple[tuple[str, Any], ...],
-    sender: Pid,
-) -> Pid | None:
-    """Apply the id policies; the running PID to return (use_existing), or None to start.
+class Starts:
+    """Starts workflows: input checked, admitted, the id's policies, the run, its first step."""
 
-    Raises:
-        roost.Error: AlreadyExists when the policies refuse; InvalidState for a quarantined id.
-    """
-    cause = m.unloadable.get(workflow_id)
-    if cause is not None:
-        raise unloadable_error(workflow_id, cause)
-    replaced = False
-    while True:
-        if workflow_id not in m.quarantined:
-            await _settled(m, workflow_id)
-        plan = plan_start(
-            _existing(m, workflow_id, opts, replaced=replaced),
-            workflow_id=workflow_id,
-            options=opts,
-            explicit=explicit,
-            quarantined=workflow_id in m.quarantined,
-            replaced=replaced,
-        )
-        if plan.action == "start":
-            return None
-        if plan.error is not None:
-            raise plan.error
-        existing = m.runs[workflow_id]
-        if plan.deliver_messages:
-            await m.signal_many(existing, messages, sender)
-            return existing.pid
-        # terminate_existing: the same path as terminate (watchers and concurrent
-        # starts of this id wait for the close), then plan again.
-        m.terminate(existing.pid)
-        await existing.wait_closed()
-        replaced = True
+    __slots__ = (
+        "_app_name",
+        "_codec",
+        "_commits",
+        "_counters",
+        "_eager",
+        "_gate",
+        "_host",
+        "_incoming",
+        "_node",
+        "_quarantined",
+        "_runs",
+        "_terminate",
+        "_timers",
+        "_unloadable",
+    )
+
+    def __init__(
+        self,
+        *,
+        codec: Codec,
+        host: str,
+        node: NodeOps,
+        runs: RunTable,
+        gate: StartGate,
+        commits: Commits,
+        incoming: Incoming,
+        eager: EagerStarts,
+        timers: DurableTimers,
+        terminate: Callable[[Run], None],
+        quarantined: set[str],
+        unloadable: dict[str, Error],
+        counters: RuntimeCounters,
+    ) -> None:
+        """Build it from the few collaborators it uses.
+
+        Args:
+            codec: checks the start's input.
+            host: the host of workflow PIDs.
+            node: the node's name, app, clock and names (a start may register one).
+            runs: the run table (the id's open run, its closing, a staged child).
+            gate: admits starts, a bounded number in flight.
+            commits: reads a closed run of the id (for the reuse policies).
+            incoming: stores a start the normal way, or signals the open run.
+            eager: runs a start's first activation in the starter's task.
+            timers: arms the timers stored with a start.
+            terminate: terminates the open run that ``terminate_existing`` replaces.
+            quarantined: ids whose stored rows are unreadable (never started again).
+            unloadable: ids whose stored run this app cannot run (their id stays taken).
+            counters: runs started, for the metrics.
+        """
+        self._codec, self._host, self._node, self._runs = codec, host, node, runs
+        self._app_name = node.app.name
+        self._gate, self._commits, self._incoming, self._eager = gate, commits, incoming, eager
+        self._timers, self._terminate = timers, terminate
+        self._quarantined, self._unloadable, self._counters = quarantined, unloadable, counters
+
+    async def spawn(
+        self,
+        parent: Pid,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid:
+        """Start a run, or (per the id policies) return the running one and signal it.
+
+        ``context`` is the run's whole context (the parent's, with the spawn's on top).
+
+        Raises:
+            roost.Error: AlreadyExists when the id policies refuse; Invalid for a bad
+                option or input that cannot be encoded (nothing is stored).
+        """
+        opts = check_start_options(options)
+        workflow_id = opts.get("id") or opts.get("name")
+        explicit = workflow_id is not None
+        if workflow_id is None:
+            workflow_id = f"{self._app_name}-{os.urandom(8).hex()}"
+        # Every input check comes first: bad input changes nothing, not even a running
+        # workflow that terminate_existing would replace, and waits for no admission.
+        check_input(self._codec, entry.id, args, opts, messages)
+        async with self._gate.admitted():
+            pid = await self._make_room(
+                workflow_id, explicit=explicit, opts=opts, messages=messages, sender=parent
+            )
+            if pid is not None:
+                return pid
+            node = self._node
+            pid = Pid.trusted(node.name, self._host, workflow_id)
+            name = opts.get("name")
+            if name is not None:
+                claim_name(node, name, pid)
+            at = node.now()
+            run, started = new_run(
+                entry=entry,
+                pid=pid,
+                args=args,
+                context=context,
+                at=at,
+                **record_for_start(opts, parent=parent, at=at),
+            )
+            self._runs.add(run)
+            events: list[Any] = [started]
+            events += [MessageArrived(topic=t, payload=p, sender=parent) for t, p in messages]
+            try:
+                if self._eager.ok(run):
+                    await self._eager.start(run, events)
+                else:
+                    await self.commit_start(run, events)
+            except BaseException:
+                if run.next_index == 1:  # not stored (a stored run stays, whatever failed after)
+                    self._runs.remove(run)
+                    if name is not None:
+                        node.registry.unregister(name)
+                raise
+            self._counters.run_started(entry.id)
+            return run.pid
+
+    async def commit_start(self, run: Run, events: list[Any]) -> None:
+        """Store a new run and its first events; an executor activates it (after any delay)."""
+        await self._incoming.commit(run, events, put_record=run.record)
+        self._timers.arm(run)
+
+    async def _make_room(
+        self,
+        workflow_id: str,
+        *,
+        explicit: bool,
+        opts: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        sender: Pid,
+    ) -> Pid | None:
+        """Apply the id policies; the running PID to return (use_existing), or None to start.
+
+        Raises:
+            roost.Error: AlreadyExists when the policies refuse; InvalidState for a
+                quarantined id.
+        """
+        cause = self._unloadable.get(workflow_id)
+        if cause is not None:
+            raise unloadable_error(workflow_id, cause)
+        replaced = False
+        while True:
+            if workflow_id not in self._quarantined:
+                await self._settled(workflow_id)
+            plan = plan_start(
+                self._existing(workflow_id, opts, replaced=replaced),
+                workflow_id=workflow_id,
+                options=opts,
+                explicit=explicit,
+                quarantined=workflow_id in self._quarantined,
+                replaced=replaced,
+            )
+            if plan.action == "start":
+                return None
+            if plan.error is not None:
+                raise plan.error
+            existing = self._runs[workflow_id]
+            if plan.deliver_messages:
+                await self._incoming.signal_many(existing, messages, sender)
+                return existing.pid
+            # terminate_existing: the same path as terminate (watchers and concurrent
+            # starts of this id wait for the close), then plan again.
+            self._terminate(existing)
+            await existing.wait_closed()
+            replaced = True
+
+    async def _settled(self, workflow_id: str) -> None:
+        """Wait until no close of the id commits and no uncommitted step's child takes it."""
+        runs = self._runs
+        while True:
+            while (closing := runs.closing(workflow_id)) is not None:  # a terminate commits
+                await closing.wait_closed()
+            if not runs.child_staged(workflow_id):
+                return
+            await runs.wait_unstaged(workflow_id)  # then plan with that child open
+
+    def _existing(
+        self, workflow_id: str, opts: dict[str, Any], *, replaced: bool
+    ) -> ExistingRun | None:
+        run = self._runs.get(workflow_id)
+        if run is not None:
+            return ExistingRun.running(run.pid)
+        if replaced or workflow_id in self._quarantined or not start_reads_closed_run(opts):
+            return None  # the plan needs no closed run: no store read
+        record = self._commits.stored_record(workflow_id)
+        return ExistingRun.closed(record.status) if record is not None else None
 
 
-async def _settled(m: RunHost, workflow_id: str) -> None:
-    """Wait until no close of ``workflow_id`` commits and no uncommitted step's child takes it."""
-    while True:
-        while (closing := m.runs.closing(workflow_id)) is not None:  # a terminate commits
-            await closing.wait_closed()
-        if not m.runs.child_staged(workflow_id):
-            return
-        await m.runs.wait_unstaged(workflow_id)  # then plan with that child open
-
-
-def _existing(
-    m: RunHost, workflow_id: str, opts: dict[str, Any], *, replaced: bool
-) -> ExistingRun | None:
-    run = m.runs.get(workflow_id)
-    if run is not None:
-        return ExistingRun.running(run.pid)
-    if replaced or workflow_id in m.quarantined or not start_reads_closed_run(opts):
-        return None  # the plan needs no closed run: no store read
-    record = m.stored_record(workflow_id)
-    return ExistingRun.closed(record.status) if record is not None else None
-
-
-def claim_name(m: RunHost, name: str, pid: Pid) -> None:
+def claim_name(node: NodeOps, name: str, pid: Pid) -> None:
     """Register ``name`` for ``pid``, taking it over from a dead holder."""
-    holder = m.node.registry.lookup(name)
-    if holder is not None and holder != pid and not m.node.alive(holder):
-        m.node.registry.unregister(name)
-    m.node.registry.register(name, pid)  # AlreadyExists if a live process has it
+    holder = node.registry.lookup(name)
+    if holder is not None and holder != pid and not node.alive(holder):
+        node.registry.unregister(name)
+    node.registry.register(name, pid)  # AlreadyExists if a live process has it
 
 
 def record_for_start(

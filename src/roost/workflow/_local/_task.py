@@ -69,9 +69,10 @@ if TYPE_CHECKING:
     from roost.storage import Codec, WriteTxn
     from roost.workflow._driver import Driver
     from roost.workflow._local._forwarding import Forwarding
-    from roost.workflow._local._host import ActivityExecution, DurableTimers
     from roost.workflow._local._run import Pending, Run
     from roost.workflow._local._runs import RunTable
+    from roost.workflow._local._timers import DurableTimers
+    from roost.workflow._local.activities._worker import ActivityWorker
 
 __all__ = [
     "EXECUTORS",
@@ -171,7 +172,7 @@ class Tasks:
         forwarding: Forwarding,
         staged: dict[bytes, bytes],
         transact: Callable[[Callable[[WriteTxn], Any]], Any],
-        activities: ActivityExecution,
+        activities: ActivityWorker,
         timers: DurableTimers,
         node: NodeOps,
         accept: Callable[[Run, list[Pending]], None],

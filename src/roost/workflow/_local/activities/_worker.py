@@ -25,7 +25,7 @@ import itertools
 import types
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -67,11 +67,27 @@ if TYPE_CHECKING:
     from roost.actors._process import NodeOps
     from roost.storage import Codec
     from roost.workflow._local._commits import Commits
-    from roost.workflow._local._host import Passes
     from roost.workflow._local._incoming import Incoming
     from roost.workflow._local._runs import RunTable
 
-__all__ = ["ActivityWorker"]
+__all__ = ["ActivityWorker", "Passes"]
+
+
+class Passes(Protocol):
+    """What the worker asks of the executors (``Executors``): hold the runs its results ready.
+
+    Named by role, not by class: the executors run the activation shell, which hands the
+    worker its tasks, so the worker cannot import them.
+    """
+
+    def hold(self) -> None:
+        """Runs queued from now on wait for ``release`` (no executor is woken for them)."""
+
+    def release(self, *, take: bool) -> bool:
+        """End ``hold``; True if the caller is to run the held runs' pass (``take_pass``)."""
+
+    async def take_pass(self) -> None:
+        """Take the queued runs and run their pass (activations, commit, effects) here."""
 
 
 class ActivityWorker:

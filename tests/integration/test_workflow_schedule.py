@@ -322,7 +322,9 @@ async def _settle_a_fake_timer(node, workflow_id, waiting=2):
     timer = TimerTask(workflow_id=workflow_id, run_id=run.record.run_id, seq=7, due=roost.now())
     row = timer_key(timer.due, timer.run_id, timer.seq)
     await node._node.transact(lambda txn: txn.put("timers", row, manager.codec.encode(timer)))
-    await manager.incoming.settle("timers", row, (workflow_id, run.record.run_id), TimerFired(seq=7))
+    await manager.incoming.settle(
+        "timers", row, (workflow_id, run.record.run_id), TimerFired(seq=7)
+    )
     assert len(run.pending) == waiting  # the timer's event (and the start): the run is held
     return row
 

@@ -26,7 +26,7 @@ from roost.storage._quarantine import (
     read_quarantine,
 )
 from roost.workflow._history import ProcessExited, TimerFired
-from roost.workflow._local._effects import lost_error
+from roost.workflow._local._delivery import lost_error
 from roost.workflow._local._pending import read_open
 from roost.workflow._local._phases import RunPhase
 from roost.workflow._local._records import (

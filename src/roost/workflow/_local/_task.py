@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from roost._errors import Error, ErrorKind
 from roost._interrupt import is_ctrl_c
 from roost.workflow._history import SpawnProcess, StopProcess
-from roost.workflow._local._effects import deliver_local, spawn_child, stop_process
+from roost.workflow._local._delivery import deliver_local, spawn_child, stop_process
 from roost.workflow._local._forwarding import Moved, move_inbox, put_rows
 from roost.workflow._local._phases import RunPhase
 from roost.workflow._local._plan import (

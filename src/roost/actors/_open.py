@@ -184,6 +184,8 @@ async def open_node(
     workflow_unread_limit: int = 10_000,
     admin: str | None = None,
     workflow_host: WorkflowHostFactory | None = None,
+    temporal: str | None = None,
+    temporal_namespace: str = "default",
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -215,6 +217,10 @@ async def open_node(
             async context manager it returns yields the ``roost.workflow.WorkflowHost`` and
             is left as the node closes (docs/workflows.md, "Workflow hosts"). None (the
             default): the embedded host, in ``data_dir``'s LMDB store.
+        temporal: ``"host:port"`` of a Temporal server: the app's workflows run there
+            (``roost.temporal.temporal_host``; needs ``roost[temporal]``, see
+            docs/temporal.md). ``name`` must then be unique among the cluster's live nodes.
+        temporal_namespace: the Temporal namespace, with ``temporal``.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -237,6 +243,8 @@ async def open_node(
             "workflow_host must be a factory (a callable given the node's services that "
             f"returns an async context manager yielding a WorkflowHost), got {workflow_host!r}"
         )
+    if temporal is not None:
+        workflow_host = _temporal_host(temporal, temporal_namespace, workflow_host)
     http_bind = _extension("http_bind")(http) if http is not None else None
     admin_bind = _extension("admin_bind")(admin) if admin is not None else None
     app.validate()
@@ -276,6 +284,22 @@ async def open_node(
     finally:
         if temp:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _temporal_host(
+    target: str, namespace: str, given: WorkflowHostFactory | None
+) -> WorkflowHostFactory:
+    """The Temporal host's factory for ``open_node(temporal=...)``."""
+    if given is not None:
+        raise invalid("give open_node either temporal= or workflow_host=, not both")
+    try:
+        from roost.temporal import temporal_host  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise invalid(
+            f"open_node(temporal=...) needs the roost[temporal] extra ({exc}): "
+            "pip install 'roost[temporal]'"
+        ) from None
+    return temporal_host(target, namespace=namespace)
 
 
 @asynccontextmanager

@@ -307,32 +307,41 @@ async def _running(
     app: App, *, node_args: dict[str, Any], grace: float, path: Path, root: Entry | None
 ) -> AsyncIterator[NodeHandle]:
     body_error: BaseException | None = None
+    start_error: Error | None = None
+    killed: Error | None = None
     telemetry.refresh()  # before recovery: resumed activities and closes may trace
     async with trio.open_nursery() as system:
         async with trio.open_nursery() as nursery:
             node = Node(app, nursery=nursery, **node_args)
             system.start_soon(node.timers.run, name="roost.timers")
-            for start_service in node_services():
-                await start_service(node, system)
-            attached = node.attach()
-            handle = NodeHandle(node, path, attached.pid)
-            node.ext["handle"] = handle  # what the admin server serves (roost.admin)
-            telemetry.log_node_opened(node, path)
-            token = set_current(attached)
             try:
-                with attached.scope:
-                    if root is not None:
-                        await node.wait_ready(node.spawn(attached, root, (), _LINKED))
-                    yield handle
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, outside nurseries
-                body_error = exc
-            finally:
-                reset_current(token)
-            killed = attached.kill_error
-            _exit_attached(node, attached, body_error)
-            with trio.CancelScope(shield=body_error is not None):
-                await node.shutdown(0 if _is_cancel(body_error) else grace)
+                for start_service in node_services():
+                    await start_service(node, system)
+            except Error as exc:  # a service that cannot start (a workflow host refusing)
+                start_error = exc  # raised below, outside the nurseries (not in a group)
+                system.cancel_scope.cancel()
+            else:
+                attached = node.attach()
+                handle = NodeHandle(node, path, attached.pid)
+                node.ext["handle"] = handle  # what the admin server serves (roost.admin)
+                telemetry.log_node_opened(node, path)
+                token = set_current(attached)
+                try:
+                    with attached.scope:
+                        if root is not None:
+                            await node.wait_ready(node.spawn(attached, root, (), _LINKED))
+                        yield handle
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, outside nurseries
+                    body_error = exc
+                finally:
+                    reset_current(token)
+                killed = attached.kill_error
+                _exit_attached(node, attached, body_error)
+                with trio.CancelScope(shield=body_error is not None):
+                    await node.shutdown(0 if _is_cancel(body_error) else grace)
         system.cancel_scope.cancel()
+    if start_error is not None:
+        raise start_error
     if body_error is not None:
         raise body_error
     if killed is not None:

@@ -49,8 +49,11 @@ from roost.temporal._options import CONTEXT_MEMO, PARENT_MEMO, STATUS_MEMO, star
 from roost.temporal._workflow import (
     CANCEL_SIGNAL,
     DELIVER_ACTIVITY,
+    PING_ACTIVITY,
+    PROBE_WORKFLOW,
     START_SIGNAL,
     WORKFLOW_NODE,
+    NodeProbe,
     RoostWorkflow,
     apps,
     node_queue,
@@ -393,20 +396,48 @@ def _log_refusal(workflow_id: str, name: str) -> Callable[[concurrent.futures.Fu
 # -- the factory -------------------------------------------------------------------------
 
 
-async def _name_taken(client: temporalio.client.Client, name: str) -> bool:
-    """Whether a live node already polls the queue of node ``name``."""
+async def _pollers(client: temporalio.client.Client, name: str) -> list[Any]:
+    """The pollers Temporal lists on the queue of node ``name`` (live or stopped lately)."""
     request = wsv1.DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=temporalio.api.taskqueue.v1.TaskQueue(name=node_queue(name)),
         task_queue_type=temporalio.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
     )
     response = await client.workflow_service.describe_task_queue(request)
+    return list(response.pollers)
+
+
+async def _name_taken(client: temporalio.client.Client, name: str, queue: str) -> bool:
+    """Whether a live node already serves the queue of node ``name``.
+
+    A queue nobody polled lately is free. Temporal lists a worker's pollers for minutes
+    after it stopped, so a queue with recent pollers is probed: a ping on it that a live
+    node takes in time means the name is taken.
+    """
     now = dt.datetime.now(dt.UTC)
-    for poller in response.pollers:
-        seen = poller.last_access_time.ToDatetime().replace(tzinfo=dt.UTC)
-        if (now - seen).total_seconds() < _LIVE_POLLER:
-            return True
-    return False
+    recent = any(
+        (now - p.last_access_time.ToDatetime().replace(tzinfo=dt.UTC)).total_seconds()
+        < _LIVE_POLLER
+        for p in await _pollers(client, name)
+    )
+    if not recent:
+        return False
+    answered: bool = await client.execute_workflow(
+        PROBE_WORKFLOW,
+        name,
+        id=f"{PROBE_WORKFLOW}-{name}-{os.urandom(6).hex()}",
+        task_queue=queue,
+    )
+    return answered
+
+
+async def _claimed(client: temporalio.client.Client, name: str, identity: str) -> None:
+    """Wait until Temporal lists this node's poller on its queue: the name is its own."""
+    for _ in range(200):
+        if any(p.identity == identity for p in await _pollers(client, name)):
+            return
+        await asyncio.sleep(0.01)
+    log.warning("roost.temporal: the poller of node %r is not listed yet", name)
 
 
 def temporal_host(
@@ -440,41 +471,49 @@ def temporal_host(
     async def factory(services: NodeServices) -> AsyncIterator[WorkflowHost]:
         bridge = Bridge()
         threads = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="roost.activity")
+        refused: Error | None = None  # raised once the nursery is left: not in a group
         async with trio.open_nursery() as nursery:
             await bridge.start(nursery)
             apps.add(services.app)
             try:
-                host = await bridge.run(
-                    _open(
-                        services,
-                        target,
-                        namespace,
-                        max_cached=max_cached_workflows,
-                        bridge=bridge,
-                        threads=threads,
-                    )
-                )
-                workers = host.workers
-                host_obj = TemporalHost(services, host.client, bridge, nursery)
                 try:
-                    yield host_obj
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await bridge.run(_shutdown(workers))
+                    opened = await bridge.run(
+                        _open(
+                            services,
+                            target,
+                            namespace,
+                            max_cached=max_cached_workflows,
+                            bridge=bridge,
+                            threads=threads,
+                        )
+                    )
+                except Error as exc:
+                    refused = exc
+                else:
+                    try:
+                        yield TemporalHost(services, opened.client, bridge, nursery)
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await bridge.run(_shutdown(opened))
             finally:
                 apps.remove(services.app)
                 nursery.cancel_scope.cancel()
                 with trio.CancelScope(shield=True):
                     await bridge.stop()
                 threads.shutdown(wait=False, cancel_futures=True)
+        if refused is not None:
+            raise refused
 
     return factory
 
 
 @attrs.frozen
 class _Opened:
+    """A connected client and the node's running workers (with their tasks)."""
+
     client: temporalio.client.Client
     workers: tuple[temporalio.worker.Worker, ...]
+    tasks: tuple[asyncio.Task[None], ...]
 
 
 async def _open(
@@ -497,7 +536,17 @@ async def _open(
             f"cannot reach the Temporal server at {target!r} (namespace {namespace!r}): {exc}",
             kind=ErrorKind.UNAVAILABLE,
         ) from None
-    if await _name_taken(client, services.name):
+    app_worker = temporalio.worker.Worker(
+        client,
+        task_queue=app.name,
+        workflows=[RoostWorkflow, NodeProbe],
+        activities=[activity_function(app, bridge, threads)],
+        max_cached_workflows=max_cached,
+    )
+    loop = asyncio.get_running_loop()
+    running = [loop.create_task(app_worker.run())]
+    if await _name_taken(client, services.name, app.name):
+        await _shutdown(_Opened(client, (app_worker,), tuple(running)))
         raise Error(
             f"a live node named {services.name!r} already serves this Temporal cluster "
             f"(namespace {namespace!r}): node names must be unique in a cluster; open this "
@@ -505,33 +554,28 @@ async def _open(
             kind=ErrorKind.INVALID_STATE,
             details={"name": services.name},
         )
-    workers = (
-        temporalio.worker.Worker(
-            client,
-            task_queue=app.name,
-            workflows=[RoostWorkflow],
-            activities=[activity_function(app, bridge, threads)],
-            max_cached_workflows=max_cached,
-        ),
-        temporalio.worker.Worker(
-            client,
-            task_queue=node_queue(services.name),
-            activities=[_deliver_function(services, bridge)],
-        ),
+    identity = f"roost-node {services.name} {os.getpid()}-{os.urandom(4).hex()}"
+    node_worker = temporalio.worker.Worker(
+        client,
+        task_queue=node_queue(services.name),
+        activities=[*_node_activities(services, bridge)],
+        identity=identity,
     )
-    for worker in workers:
-        asyncio.get_running_loop().create_task(worker.run())
-    return _Opened(client, workers)
+    running.append(loop.create_task(node_worker.run()))
+    await _claimed(client, services.name, identity)
+    return _Opened(client, (node_worker, app_worker), tuple(running))
 
 
-async def _shutdown(workers: tuple[temporalio.worker.Worker, ...]) -> None:
-    for worker in workers:
+async def _shutdown(opened: _Opened) -> None:
+    """Stop the workers (running activities are cancelled) and wait for their tasks."""
+    for worker in opened.workers:
         with contextlib.suppress(Exception):
             await worker.shutdown()
+    await asyncio.gather(*opened.tasks, return_exceptions=True)
 
 
-def _deliver_function(services: NodeServices, bridge: Bridge) -> Callable[..., Any]:
-    """The node queue's activity: a workflow's message to one of this node's processes."""
+def _node_activities(services: NodeServices, bridge: Bridge) -> list[Callable[..., Any]]:
+    """The node queue's activities: a workflow's message to a process here; the ping."""
 
     async def deliver_here(sender: Pid, dest: Pid, topic: str, payload: Any) -> None:
         services.send(sender, dest, topic, payload)
@@ -543,4 +587,8 @@ def _deliver_function(services: NodeServices, bridge: Bridge) -> Callable[..., A
         except Error as exc:
             raise application_error(exc) from None
 
-    return deliver
+    @temporalio.activity.defn(name=PING_ACTIVITY)
+    async def ping() -> str:
+        return services.name
+
+    return [deliver, ping]

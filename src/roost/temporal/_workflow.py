@@ -75,8 +75,11 @@ from roost.workflow._recorded import is_plain
 __all__ = [
     "CANCEL_SIGNAL",
     "DELIVER_ACTIVITY",
+    "PING_ACTIVITY",
+    "PROBE_WORKFLOW",
     "START_SIGNAL",
     "WORKFLOW_NODE",
+    "NodeProbe",
     "RoostWorkflow",
     "TemporalPorts",
     "apps",
@@ -89,6 +92,12 @@ CANCEL_SIGNAL: Final = "@roost.cancel"
 START_SIGNAL: Final = "@roost.start"
 DELIVER_ACTIVITY: Final = "@roost.deliver"
 """The activity on a node's own queue that hands a workflow's message to a plain process."""
+PING_ACTIVITY: Final = "@roost.ping"
+"""The activity on a node's own queue that answers whether that node is alive."""
+PROBE_WORKFLOW: Final = "@roost.probe"
+"""The workflow that asks a node's queue for a live node (``NodeProbe``)."""
+# How long a probe waits for a live node to take its ping.
+_PROBE_WAIT: Final = dt.timedelta(seconds=1.5)
 WORKFLOW_NODE: Final = "local"
 """The node part of a workflow PID on this host: a workflow belongs to the cluster, so its
 PID is ``{<app>:workflows|<id>}`` whichever node runs it."""
@@ -236,6 +245,26 @@ class RoostWorkflow:
         """Run the roost workflow of this type to its end."""
         app = apps.find(tw.info().workflow_type)
         return await _Run(app, f"{app.name}:workflows", self.incoming).run(_decode(args))
+
+
+@tw.defn(name=PROBE_WORKFLOW, sandboxed=False)
+class NodeProbe:
+    """Whether a live node serves the queue of node ``name`` (its ping is taken in time)."""
+
+    @tw.run
+    async def run(self, name: str) -> bool:
+        """True when a node of that name answered."""
+        try:
+            await tw.execute_activity(
+                PING_ACTIVITY,
+                task_queue=node_queue(name),
+                schedule_to_start_timeout=_PROBE_WAIT,
+                start_to_close_timeout=_PROBE_WAIT,
+                retry_policy=_DELIVER_ONCE,
+            )
+        except temporalio.exceptions.ActivityError:
+            return False
+        return True
 
 
 class _Run:

@@ -54,13 +54,13 @@ async def _answers(target: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory):
+@pytest.fixture(scope="session", name="temporal_server")
+def dev_server(tmp_path_factory):
     """``"127.0.0.1:PORT"`` of a dev server that lives for the test session."""
     port, http_port, metrics_port = _free_port(), _free_port(), _free_port()
     log = tmp_path_factory.mktemp("temporal") / "server.log"
     with log.open("wb") as out:
-        server = subprocess.Popen(  # noqa: S603 - our own binary, fixed arguments
+        server = subprocess.Popen(
             [
                 str(temporal_binary()),
                 "server",

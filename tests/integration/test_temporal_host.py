@@ -14,12 +14,12 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from temporal_server import dev_server  # noqa: F401 - the fixture `temporal_server`
+from temporalio.client import Client
 
-from temporal_server import temporal_server  # noqa: F401 - the fixture
-
-import roost  # noqa: E402 - after the skip when temporalio is missing
-import roost.temporal  # noqa: E402
-from roost import channel, funcs, process, workflow  # noqa: E402
+import roost
+import roost.temporal
+from roost import channel, funcs, process, workflow
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -155,7 +155,6 @@ def _id(prefix):
 
 async def with_client(server, fn, *, roost_payloads=True):
     """Run ``fn(client)`` with a hand-written temporalio client (in its own asyncio loop)."""
-    from temporalio.client import Client
 
     async def main():
         converter = roost.temporal.data_converter() if roost_payloads else None
@@ -177,10 +176,10 @@ async def history_events(server, workflow_id):
 async def first_task_done(server, workflow_id):
     """Wait until the workflow's first task has completed (its first activation recorded)."""
     with trio.fail_after(20):
-        while not any(
-            e.HasField("workflow_task_completed_event_attributes")
-            for e in await history_events(server, workflow_id)
-        ):
+        while True:
+            events = await history_events(server, workflow_id)
+            if any(e.HasField("workflow_task_completed_event_attributes") for e in events):
+                return
             await trio.sleep(0.05)
 
 

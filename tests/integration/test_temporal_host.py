@@ -363,3 +363,79 @@ async def test_what_the_host_does_not_carry_out_yet_is_a_roost_error(temporal_se
         with pytest.raises(roost.Error) as option:
             await process.with_options(search_attributes={"Shop": "x"}).spawn(napper, 0)
         assert option.value.kind is roost.ErrorKind.INVALID
+
+
+@app.workflow
+async def doubler(x):
+    return 2 * x
+
+
+@app.workflow
+async def parent(x):
+    return await workflow.exec(doubler, x)
+
+
+@app.workflow
+async def counter(n):
+    if n < 2:
+        await process.upgrade(counter, n + 1)
+    return n
+
+
+@app.workflow
+async def greeter():
+    message = await process.listen("hello", message=True).receive()
+    workflow.attrs(memo={"greeted": message.payload})
+    return [message.payload, message.sender]
+
+
+@app.activity
+async def beating():
+    roost.heartbeat("half way")
+    return roost.activity_info().entry
+
+
+@app.workflow
+async def beats():
+    return await funcs.new().with_options(heartbeat_timeout="10s").call(beating)
+
+
+async def test_children_continue_as_new_start_messages_memo_and_heartbeats(temporal_server):
+    parent_id, greeter_id = _id("parent"), _id("greet")
+    async with temporal_node(temporal_server) as node:
+        with trio.fail_after(60):
+            assert await process.with_options(id=parent_id).exec(parent, 21) == 42
+            child = node.describe(f"{parent_id}.1")
+            assert child["workflow_type"] == "tshop:doubler" and child["result"] == 42
+            assert child["parent"] == roost.Pid.parse(f"{{tshop:workflows|{parent_id}}}")
+            assert await process.exec(counter, 0) == 2  # exec follows continue-as-new runs
+            greeted = process.with_options(id=greeter_id).with_message("hello", "hi")
+            assert await greeted.exec(greeter) == ["hi", node.pid]
+            assert await process.exec(beats) == "tshop:beating"
+        assert node.describe(greeter_id)["memo"] == {"greeted": "hi"}
+        listed = node.list_workflows(f"WorkflowId = '{greeter_id}'")
+        assert [(d["workflow_id"], d["status"]) for d in listed] in (
+            [],
+            [(greeter_id, "completed")],
+        )
+
+
+@app.process
+async def linked_to(target, report_to):
+    process.set_options(trap_links=True)
+    process.link(target)
+    process.send(report_to, "linked")
+    process.send(report_to, "event", await process.events().receive())
+
+
+async def test_a_linked_process_gets_link_down_when_the_workflow_fails(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        pid = await process.with_options(id=_id("gate")).spawn(waiter)
+        inbox = process.inbox()
+        await process.spawn(linked_to, pid, node.pid)
+        with trio.fail_after(30):
+            assert (await inbox.receive()).topic == "linked"
+            process.terminate(pid)
+            event = (await inbox.receive()).payload
+    assert isinstance(event, roost.LinkDown) and event.pid == pid
+    assert event.error.kind is roost.ErrorKind.CANCELED

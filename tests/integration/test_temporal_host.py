@@ -439,3 +439,28 @@ async def test_a_linked_process_gets_link_down_when_the_workflow_fails(temporal_
             event = (await inbox.receive()).payload
     assert isinstance(event, roost.LinkDown) and event.pid == pid
     assert event.error.kind is roost.ErrorKind.CANCELED
+
+
+@app.workflow
+async def unrecordable():
+    return {1, 2}  # a set cannot be recorded: activate raises, the workflow task fails
+
+
+async def test_an_exception_out_of_the_driver_fails_the_workflow_task(temporal_server):
+    workflow_id = _id("task-failure")
+    async with temporal_node(temporal_server) as node:
+        pid = await process.with_options(id=workflow_id).spawn(unrecordable)
+        with trio.fail_after(20):
+            while True:
+                events = await history_events(temporal_server, workflow_id)
+                failed = [
+                    e.workflow_task_failed_event_attributes.failure.message
+                    for e in events
+                    if e.HasField("workflow_task_failed_event_attributes")
+                ]
+                if failed:
+                    break
+                await trio.sleep(0.05)
+        assert "cannot encode" in failed[0] and "set" in failed[0]
+        assert node.describe(workflow_id)["status"] == "running"  # Temporal retries the task
+        process.terminate(pid)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import temporalio.exceptions as tx
+from temporalio.client import WorkflowFailureError
 
 from roost._errors import Error, ErrorKind
 
@@ -59,9 +60,8 @@ def error_of(exc: BaseException) -> Error:  # noqa: PLR0911 - one arm per failur
     """The roost error a Temporal failure stands for (the cause of a wrapper error)."""
     while isinstance(exc, tx.ActivityError | tx.ChildWorkflowError) and exc.cause is not None:
         exc = exc.cause
-    cause = getattr(exc, "cause", None)
-    if type(exc).__name__ == "WorkflowFailureError" and cause is not None:
-        return error_of(cause)
+    if isinstance(exc, WorkflowFailureError):
+        return error_of(exc.cause)
     if isinstance(exc, Error):
         return exc
     if isinstance(exc, tx.ApplicationError):

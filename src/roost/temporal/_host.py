@@ -269,6 +269,8 @@ class TemporalHost:
             if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
                 return ExitResult(None, noproc_error(pid))
             return ExitResult(None, _rpc_error(exc, pid.id))
+        except Exception as exc:  # noqa: BLE001 - a result that cannot be read is its error
+            return ExitResult(None, error_of(exc))
         return ExitResult(value, None)
 
     async def wait_exit(self, pid: Pid) -> ExitResult:

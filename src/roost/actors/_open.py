@@ -184,6 +184,8 @@ async def open_node(
     workflow_unread_limit: int = 10_000,
     admin: str | None = None,
     workflow_host: WorkflowHostFactory | None = None,
+    temporal: str | None = None,
+    temporal_namespace: str = "default",
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -215,6 +217,10 @@ async def open_node(
             async context manager it returns yields the ``roost.workflow.WorkflowHost`` and
             is left as the node closes (docs/workflows.md, "Workflow hosts"). None (the
             default): the embedded host, in ``data_dir``'s LMDB store.
+        temporal: ``"host:port"`` of a Temporal server: the app's workflows run there
+            (``roost.temporal.temporal_host``; needs ``roost[temporal]``, see
+            docs/temporal.md). ``name`` must then be unique among the cluster's live nodes.
+        temporal_namespace: the Temporal namespace, with ``temporal``.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -237,6 +243,8 @@ async def open_node(
             "workflow_host must be a factory (a callable given the node's services that "
             f"returns an async context manager yielding a WorkflowHost), got {workflow_host!r}"
         )
+    if temporal is not None:
+        workflow_host = _temporal_host(temporal, temporal_namespace, workflow_host)
     http_bind = _extension("http_bind")(http) if http is not None else None
     admin_bind = _extension("admin_bind")(admin) if admin is not None else None
     app.validate()
@@ -278,37 +286,62 @@ async def open_node(
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _temporal_host(
+    target: str, namespace: str, given: WorkflowHostFactory | None
+) -> WorkflowHostFactory:
+    """The Temporal host's factory for ``open_node(temporal=...)``."""
+    if given is not None:
+        raise invalid("give open_node either temporal= or workflow_host=, not both")
+    try:
+        from roost.temporal import temporal_host  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise invalid(
+            f"open_node(temporal=...) needs the roost[temporal] extra ({exc}): "
+            "pip install 'roost[temporal]'"
+        ) from None
+    return temporal_host(target, namespace=namespace)
+
+
 @asynccontextmanager
 async def _running(
     app: App, *, node_args: dict[str, Any], grace: float, path: Path, root: Entry | None
 ) -> AsyncIterator[NodeHandle]:
     body_error: BaseException | None = None
+    start_error: Error | None = None
+    killed: Error | None = None
     telemetry.refresh()  # before recovery: resumed activities and closes may trace
     async with trio.open_nursery() as system:
         async with trio.open_nursery() as nursery:
             node = Node(app, nursery=nursery, **node_args)
             system.start_soon(node.timers.run, name="roost.timers")
-            for start_service in node_services():
-                await start_service(node, system)
-            attached = node.attach()
-            handle = NodeHandle(node, path, attached.pid)
-            node.ext["handle"] = handle  # what the admin server serves (roost.admin)
-            telemetry.log_node_opened(node, path)
-            token = set_current(attached)
             try:
-                with attached.scope:
-                    if root is not None:
-                        await node.wait_ready(node.spawn(attached, root, (), _LINKED))
-                    yield handle
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, outside nurseries
-                body_error = exc
-            finally:
-                reset_current(token)
-            killed = attached.kill_error
-            _exit_attached(node, attached, body_error)
-            with trio.CancelScope(shield=body_error is not None):
-                await node.shutdown(0 if _is_cancel(body_error) else grace)
+                for start_service in node_services():
+                    await start_service(node, system)
+            except Error as exc:  # a service that cannot start (a workflow host refusing)
+                start_error = exc  # raised below, outside the nurseries (not in a group)
+                system.cancel_scope.cancel()
+            else:
+                attached = node.attach()
+                handle = NodeHandle(node, path, attached.pid)
+                node.ext["handle"] = handle  # what the admin server serves (roost.admin)
+                telemetry.log_node_opened(node, path)
+                token = set_current(attached)
+                try:
+                    with attached.scope:
+                        if root is not None:
+                            await node.wait_ready(node.spawn(attached, root, (), _LINKED))
+                        yield handle
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, outside nurseries
+                    body_error = exc
+                finally:
+                    reset_current(token)
+                killed = attached.kill_error
+                _exit_attached(node, attached, body_error)
+                with trio.CancelScope(shield=body_error is not None):
+                    await node.shutdown(0 if _is_cancel(body_error) else grace)
         system.cancel_scope.cancel()
+    if start_error is not None:
+        raise start_error
     if body_error is not None:
         raise body_error
     if killed is not None:

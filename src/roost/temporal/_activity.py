@@ -1,0 +1,138 @@
+"""The activity side: one dynamic temporalio activity runs every roost activity of the app.
+
+The activity type is the roost entry id (``"shop:charge"``), its id the seq of the command
+that scheduled it. A sync roost activity runs in a worker thread; an async one is trio code
+and runs on the node's trio loop (``Bridge.to_trio``). What it raises crosses as an
+``ApplicationError`` whose type is the roost kind (``_failures``), so a retry policy's
+``non_retryable_error_kinds`` are Temporal's ``non_retryable_error_types``.
+``roost.activity_info()`` and ``roost.heartbeat()`` ask the attempt's ``ActivityPort``,
+built over ``activity.info()`` and ``activity.heartbeat()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import datetime as dt
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import temporalio.activity
+import temporalio.common
+
+from roost._errors import Error, ErrorKind
+from roost.actors._app import App, EntryKind
+from roost.actors._contain import in_worker_thread
+from roost.actors._current import set_current
+from roost.storage._codec import Codec
+from roost.temporal._bridge import Bridge
+from roost.temporal._failures import application_error
+from roost.workflow._activity_info import ActivityInfo, ActivityPort, install_port
+from roost.workflow._recorded import is_plain
+
+__all__ = ["TemporalActivityPort", "activity_function"]
+
+_CODEC = Codec()
+
+
+class TemporalActivityPort(ActivityPort):
+    """One attempt's info and heartbeat, from temporalio's ``activity.info()``."""
+
+    __slots__ = ("_beat", "_info", "_temporal", "context")
+
+    def __init__(self, info: temporalio.activity.Info, beat: Callable[[Any], None]) -> None:
+        self._temporal = info
+        self._beat = beat
+        self._info: ActivityInfo | None = None
+        # The workflow's ctx values do not reach activities on this host yet (docs/temporal.md).
+        self.context = None
+
+    def info(self) -> ActivityInfo:
+        """The attempt's info; the idempotency key is ``workflow id/run id/seq``."""
+        info = self._info
+        if info is None:
+            t = self._temporal
+            seq = int(t.activity_id) if t.activity_id.isdigit() else 0
+            scheduled = t.scheduled_time
+            if scheduled.tzinfo is None:
+                scheduled = scheduled.replace(tzinfo=dt.UTC)
+            info = self._info = ActivityInfo(
+                workflow_id=t.workflow_id or "",
+                run_id=t.workflow_run_id or "",
+                seq=seq,
+                entry=t.activity_type,
+                attempt=t.attempt,
+                idempotency_key=f"{t.workflow_id}/{t.workflow_run_id}/{t.activity_id}",
+                scheduled_at=scheduled,
+            )
+        return info
+
+    def heartbeat(self, details: Any) -> None:
+        """Record a heartbeat with Temporal (from the trio thread or a worker thread)."""
+        self._beat(details)
+
+
+def activity_function(
+    app: App, bridge: Bridge, threads: concurrent.futures.Executor
+) -> Callable[..., Any]:
+    """The dynamic temporalio activity that runs ``app``'s activities."""
+
+    @temporalio.activity.defn(dynamic=True)
+    async def roost_activity(args: Sequence[temporalio.common.RawValue]) -> Any:
+        info = temporalio.activity.info()
+        try:
+            entry = app.resolve(info.activity_type)
+        except Error as exc:
+            raise application_error(exc) from None
+        if entry.kind is not EntryKind.ACTIVITY:
+            raise application_error(
+                Error(
+                    f"{info.activity_type!r} is a {entry.kind.value}, not an activity",
+                    kind=ErrorKind.INVALID,
+                    retryable=False,
+                )
+            )
+        converter = temporalio.activity.payload_converter()
+        values = converter.from_payloads([arg.payload for arg in args])
+        port = TemporalActivityPort(info, _beater(asyncio.get_running_loop()))
+        try:
+            if entry.is_async:
+                value = await bridge.to_trio(_run_async, entry.fn, values, port)
+            else:
+                loop = asyncio.get_running_loop()
+                value = await loop.run_in_executor(threads, _run_sync, entry.fn, values, port)
+            if not is_plain(value):
+                _CODEC.check(value, what="result")
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the attempt's failure, whatever the activity raised
+            raise application_error(Error.from_exception(exc)) from None
+        return value
+
+    return roost_activity
+
+
+def _beater(loop: asyncio.AbstractEventLoop) -> Callable[[Any], None]:
+    """``roost.heartbeat`` for the running attempt: temporalio's, on its loop, in its context."""
+    here = contextvars.copy_context()
+
+    def beat(details: Any) -> None:
+        args = () if details is None else (details,)
+        loop.call_soon_threadsafe(here.run, temporalio.activity.heartbeat, *args)
+
+    return beat
+
+
+async def _run_async(fn: Callable[..., Any], values: list[Any], port: ActivityPort) -> Any:
+    """In a task of the node's trio nursery: an activity sees no current process."""
+    set_current(None)
+    install_port(port)
+    return await fn(*values)
+
+
+def _run_sync(fn: Callable[..., Any], values: list[Any], port: ActivityPort) -> Any:
+    """In a worker thread, in a fresh context holding the attempt's port."""
+    ctx = contextvars.Context()
+    ctx.run(install_port, port)
+    return ctx.run(in_worker_thread, fn, *values)

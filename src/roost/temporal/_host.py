@@ -1,0 +1,596 @@
+"""The node side: ``TemporalHost``, the ``roost.workflow.WorkflowHost`` over a Temporal client.
+
+The node calls the host on its trio thread; temporalio runs on the host's asyncio thread
+(``_bridge``). What the protocol lets wait (``spawn``, ``wait_exit``, a ``Durable``'s
+``wait``) awaits the asyncio side without blocking trio. The synchronous inspection calls
+(``describe``, ``list_workflows``, ``history``) and ``terminate`` and ``running``, which
+must answer before they return, block the node's thread on one RPC (a few milliseconds on
+a reachable server; ``Unavailable`` after ``Bridge.blocking``'s timeout).
+
+A node serves two task queues: the app's (every node running the app is a worker for its
+workflows and activities) and its own, ``roost-node-<name>``, where workflows deliver
+messages to the node's plain processes. A second live node of the same name is refused:
+its queue has pollers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime as dt
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Final
+
+import attrs
+import temporalio.activity
+import temporalio.api.enums.v1
+import temporalio.api.taskqueue.v1
+import temporalio.api.workflowservice.v1 as wsv1
+import temporalio.client
+import temporalio.exceptions
+import temporalio.service
+import temporalio.worker
+import trio
+
+from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._pid import Pid
+from roost.actors._app import Entry
+from roost.actors._events import Exit, ExitResult
+from roost.actors._node_types import noproc_error
+from roost.storage._codec import Codec
+from roost.temporal._activity import activity_function
+from roost.temporal._bridge import Bridge
+from roost.temporal._converter import data_converter
+from roost.temporal._failures import application_error, error_of, unsupported
+from roost.temporal._options import CONTEXT_MEMO, PARENT_MEMO, STATUS_MEMO, start_kwargs, user_memo
+from roost.temporal._workflow import (
+    CANCEL_SIGNAL,
+    DELIVER_ACTIVITY,
+    PING_ACTIVITY,
+    PROBE_WORKFLOW,
+    START_SIGNAL,
+    WORKFLOW_NODE,
+    NodeProbe,
+    RoostWorkflow,
+    apps,
+    node_queue,
+)
+from roost.workflow._host_protocol import NodeServices, WorkflowHost, WorkflowHostFactory
+from roost.workflow._options import check_start_options
+from roost.workflow._planner import already_error
+from roost.workflow._recorded import is_plain
+
+__all__ = ["TemporalHost", "temporal_host"]
+
+log = logging.getLogger("roost.temporal")
+
+_CODEC: Final = Codec()
+_STATUS = temporalio.client.WorkflowExecutionStatus
+_STATUS_NAMES: Final = {
+    _STATUS.RUNNING: "running",
+    _STATUS.COMPLETED: "completed",
+    _STATUS.FAILED: "failed",
+    _STATUS.CANCELED: "canceled",
+    _STATUS.TERMINATED: "terminated",
+    _STATUS.CONTINUED_AS_NEW: "continued",
+    _STATUS.TIMED_OUT: "timed_out",
+}
+# A poller seen this recently on a node's queue is a live node of that name (seconds):
+# a worker's long poll is renewed at least once a minute.
+_LIVE_POLLER: Final = 70.0
+
+
+def _rpc_error(exc: temporalio.service.RPCError, workflow_id: str) -> Error:
+    code = temporalio.service.RPCStatusCode
+    if exc.status == code.NOT_FOUND:
+        return not_found(f"workflow {workflow_id!r} is not running", workflow_id=workflow_id)
+    if exc.status == code.INVALID_ARGUMENT:
+        return invalid(f"Temporal refused the request for {workflow_id!r}: {exc.message}")
+    kind = ErrorKind.UNAVAILABLE if exc.status == code.UNAVAILABLE else ErrorKind.INTERNAL
+    return Error(f"Temporal: {exc.message}", kind=kind, details={"workflow_id": workflow_id})
+
+
+class _Accepted:
+    """The ``Durable`` of a signal: set once the server accepted it (raises its refusal)."""
+
+    __slots__ = ("_bridge", "_future")
+
+    def __init__(self, bridge: Bridge, future: concurrent.futures.Future[None]) -> None:
+        self._bridge = bridge
+        self._future = future
+
+    def is_set(self) -> bool:
+        future = self._future
+        return future.done() and not future.cancelled() and future.exception() is None
+
+    async def wait(self) -> None:
+        await self._bridge.wait(self._future)
+
+
+@attrs.define
+class _Watch:
+    """The plain processes watching one workflow, and the task that waits for its close."""
+
+    monitors: set[Pid] = attrs.field(factory=set)
+    links: set[Pid] = attrs.field(factory=set)
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+
+class TemporalHost:
+    """The node's workflow host on a Temporal cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        services: NodeServices,
+        client: temporalio.client.Client,
+        bridge: Bridge,
+        nursery: trio.Nursery,
+    ) -> None:
+        self._services = services
+        self._client = client
+        self._bridge = bridge
+        self._nursery = nursery
+        self._app = services.app
+        self._host = f"{self._app.name}:workflows"
+        self._pid_hosts = frozenset({self._host})
+        self._watches: dict[Pid, _Watch] = {}
+        # The last signal to each workflow id, so that signals are sent in the order given.
+        self._tails: dict[str, Any] = {}
+
+    @property
+    def host(self) -> str:
+        """``"<app>:workflows"``."""
+        return self._host
+
+    @property
+    def pid_hosts(self) -> frozenset[str]:
+        """The workflow host only (calls from workflows are not carried out yet)."""
+        return self._pid_hosts
+
+    @property
+    def client(self) -> temporalio.client.Client:
+        """The temporalio client (its calls run on the host's asyncio thread)."""
+        return self._client
+
+    def _pid(self, workflow_id: str) -> Pid:
+        return Pid.trusted(WORKFLOW_NODE, self._host, workflow_id)
+
+    # -- start ---------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        parent: Pid,
+        *,
+        entry: Entry,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        messages: tuple[tuple[str, Any], ...],
+        context: dict[str, Any],
+    ) -> Pid:
+        """Start a Temporal workflow of ``entry`` (roost's id policies chosen here)."""
+        opts = check_start_options(options)
+        workflow_id = opts.get("id") or opts.get("name")
+        explicit = workflow_id is not None
+        if workflow_id is None:
+            workflow_id = f"{self._app.name}-{os.urandom(8).hex()}"
+        for n, arg in enumerate(args):
+            _check(arg, f"args[{n}]")
+        for topic, payload in messages:
+            _check(payload, f"payload of start message {topic!r}")
+        _check(context, "context")
+        memo: dict[str, Any] = {PARENT_MEMO: parent}
+        if context:
+            memo[CONTEXT_MEMO] = context
+        kwargs = start_kwargs(opts, explicit=explicit, default_queue=self._app.name, memo=memo)
+        if messages:
+            kwargs["start_signal"] = START_SIGNAL
+            kwargs["start_signal_args"] = [[list(m) for m in messages], parent]
+        pid = self._pid(workflow_id)
+        try:
+            await self._bridge.run(
+                self._client.start_workflow(entry.id, args=list(args), id=workflow_id, **kwargs)
+            )
+        except temporalio.exceptions.WorkflowAlreadyStartedError:
+            why = (
+                "is already running" if explicit or "id_reuse_policy" not in opts else "ran before"
+            )
+            raise already_error(workflow_id, pid, why) from None
+        except temporalio.service.RPCError as exc:
+            raise _rpc_error(exc, workflow_id) from None
+        return pid
+
+    # -- messages, cancel, terminate -------------------------------------------------------
+
+    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> _Accepted:
+        """Signal the workflow: the RPC's success is the durable receipt."""
+        _check(payload, f"payload of message {topic!r}")
+        return self._signal(pid.id, topic, [payload, sender])
+
+    def cancel(self, pid: Pid, reason: str | None) -> _Accepted:
+        """A ``Cancel`` event with ``reason``, as roost's own signal (Temporal's has none)."""
+        return self._signal(pid.id, CANCEL_SIGNAL, [reason])
+
+    def _signal(self, workflow_id: str, name: str, args: list[Any]) -> _Accepted:
+        future = self._bridge.submit(self._send_signal(workflow_id, name, args))
+        future.add_done_callback(_log_refusal(workflow_id, name))
+        return _Accepted(self._bridge, future)
+
+    async def _send_signal(self, workflow_id: str, name: str, args: list[Any]) -> None:
+        # Runs on the asyncio thread in the order the node asked: each waits for the one
+        # before it to the same workflow.
+        before = self._tails.get(workflow_id)
+        me = asyncio.current_task()
+        self._tails[workflow_id] = me
+        try:
+            if before is not None:
+                await asyncio.wait([before])
+            handle = self._client.get_workflow_handle(workflow_id)
+            try:
+                await handle.signal(name, args=args)
+            except temporalio.service.RPCError as exc:
+                raise _rpc_error(exc, workflow_id) from None
+        finally:
+            if self._tails.get(workflow_id) is me:
+                del self._tails[workflow_id]
+
+    def terminate(self, pid: Pid) -> None:
+        """Terminate the workflow (blocks the node's thread on the RPC)."""
+        self._blocking(self._terminate(pid.id))
+
+    async def _terminate(self, workflow_id: str) -> None:
+        try:
+            await self._client.get_workflow_handle(workflow_id).terminate(reason="terminated")
+        except temporalio.service.RPCError as exc:
+            raise _rpc_error(exc, workflow_id) from None
+
+    def running(self, pid: Pid) -> bool:
+        """Whether the workflow is open (blocks on a describe)."""
+        try:
+            status: str = self.describe(pid.id)["status"]
+        except Error as exc:
+            if exc.kind is ErrorKind.NOT_FOUND:
+                return False
+            raise
+        return status == "running"
+
+    # -- exits -----------------------------------------------------------------------------
+
+    async def _outcome(self, pid: Pid) -> ExitResult:
+        """The workflow's result or error once it closes for good (following its runs)."""
+        handle = self._client.get_workflow_handle(pid.id)
+        try:
+            value = await handle.result()
+        except temporalio.client.WorkflowFailureError as exc:
+            return ExitResult(None, error_of(exc.cause))
+        except temporalio.service.RPCError as exc:
+            if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
+                return ExitResult(None, noproc_error(pid))
+            return ExitResult(None, _rpc_error(exc, pid.id))
+        except Exception as exc:  # noqa: BLE001 - a result that cannot be read is its error
+            return ExitResult(None, error_of(exc))
+        return ExitResult(value, None)
+
+    async def wait_exit(self, pid: Pid) -> ExitResult:
+        """Wait until the workflow closes for good; its result or error."""
+        return await self._bridge.run(self._outcome(pid))
+
+    def monitor(self, watcher: Pid, pid: Pid) -> None:
+        """One EXIT to ``watcher`` when the workflow closes (at once if it has)."""
+        self._watch(pid).monitors.add(watcher)
+
+    def link(self, proc: Pid, pid: Pid) -> None:
+        """LINK_DOWN to ``proc`` if the workflow closes with an error."""
+        self._watch(pid).links.add(proc)
+
+    def unwatch(self, proc: Pid, pid: Pid) -> None:
+        """Drop ``proc``'s monitor and link of the workflow."""
+        watch = self._watches.get(pid)
+        if watch is None:
+            return
+        watch.monitors.discard(proc)
+        watch.links.discard(proc)
+        if not watch.monitors and not watch.links:
+            watch.scope.cancel()
+            del self._watches[pid]
+
+    def _watch(self, pid: Pid) -> _Watch:
+        watch = self._watches.get(pid)
+        if watch is None:
+            watch = self._watches[pid] = _Watch()
+            self._nursery.start_soon(self._wait_and_announce, pid, watch)
+        return watch
+
+    async def _wait_and_announce(self, pid: Pid, watch: _Watch) -> None:
+        """One wait for the workflow's close per watched workflow, then the EXITs."""
+        with watch.scope:
+            outcome = await self._bridge.run(self._outcome(pid))
+            if self._watches.get(pid) is watch:
+                del self._watches[pid]
+            at = self._services.now()
+            for watcher in sorted(watch.monitors, key=str):
+                self._services.post_exit(watcher, Exit(pid, outcome.value, outcome.error, at))
+            if outcome.error is not None:
+                for linked in sorted(watch.links, key=str):
+                    self._services.link_down(linked, pid, outcome.error, at)
+
+    def process_exited(self, watcher: Pid, event: Exit) -> None:
+        """Never called: workflows start no plain processes on this host yet."""
+        log.debug("roost.temporal: EXIT of %s for %s ignored", event.pid, watcher)
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self._bridge.blocking(coro)
+
+    def describe(self, workflow_id: str) -> dict[str, Any]:
+        """The latest run of ``workflow_id`` (blocks on the RPC)."""
+        return self._blocking(self._describe(workflow_id))  # type: ignore[no-any-return]
+
+    async def _describe(self, workflow_id: str) -> dict[str, Any]:
+        try:
+            found = await self._client.get_workflow_handle(workflow_id).describe()
+        except temporalio.service.RPCError as exc:
+            raise _rpc_error(exc, workflow_id) from None
+        return await self._described(found)
+
+    async def _described(self, execution: temporalio.client.WorkflowExecution) -> dict[str, Any]:
+        memo = await execution.memo()
+        status = _STATUS_NAMES.get(execution.status, "unknown") if execution.status else "unknown"
+        if status == "completed" and memo.get(STATUS_MEMO) == "canceled":
+            status = "canceled"
+        out: dict[str, Any] = {
+            "workflow_id": execution.id,
+            "run_id": execution.run_id,
+            "workflow_type": execution.workflow_type,
+            "status": status,
+            "result": None,
+            "error": None,
+            "started_at": execution.start_time,
+            "closed_at": execution.close_time,
+            "history_length": execution.history_length,
+            "task_queue": execution.task_queue,
+            "parent": memo.get(PARENT_MEMO),
+            "search_attributes": {},
+            "memo": user_memo(memo),
+        }
+        if status not in ("running", "continued"):
+            handle = self._client.get_workflow_handle(execution.id, run_id=execution.run_id)
+            try:
+                out["result"] = await handle.result(follow_runs=False)
+            except temporalio.client.WorkflowFailureError as exc:
+                out["error"] = error_of(exc.cause)
+        return out
+
+    def list_workflows(self, query: str | None) -> list[dict[str, Any]]:
+        """``describe`` of the workflows Temporal's visibility ``query`` matches."""
+        return self._blocking(self._list(query))  # type: ignore[no-any-return]
+
+    async def _list(self, query: str | None) -> list[dict[str, Any]]:
+        try:
+            found = [e async for e in self._client.list_workflows(query)]
+        except temporalio.service.RPCError as exc:
+            raise invalid(f"Temporal refused the list query {query!r}: {exc.message}") from None
+        return [await self._described(execution) for execution in found]
+
+    def history(self, workflow_id: str) -> list[Any]:
+        """Refused: the roost form of a Temporal history is not built yet."""
+        raise unsupported("node.history (use `temporal workflow show --workflow-id ID` meanwhile)")
+
+
+def _check(value: Any, what: str) -> None:
+    if not is_plain(value):
+        _CODEC.check(value, what=what)
+
+
+def _log_refusal(workflow_id: str, name: str) -> Callable[[concurrent.futures.Future[None]], None]:
+    def logged(future: concurrent.futures.Future[None]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.warning(
+                "roost.temporal: signal %r to %r refused: %s", name, workflow_id, future.exception()
+            )
+
+    return logged
+
+
+# -- the factory -------------------------------------------------------------------------
+
+
+async def _pollers(client: temporalio.client.Client, name: str) -> list[Any]:
+    """The pollers Temporal lists on the queue of node ``name`` (live or stopped lately)."""
+    request = wsv1.DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=temporalio.api.taskqueue.v1.TaskQueue(name=node_queue(name)),
+        task_queue_type=temporalio.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    response = await client.workflow_service.describe_task_queue(request)
+    return list(response.pollers)
+
+
+async def _name_taken(client: temporalio.client.Client, name: str, queue: str) -> bool:
+    """Whether a live node already serves the queue of node ``name``.
+
+    A queue nobody polled lately is free. Temporal lists a worker's pollers for minutes
+    after it stopped, so a queue with recent pollers is probed: a ping on it that a live
+    node takes in time means the name is taken.
+    """
+    now = dt.datetime.now(dt.UTC)
+    recent = any(
+        (now - p.last_access_time.ToDatetime().replace(tzinfo=dt.UTC)).total_seconds()
+        < _LIVE_POLLER
+        for p in await _pollers(client, name)
+    )
+    if not recent:
+        return False
+    answered: bool = await client.execute_workflow(
+        PROBE_WORKFLOW,
+        name,
+        id=f"{PROBE_WORKFLOW}-{name}-{os.urandom(6).hex()}",
+        task_queue=queue,
+    )
+    return answered
+
+
+async def _claimed(client: temporalio.client.Client, name: str, identity: str) -> None:
+    """Wait until Temporal lists this node's poller on its queue: the name is its own."""
+    for _ in range(200):
+        if any(p.identity == identity for p in await _pollers(client, name)):
+            return
+        await asyncio.sleep(0.01)
+    log.warning("roost.temporal: the poller of node %r is not listed yet", name)
+
+
+def temporal_host(
+    target: str,
+    *,
+    namespace: str = "default",
+    max_cached_workflows: int = 1000,
+) -> WorkflowHostFactory:
+    """A ``workflow_host=`` factory: the node's workflows on the Temporal server ``target``.
+
+    ``open_node(app, temporal="HOST:PORT", temporal_namespace=NS)`` is the same as
+    ``open_node(app, workflow_host=roost.temporal.temporal_host("HOST:PORT", namespace=NS))``.
+
+    Args:
+        target: the server's ``host:port``.
+        namespace: the Temporal namespace.
+        max_cached_workflows: runs the node's worker keeps in memory; 0 replays every
+            workflow task from the history.
+
+    Raises:
+        roost.Error: kind Invalid for a bad argument.
+    """
+    if not isinstance(target, str) or ":" not in target:
+        raise invalid(f"temporal must be 'host:port' of a Temporal server, got {target!r}")
+    if not isinstance(namespace, str) or not namespace:
+        raise invalid(f"temporal_namespace must be a non-empty string, got {namespace!r}")
+    if isinstance(max_cached_workflows, bool) or not isinstance(max_cached_workflows, int):
+        raise invalid(f"max_cached_workflows must be an int >= 0, got {max_cached_workflows!r}")
+
+    @contextlib.asynccontextmanager
+    async def factory(services: NodeServices) -> AsyncIterator[WorkflowHost]:
+        bridge = Bridge()
+        threads = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="roost.activity")
+        refused: Error | None = None  # raised once the nursery is left: not in a group
+        async with trio.open_nursery() as nursery:
+            await bridge.start(nursery)
+            apps.add(services.app)
+            try:
+                try:
+                    opened = await bridge.run(
+                        _open(
+                            services,
+                            target,
+                            namespace,
+                            max_cached=max_cached_workflows,
+                            bridge=bridge,
+                            threads=threads,
+                        )
+                    )
+                except Error as exc:
+                    refused = exc
+                else:
+                    try:
+                        yield TemporalHost(services, opened.client, bridge, nursery)
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await bridge.run(_shutdown(opened))
+            finally:
+                apps.remove(services.app)
+                nursery.cancel_scope.cancel()
+                with trio.CancelScope(shield=True):
+                    await bridge.stop()
+                threads.shutdown(wait=False, cancel_futures=True)
+        if refused is not None:
+            raise refused
+
+    return factory
+
+
+@attrs.frozen
+class _Opened:
+    """A connected client and the node's running workers (with their tasks)."""
+
+    client: temporalio.client.Client
+    workers: tuple[temporalio.worker.Worker, ...]
+    tasks: tuple[asyncio.Task[None], ...]
+
+
+async def _open(
+    services: NodeServices,
+    target: str,
+    namespace: str,
+    *,
+    max_cached: int,
+    bridge: Bridge,
+    threads: concurrent.futures.Executor,
+) -> _Opened:
+    """Connect, refuse a taken node name, and start the node's two workers (on asyncio)."""
+    app = services.app
+    try:
+        client = await temporalio.client.Client.connect(
+            target, namespace=namespace, data_converter=data_converter()
+        )
+    except RuntimeError as exc:  # temporalio's connect failure
+        raise Error(
+            f"cannot reach the Temporal server at {target!r} (namespace {namespace!r}): {exc}",
+            kind=ErrorKind.UNAVAILABLE,
+        ) from None
+    app_worker = temporalio.worker.Worker(
+        client,
+        task_queue=app.name,
+        workflows=[RoostWorkflow, NodeProbe],
+        activities=[activity_function(app, bridge, threads)],
+        max_cached_workflows=max_cached,
+    )
+    loop = asyncio.get_running_loop()
+    running = [loop.create_task(app_worker.run())]
+    if await _name_taken(client, services.name, app.name):
+        await _shutdown(_Opened(client, (app_worker,), tuple(running)))
+        raise Error(
+            f"a live node named {services.name!r} already serves this Temporal cluster "
+            f"(namespace {namespace!r}): node names must be unique in a cluster; open this "
+            "node with another name=",
+            kind=ErrorKind.INVALID_STATE,
+            details={"name": services.name},
+        )
+    identity = f"roost-node {services.name} {os.getpid()}-{os.urandom(4).hex()}"
+    node_worker = temporalio.worker.Worker(
+        client,
+        task_queue=node_queue(services.name),
+        activities=[*_node_activities(services, bridge)],
+        identity=identity,
+    )
+    running.append(loop.create_task(node_worker.run()))
+    await _claimed(client, services.name, identity)
+    return _Opened(client, (node_worker, app_worker), tuple(running))
+
+
+async def _shutdown(opened: _Opened) -> None:
+    """Stop the workers (running activities are cancelled) and wait for their tasks."""
+    for worker in opened.workers:
+        with contextlib.suppress(Exception):
+            await worker.shutdown()
+    await asyncio.gather(*opened.tasks, return_exceptions=True)
+
+
+def _node_activities(services: NodeServices, bridge: Bridge) -> list[Callable[..., Any]]:
+    """The node queue's activities: a workflow's message to a process here; the ping."""
+
+    async def deliver_here(sender: Pid, dest: Pid, topic: str, payload: Any) -> None:
+        services.send(sender, dest, topic, payload)
+
+    @temporalio.activity.defn(name=DELIVER_ACTIVITY)
+    async def deliver(dest: Pid, topic: str, payload: Any, sender: Pid) -> None:
+        try:
+            await bridge.to_trio(deliver_here, sender, dest, topic, payload)
+        except Error as exc:
+            raise application_error(exc) from None
+
+    @temporalio.activity.defn(name=PING_ACTIVITY)
+    async def ping() -> str:
+        return services.name
+
+    return [deliver, ping]

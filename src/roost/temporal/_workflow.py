@@ -1,0 +1,469 @@
+"""The workflow side: one dynamic temporalio workflow hosts roost's ``Driver`` for every entry.
+
+The workflow type is the roost entry id, the workflow id the roost id. A run builds the
+entry's ``Driver`` with ``TemporalPorts`` and feeds it batches of events: first
+``Started`` (its seed from ``workflow.random()``), then whatever resolved since (activity
+results, fired timers, signals, child exits), each batch at ``workflow.now()``. Each
+command the driver returns is carried out as temporalio calls (``_Run.dispatch``); an
+outcome comes back as the roost event of the command's seq. The driver is synchronous and
+never awaits anything foreign, so it runs on temporalio's deterministic loop unchanged.
+
+An exception out of ``activate`` (a ``NondeterminismError``, a result that cannot be
+recorded) is not a temporalio failure: it fails the *workflow task*, which Temporal
+retries, as roost's embedded host does.
+
+Signals: a topic is the signal name, its arguments ``[payload, sender]`` (a signal from
+the Temporal CLI with one argument has no sender). Names starting with ``@`` are roost's
+own (no roost topic starts with one): ``@roost.cancel`` (``process.cancel`` with its
+reason) and ``@roost.start`` (the start messages, as one signal-with-start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import datetime as dt
+import logging
+import types
+from collections.abc import Coroutine, Sequence
+from typing import Any, Final
+
+import temporalio.common
+import temporalio.exceptions
+import temporalio.workflow as tw
+
+from roost._errors import Error, ErrorKind
+from roost._pid import Pid
+from roost.actors._app import App, EntryKind
+from roost.actors._current import WorkflowProcess, set_current
+from roost.mailbox._backend import use_backend
+from roost.storage._codec import Codec
+from roost.temporal._failures import application_error, error_of, unsupported
+from roost.temporal._options import (
+    CONTEXT_MEMO,
+    PARENT_MEMO,
+    STATUS_MEMO,
+    activity_kwargs,
+    child_kwargs,
+)
+from roost.workflow._awaitables import DriverView
+from roost.workflow._driver import DEFAULT_VERSION, Driver, Ports
+from roost.workflow._history import (
+    ActivityResolved,
+    CancelActivity,
+    CancelRequested,
+    Command,
+    Complete,
+    ContinueAsNew,
+    Event,
+    Fail,
+    MessageArrived,
+    ProcessExited,
+    ScheduleActivity,
+    SendMessage,
+    SpawnProcess,
+    StartChild,
+    Started,
+    StartTimer,
+    StopProcess,
+    TimerFired,
+    UpsertAttributes,
+    VersionMarker,
+)
+from roost.workflow._recorded import is_plain
+
+__all__ = [
+    "CANCEL_SIGNAL",
+    "DELIVER_ACTIVITY",
+    "PING_ACTIVITY",
+    "PROBE_WORKFLOW",
+    "START_SIGNAL",
+    "WORKFLOW_NODE",
+    "NodeProbe",
+    "RoostWorkflow",
+    "TemporalPorts",
+    "apps",
+    "node_queue",
+]
+
+log = logging.getLogger("roost.temporal")
+
+CANCEL_SIGNAL: Final = "@roost.cancel"
+START_SIGNAL: Final = "@roost.start"
+DELIVER_ACTIVITY: Final = "@roost.deliver"
+"""The activity on a node's own queue that hands a workflow's message to a plain process."""
+PING_ACTIVITY: Final = "@roost.ping"
+"""The activity on a node's own queue that answers whether that node is alive."""
+PROBE_WORKFLOW: Final = "@roost.probe"
+"""The workflow that asks a node's queue for a live node (``NodeProbe``)."""
+# How long a probe waits for a live node to take its ping.
+_PROBE_WAIT: Final = dt.timedelta(seconds=1.5)
+WORKFLOW_NODE: Final = "local"
+"""The node part of a workflow PID on this host: a workflow belongs to the cluster, so its
+PID is ``{<app>:workflows|<id>}`` whichever node runs it."""
+
+_CODEC = Codec()
+
+# A message to a plain process waits this long for its node to take it; then it is dropped
+# (logged), as a send to a process that is gone.
+_DELIVERY_TIMEOUT: Final = dt.timedelta(seconds=30)
+_DELIVER_ONCE: Final = temporalio.common.RetryPolicy(maximum_attempts=1)
+
+
+def node_queue(name: str) -> str:
+    """The task queue of node ``name``: what must reach that node (its plain processes)."""
+    return f"roost-node-{name}"
+
+
+class TemporalPorts(Ports):
+    """What the driver asks of a run hosted on Temporal."""
+
+    __slots__ = ("entry", "host", "pid", "shim", "values")
+
+    def __init__(self, app: App, host: str, pid: Pid, context: dict[str, Any]) -> None:
+        self.host = host
+        self.pid = pid
+        self.values = context
+        self.entry = app.resolve(tw.info().workflow_type)
+        # Workflow code resolves entries through its node's app (as in the Replayer).
+        self.shim: Any = types.SimpleNamespace(app=app)
+
+    def make_context(self, driver: DriverView) -> contextvars.Context:
+        """A context in which workflow code is this run's process, on ``driver``'s backend."""
+        ctx = contextvars.copy_context()
+        proc = WorkflowProcess(self.pid, self.entry, driver, self.values, self.shim)
+        ctx.run(set_current, proc)
+        ctx.run(use_backend, driver.backend)
+        return ctx
+
+    def check(self, value: object, what: str) -> None:
+        """Encode ``value`` with roost's codec (raises Invalid if it cannot be)."""
+        if not is_plain(value):
+            _CODEC.check(value, what=what)
+
+    def spawn_pid(self, seq: int) -> Pid:
+        """Refused: a workflow cannot start plain processes on this host yet."""
+        raise unsupported("a workflow spawning a plain process")
+
+    def child_pid(self, workflow_id: str) -> Pid:
+        """A child workflow's PID: its id on the cluster."""
+        return Pid.trusted(WORKFLOW_NODE, self.host, workflow_id)
+
+    def reply_pid(self, seq: int) -> Pid:
+        """Refused: ``process.call`` from a workflow is not carried out on this host yet."""
+        raise unsupported("process.call from a workflow")
+
+    def encoded_size(self, value: object) -> int:
+        """Bytes of ``value`` by roost's codec."""
+        return len(_CODEC.encode(value))
+
+    def choose_version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """The highest ``v`` with ``workflow.patched(f"{change_id}@{v}")``, else -1.
+
+        A new run (or new code past the replayed history) gets ``max_supported``, its
+        marker recorded by Temporal; a replay finds the version its run recorded; a run
+        whose history predates the change finds none (``DEFAULT_VERSION``).
+        """
+        for version in range(max_supported, max(min_supported, 0) - 1, -1):
+            if tw.patched(f"{change_id}@{version}"):
+                return version
+        return DEFAULT_VERSION
+
+
+def _decode(args: Sequence[temporalio.common.RawValue]) -> list[Any]:
+    return tw.payload_converter().from_payloads([arg.payload for arg in args])
+
+
+def signal_events(name: str, values: list[Any]) -> list[Event]:
+    """The roost events one signal stands for."""
+    if name == CANCEL_SIGNAL:
+        return [CancelRequested(reason=values[0] if values else None)]
+    if name == START_SIGNAL:
+        messages, sender = values[0], values[1] if len(values) > 1 else None
+        return [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
+    sender = values[1] if len(values) > 1 and isinstance(values[1], Pid) else None
+    return [MessageArrived(topic=name, payload=values[0] if values else None, sender=sender)]
+
+
+class _Apps:
+    """The apps whose workflows this process hosts, by name (one per open Temporal host).
+
+    temporalio builds a workflow's instance itself, from a module-level class: the run finds
+    its app by the app part of its workflow type (``"shop:order"`` -> ``"shop"``).
+    """
+
+    def __init__(self) -> None:
+        self._apps: dict[str, list[App]] = {}
+
+    def add(self, app: App) -> None:
+        """``app``'s workflows are hosted here (until ``remove``)."""
+        self._apps.setdefault(app.name, []).append(app)
+
+    def remove(self, app: App) -> None:
+        """Undo one ``add``."""
+        held = self._apps.get(app.name, [])
+        if app in held:
+            held.remove(app)
+        if not held:
+            self._apps.pop(app.name, None)
+
+    def find(self, workflow_type: str) -> App:
+        """The app of ``workflow_type``.
+
+        Raises:
+            roost.Error: NotFound when no node of this process hosts that app (the
+                workflow task fails, and Temporal retries it on a worker that does).
+        """
+        name = workflow_type.partition(":")[0]
+        held = self._apps.get(name)
+        if not held:
+            raise Error(
+                f"workflow type {workflow_type!r} belongs to no app this worker hosts",
+                kind=ErrorKind.NOT_FOUND,
+            )
+        return held[-1]
+
+
+apps = _Apps()
+
+
+@tw.defn(dynamic=True, sandboxed=False)
+class RoostWorkflow:
+    """One roost workflow run, whatever its entry (its type is the entry id)."""
+
+    def __init__(self) -> None:
+        # Signals may arrive before ``run`` starts (signal-with-start).
+        self.incoming: list[Event] = []
+
+    @tw.signal(dynamic=True)
+    def on_signal(self, name: str, args: Sequence[temporalio.common.RawValue]) -> None:
+        """A signal: the events it stands for, for the next activation."""
+        self.incoming.extend(signal_events(name, _decode(args)))
+
+    @tw.run
+    async def run(self, args: Sequence[temporalio.common.RawValue]) -> Any:
+        """Run the roost workflow of this type to its end."""
+        app = apps.find(tw.info().workflow_type)
+        return await _Run(app, f"{app.name}:workflows", self.incoming).run(_decode(args))
+
+
+@tw.defn(name=PROBE_WORKFLOW, sandboxed=False)
+class NodeProbe:
+    """Whether a live node serves the queue of node ``name`` (its ping is taken in time)."""
+
+    @tw.run
+    async def run(self, name: str) -> bool:
+        """True when a node of that name answered."""
+        try:
+            await tw.execute_activity(
+                PING_ACTIVITY,
+                task_queue=node_queue(name),
+                schedule_to_start_timeout=_PROBE_WAIT,
+                start_to_close_timeout=_PROBE_WAIT,
+                retry_policy=_DELIVER_ONCE,
+            )
+        except temporalio.exceptions.ActivityError:
+            return False
+        return True
+
+
+class _Run:
+    """The state of one run: its driver, the events resolved since its last activation."""
+
+    def __init__(self, app: App, host: str, incoming: list[Event]) -> None:
+        self.app = app
+        self.host = host
+        self.incoming = incoming
+        self.activities: dict[int, asyncio.Task[None]] = {}
+        self.effects: list[asyncio.Task[None]] = []  # awaited before the run closes
+        self.cancel_requested = False
+        info = tw.info()
+        self.pid = Pid.trusted(WORKFLOW_NODE, host, info.workflow_id)
+
+    async def run(self, args: list[Any]) -> Any:
+        info = tw.info()
+        entry = self.app.resolve(info.workflow_type)  # unknown: a task failure, retried
+        if entry.kind is not EntryKind.WORKFLOW:
+            raise Error(f"{entry.id!r} is not a workflow entry", kind=ErrorKind.INVALID)
+        context = tw.memo_value(CONTEXT_MEMO, {})
+        started = Started(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            workflow_type=info.workflow_type,
+            args=args,
+            seed=tw.random().getrandbits(64),
+            context=context,
+            task_queue=info.task_queue,
+            parent=tw.memo_value(PARENT_MEMO, None),
+            attempt=info.attempt,
+        )
+        driver = Driver(entry.fn, TemporalPorts(self.app, self.host, self.pid, context))
+        batch: list[Event] = [started, *self._take()]
+        try:
+            while True:
+                for command in driver.activate(tw.now(), batch):
+                    closing = self.dispatch(command)
+                    if closing is not None:
+                        return await self.close(closing)
+                try:
+                    await tw.wait_condition(lambda: bool(self.incoming))
+                except asyncio.CancelledError:
+                    # Temporal's own cancel (the CLI, the UI): a Cancel event, no reason.
+                    self.incoming.append(CancelRequested(reason=None))
+                batch = self._take()
+        finally:
+            driver.close()
+
+    def _take(self) -> list[Event]:
+        batch = list(self.incoming)
+        self.incoming.clear()
+        if any(type(event) is CancelRequested for event in batch):
+            self.cancel_requested = True
+        return batch
+
+    # -- commands ------------------------------------------------------------------------
+
+    def dispatch(self, command: Command) -> Complete | Fail | ContinueAsNew | None:  # noqa: PLR0912 - one arm per command kind
+        """Carry out one command; the closing one is returned for ``close``."""
+        match command:
+            case ScheduleActivity():
+                self.activities[command.seq] = self._task(self._activity(command))
+            case StartTimer(seq=seq, seconds=seconds):
+                self._task(self._timer(seq, seconds))
+            case CancelActivity(activity=seq):
+                task = self.activities.pop(seq, None)
+                if task is not None:
+                    task.cancel()
+            case SendMessage():
+                self.effects = [task for task in self.effects if not task.done()]
+                self.effects.append(self._task(self._send(command)))
+            case StopProcess():
+                return self._stop(command)
+            case StartChild():
+                self._task(self._child(command))
+            case UpsertAttributes(search=search, memo=memo):
+                if search:
+                    return Fail(seq=command.seq, error=unsupported("workflow.attrs(search=...)"))
+                if memo:
+                    tw.upsert_memo(memo)
+            case VersionMarker():
+                pass  # recorded by Temporal as the marker of ``workflow.patched``
+            case SpawnProcess():  # refused at the call (TemporalPorts.spawn_pid)
+                return Fail(seq=command.seq, error=unsupported("spawning a plain process"))
+            case Complete() | Fail() | ContinueAsNew():
+                return command
+        return None
+
+    def _task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro)
+
+    async def _activity(self, command: ScheduleActivity) -> None:
+        try:
+            value = await tw.execute_activity(
+                command.entry,
+                args=command.args,
+                activity_id=str(command.seq),
+                **activity_kwargs(command.options),
+            )
+        except temporalio.exceptions.ActivityError as exc:
+            event = ActivityResolved(seq=command.seq, error=error_of(exc))
+        else:
+            event = ActivityResolved(seq=command.seq, value=value)
+        self.activities.pop(command.seq, None)
+        self.incoming.append(event)
+
+    async def _timer(self, seq: int, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self.incoming.append(TimerFired(seq=seq))
+
+    def _workflow_id(self, dest: Pid | str) -> str | None:
+        """The workflow id a send or stop goes to (a name is a workflow id here)."""
+        if isinstance(dest, str):
+            return dest
+        return dest.id if dest.host == self.host else None
+
+    async def _send(self, command: SendMessage) -> None:
+        target = self._workflow_id(command.dest)
+        sender = command.reply_to or self.pid
+        try:
+            if target is not None:
+                await tw.get_external_workflow_handle(target).signal(
+                    command.topic, args=[command.payload, sender]
+                )
+            else:  # a plain process: its node takes the message from the node's own queue
+                dest = command.dest
+                assert isinstance(dest, Pid)
+                await tw.execute_activity(
+                    DELIVER_ACTIVITY,
+                    args=[dest, command.topic, command.payload, sender],
+                    task_queue=node_queue(dest.node),
+                    schedule_to_close_timeout=_DELIVERY_TIMEOUT,
+                    retry_policy=_DELIVER_ONCE,
+                )
+        except Exception as exc:  # noqa: BLE001 - a failed delivery is logged; the send never raises
+            log.warning(
+                "workflow %s: the send of %r to %s failed: %s",
+                self.pid,
+                command.topic,
+                command.dest,
+                error_of(exc),
+            )
+
+    def _stop(self, command: StopProcess) -> Fail | None:
+        target = self._workflow_id(command.dest)
+        if command.hard or target is None:
+            what = "process.terminate" if command.hard else "process.cancel of a plain process"
+            return Fail(seq=command.seq, error=unsupported(f"{what} from a workflow"))
+        self.effects.append(self._task(self._cancel(target, command.reason)))
+        return None
+
+    async def _cancel(self, target: str, reason: str | None) -> None:
+        try:
+            await tw.get_external_workflow_handle(target).signal(CANCEL_SIGNAL, args=[reason])
+        except Exception as exc:  # noqa: BLE001 - a target that is gone is logged, as a send
+            log.warning("workflow %s: the cancel of %s failed: %s", self.pid, target, exc)
+
+    async def _child(self, command: StartChild) -> None:
+        pid = Pid.trusted(WORKFLOW_NODE, self.host, command.workflow_id)
+        try:
+            handle = await tw.start_child_workflow(
+                command.entry,
+                args=command.args,
+                id=command.workflow_id,
+                **child_kwargs(
+                    command.options,
+                    parent_close_policy=command.parent_close_policy,
+                    task_queue=tw.info().task_queue,
+                    memo={CONTEXT_MEMO: tw.memo_value(CONTEXT_MEMO, {}), PARENT_MEMO: self.pid},
+                ),
+            )
+            value = await handle
+        except temporalio.exceptions.ChildWorkflowError as exc:
+            self.incoming.append(ProcessExited(pid=pid, error=error_of(exc)))
+        except temporalio.exceptions.WorkflowAlreadyStartedError:
+            error = Error(
+                f"child workflow id {command.workflow_id!r} is already running",
+                kind=ErrorKind.ALREADY_EXISTS,
+                details={"workflow_id": command.workflow_id},
+            )
+            self.incoming.append(ProcessExited(pid=pid, error=error))
+        except Error as exc:  # an option this host does not carry out
+            self.incoming.append(ProcessExited(pid=pid, error=exc))
+        else:
+            self.incoming.append(ProcessExited(pid=pid, value=value))
+
+    # -- the close -----------------------------------------------------------------------
+
+    async def close(self, command: Complete | Fail | ContinueAsNew) -> Any:  # noqa: RET503 - continue_as_new raises
+        """Finish the sends of the last activation, then close the run as ``command`` says."""
+        if self.effects:
+            await asyncio.gather(*self.effects)
+        match command:
+            case Complete(value=value):
+                if self.cancel_requested:
+                    tw.upsert_memo({STATUS_MEMO: "canceled"})
+                return value
+            case Fail(error=error):
+                raise application_error(error)
+        # ContinueAsNew: raises temporalio's ContinueAsNewError, which ends this run.
+        tw.continue_as_new(args=command.args, workflow=command.entry)

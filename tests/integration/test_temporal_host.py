@@ -1,0 +1,466 @@
+"""The same roost app code on a real Temporal dev server (roost.temporal; docs/temporal.md).
+
+Most nodes here run with ``max_cached_workflows=0``: Temporal replays every workflow task
+from its history, so each scenario also checks that the driver replays on Temporal.
+Timers are short and real (the dev server has no time skipping).
+"""
+
+import asyncio
+import itertools
+import os
+import time
+import uuid
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+from temporal_server import dev_server  # noqa: F401 - the fixture `temporal_server`
+from temporalio.client import Client
+
+import roost
+import roost.temporal
+from roost import channel, funcs, process, workflow
+
+pytestmark = pytest.mark.timeout(120)
+
+app = roost.App("tshop")
+ATTEMPTS: dict[str, int] = {}
+CODE = {"version": 1, "asks": True}
+
+
+@app.activity
+def reserve(item):
+    return f"reserved {item}"
+
+
+@app.activity(retry_policy=roost.RetryPolicy(initial_interval="50ms", maximum_attempts=3))
+async def charge(order_id, amount):
+    ATTEMPTS[order_id] = ATTEMPTS.get(order_id, 0) + 1
+    await trio.sleep(0.01)  # trio code, run on the node's trio loop
+    info = roost.activity_info()
+    if info.attempt == 1:
+        raise roost.Error("card network down", kind=roost.ErrorKind.UNAVAILABLE)
+    return {"charged": amount, "attempt": info.attempt, "key": info.idempotency_key}
+
+
+@app.activity
+def ship(item):
+    return f"shipped {item}"
+
+
+@app.workflow
+async def order(order_id, item, amount):
+    reserved = await funcs.call(reserve, item)
+    charged = await funcs.call(charge, order_id, amount)
+    shipped = await funcs.call(ship, item)
+    return [reserved, charged, shipped]
+
+
+@app.workflow
+async def napper(seconds):
+    before = roost.now()
+    await roost.sleep(seconds)
+    return (roost.now() - before).total_seconds()
+
+
+@app.workflow
+async def waiter():
+    message = await process.listen("go", message=True).receive()
+    return {"payload": message.payload, "sender": message.sender}
+
+
+@app.workflow
+async def echo_server():
+    requests = process.inbox()
+    while True:
+        request = await requests.receive()
+        if request.topic == "stop":
+            return "stopped"
+        process.send(request.sender, "ok", {"echo": request.payload})
+
+
+@app.workflow
+async def failing(kind):
+    raise roost.Error("it went wrong", kind=roost.ErrorKind(kind))
+
+
+@app.workflow
+async def cancellable():
+    chosen = await channel.select(
+        process.events().case_receive(), roost.after("30s").case_receive()
+    )
+    event = chosen.value
+    return f"stopped: {event.reason}" if isinstance(event, roost.Cancel) else "timed out"
+
+
+@app.workflow
+async def versioned():
+    first = workflow.version("step", -1, CODE["version"]) if CODE["asks"] else None
+    await process.listen("go").receive()
+    again = workflow.version("step", -1, CODE["version"])
+    return [first, again]
+
+
+@app.activity(
+    retry_policy={
+        "initial_interval": "50ms",
+        "maximum_attempts": 3,
+        "non_retryable_error_kinds": ["NotFound"],
+    }
+)
+def lookup(order_id, how):
+    ATTEMPTS[order_id] = ATTEMPTS.get(order_id, 0) + 1
+    if how == "missing":
+        raise roost.Error("no such order", kind=roost.ErrorKind.NOT_FOUND, details={"id": order_id})
+    if how == "bug":
+        raise ValueError("bad arithmetic")
+    return "found"
+
+
+@app.workflow
+async def looking(order_id, how):
+    try:
+        return await funcs.call(lookup, order_id, how)
+    except roost.Error as exc:
+        return {"kind": exc.kind.value, "message": exc.message, "details": exc.details}
+
+
+@app.process
+async def helper():
+    return None
+
+
+@app.workflow
+async def spawner():
+    await process.spawn(helper)
+
+
+_names = itertools.count()
+
+
+def _node_name():
+    return f"t{os.getpid()}-{next(_names)}"
+
+
+@asynccontextmanager
+async def temporal_node(server, *, cache=0, name=None):
+    factory = roost.temporal.temporal_host(server, max_cached_workflows=cache)
+    async with roost.open_node(app, name=name or _node_name(), workflow_host=factory) as node:
+        yield node
+
+
+def _id(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def with_client(server, fn, *, roost_payloads=True):
+    """Run ``fn(client)`` with a hand-written temporalio client (in its own asyncio loop)."""
+
+    async def main():
+        converter = roost.temporal.data_converter() if roost_payloads else None
+        kwargs = {"data_converter": converter} if converter else {}
+        client = await Client.connect(server, **kwargs)
+        return await fn(client)
+
+    return await trio.to_thread.run_sync(asyncio.run, main())
+
+
+async def history_events(server, workflow_id):
+    async def fetch(client):
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        return list(history.events)
+
+    return await with_client(server, fetch)
+
+
+async def first_task_done(server, workflow_id):
+    """Wait until the workflow's first task has completed (its first activation recorded)."""
+    with trio.fail_after(20):
+        while True:
+            events = await history_events(server, workflow_id)
+            if any(e.HasField("workflow_task_completed_event_attributes") for e in events):
+                return
+            await trio.sleep(0.05)
+
+
+async def test_three_activities_run_and_one_is_retried_by_its_roost_policy(temporal_server):
+    order_id = _id("order")
+    async with temporal_node(temporal_server) as node:
+        with trio.fail_after(60):
+            result = await process.with_options(id=order_id).exec(order, order_id, "book", 12)
+        described = node.describe(order_id)
+    run_id = described["run_id"]
+    assert result == [
+        "reserved book",
+        {"charged": 12, "attempt": 2, "key": f"{order_id}/{run_id}/2"},
+        "shipped book",
+    ]
+    assert ATTEMPTS[order_id] == 2
+    assert described["status"] == "completed" and described["workflow_type"] == "tshop:order"
+    assert described["task_queue"] == "tshop" and described["result"] == result
+    events = await history_events(temporal_server, order_id)
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert attempts == [1, 2, 1]  # Temporal retried the charge, as its roost policy says
+
+
+async def test_a_durable_timer_is_a_temporal_timer(temporal_server):
+    workflow_id = _id("nap")
+    async with temporal_node(temporal_server):
+        began = time.monotonic()
+        with trio.fail_after(30):
+            slept = await process.with_options(id=workflow_id).exec(napper, 0.5)
+        assert time.monotonic() - began >= 0.5
+    assert slept >= 0.5  # roost.now() is workflow.now(), which moved on with the timer
+    events = await history_events(temporal_server, workflow_id)
+    assert sum(e.HasField("timer_fired_event_attributes") for e in events) == 1
+
+
+async def test_a_signal_is_received_with_listen_and_its_receipt_is_durable(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        pid = await process.with_options(id=_id("wait")).spawn(waiter)
+        assert str(pid) == f"{{tshop:workflows|{pid.id}}}"
+        receipt = process.send(pid, "go", {"n": 1})
+        with trio.fail_after(30):
+            await receipt
+            assert receipt.accepted
+            assert await process.exec(_wait_for, pid) == {"payload": {"n": 1}, "sender": node.pid}
+
+
+@app.process
+async def _wait_for(pid):
+    process.monitor(pid)
+    event = await process.events().receive()
+    return event.value
+
+
+async def test_a_signal_from_a_plain_temporalio_client_decodes_its_json(temporal_server):
+    async with temporal_node(temporal_server):
+        pid = await process.with_options(id=_id("json")).spawn_monitored(waiter)
+
+        async def signal(client):
+            await client.get_workflow_handle(pid.id).signal("go", {"from": "cli"})
+
+        await with_client(temporal_server, signal, roost_payloads=False)  # JSON, as the CLI
+        with trio.fail_after(30):
+            event = await process.events().receive()
+    assert event.value == {"payload": {"from": "cli"}, "sender": None}
+
+
+async def test_exec_from_a_plain_process_in_an_open_node_temporal_block(temporal_server):
+    async with roost.open_node(app, name=_node_name(), temporal=temporal_server) as node:
+        with trio.fail_after(30):
+            assert await process.exec(napper, 0.05) >= 0.05
+            pid = await process.with_options(id=_id("echo")).spawn(echo_server)
+            # A call: the workflow replies to the caller's reply address, a plain process of
+            # this node, through the node's own task queue.
+            assert await process.call(pid, "ping", 7, timeout="20s") == {"echo": 7}
+            await process.send(pid, "stop")
+        assert node.describe(pid.id)["status"] in ("running", "completed")
+
+
+async def test_a_monitor_gets_the_exit_with_the_roost_error(temporal_server):
+    async with temporal_node(temporal_server):
+        pid = await process.with_options(id=_id("fail")).spawn_monitored(failing, "Conflict")
+        with trio.fail_after(30):
+            event = await process.events().receive()
+        assert isinstance(event, roost.Exit) and event.pid == pid
+        assert event.error.kind is roost.ErrorKind.CONFLICT
+        assert event.error.message == "it went wrong"
+        process.monitor(pid)  # closed already: the EXIT comes at once, with its outcome
+        with trio.fail_after(10):
+            again = await process.events().receive()
+        assert again.error.kind is roost.ErrorKind.CONFLICT
+        nobody = roost.Pid.parse("{tshop:workflows|nobody-" + uuid.uuid4().hex + "}")
+        process.monitor(nobody)
+        with trio.fail_after(10):
+            noproc = await process.events().receive()
+        assert noproc.pid == nobody and noproc.error.kind is roost.ErrorKind.NOT_FOUND
+
+
+async def test_cancel_carries_its_reason_and_terminate_stops_at_once(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        polite = await process.with_options(id=_id("polite")).spawn_monitored(cancellable)
+        blunt = await process.with_options(id=_id("blunt")).spawn_monitored(cancellable)
+        await process.send(polite, "warm-up")  # its first task has run once this is durable
+        process.cancel(polite, "not needed")
+        process.terminate(blunt)
+        with trio.fail_after(30):
+            exits = {e.pid: e for e in [await process.events().receive() for _ in range(2)]}
+        assert exits[polite].value == "stopped: not needed"
+        assert node.describe(polite.id)["status"] == "canceled"
+        assert exits[blunt].error.kind is roost.ErrorKind.CANCELED
+        assert exits[blunt].error.message == "terminated"
+        assert node.describe(blunt.id)["status"] == "terminated"
+        with pytest.raises(roost.Error) as caught:
+            process.terminate(blunt)
+        assert caught.value.kind is roost.ErrorKind.NOT_FOUND
+
+
+async def test_workflow_version_is_decided_by_patched_markers_on_replay(temporal_server):
+    old, older = _id("v-old"), _id("v-older")
+    async with temporal_node(temporal_server):  # no cache: every task replays
+        CODE.update(version=1, asks=True)
+        first = await process.with_options(id=old).spawn_monitored(versioned)
+        await first_task_done(temporal_server, old)
+        CODE.update(version=1, asks=False)
+        second = await process.with_options(id=older).spawn_monitored(versioned)
+        await first_task_done(temporal_server, older)
+        CODE.update(version=2, asks=True)  # the code changes under running workflows
+        for pid in (first, second):
+            await process.send(pid, "go")
+        with trio.fail_after(30):
+            exits = {e.pid: e.value for e in [await process.events().receive() for _ in range(2)]}
+        new = await process.with_options(id=_id("v-new")).spawn_monitored(versioned)
+        await process.send(new, "go")
+        with trio.fail_after(30):
+            fresh = (await process.events().receive()).value
+    assert exits[first] == [1, 1]  # replayed: the version its history recorded (step@1)
+    assert exits[second] == [-1, -1]  # its history predates the change: DEFAULT_VERSION
+    assert fresh == [2, 2]
+
+
+async def test_an_activity_error_keeps_its_kind_and_non_retryable_kinds_are_not_retried(
+    temporal_server,
+):
+    missing, bug = _id("missing"), _id("bug")
+    async with temporal_node(temporal_server):
+        with trio.fail_after(30):
+            got = await process.exec(looking, missing, "missing")
+            crashed = await process.exec(looking, bug, "bug")
+            found = await process.exec(looking, _id("ok"), "ok")
+    assert got == {"kind": "NotFound", "message": "no such order", "details": {"id": missing}}
+    assert ATTEMPTS[missing] == 1  # NotFound is in non_retryable_error_kinds
+    assert crashed["kind"] == "Internal" and "bad arithmetic" in crashed["message"]
+    assert ATTEMPTS[bug] == 3  # a plain exception is retried, up to maximum_attempts
+    assert found == "found"
+
+
+async def test_a_second_live_node_with_a_taken_name_is_refused(temporal_server):
+    name = _node_name()
+    async with temporal_node(temporal_server, name=name):
+        with pytest.raises(roost.Error) as caught:
+            async with temporal_node(temporal_server, name=name):
+                pass
+    assert caught.value.kind is roost.ErrorKind.INVALID_STATE
+    assert f"a live node named {name!r}" in caught.value.message
+    async with temporal_node(temporal_server, name=name):
+        pass  # free again once the first has closed
+
+
+async def test_what_the_host_does_not_carry_out_yet_is_a_roost_error(temporal_server):
+    async with temporal_node(temporal_server, cache=100) as node:
+        with trio.fail_after(30), pytest.raises(roost.Error) as caught:
+            await process.exec(spawner)
+        assert caught.value.kind is roost.ErrorKind.INVALID_STATE
+        assert "not supported on the Temporal host yet" in caught.value.message
+        with pytest.raises(roost.Error) as history:
+            node.history("anything")
+        assert history.value.kind is roost.ErrorKind.INVALID_STATE
+        with pytest.raises(roost.Error) as option:
+            await process.with_options(search_attributes={"Shop": "x"}).spawn(napper, 0)
+        assert option.value.kind is roost.ErrorKind.INVALID
+
+
+@app.workflow
+async def doubler(x):
+    return 2 * x
+
+
+@app.workflow
+async def parent(x):
+    return await workflow.exec(doubler, x)
+
+
+@app.workflow
+async def counter(n):
+    if n < 2:
+        await process.upgrade(counter, n + 1)
+    return n
+
+
+@app.workflow
+async def greeter():
+    message = await process.listen("hello", message=True).receive()
+    workflow.attrs(memo={"greeted": message.payload})
+    return [message.payload, message.sender]
+
+
+@app.activity
+async def beating():
+    roost.heartbeat("half way")
+    return roost.activity_info().entry
+
+
+@app.workflow
+async def beats():
+    return await funcs.new().with_options(heartbeat_timeout="10s").call(beating)
+
+
+async def test_children_continue_as_new_start_messages_memo_and_heartbeats(temporal_server):
+    parent_id, greeter_id = _id("parent"), _id("greet")
+    async with temporal_node(temporal_server) as node:
+        with trio.fail_after(60):
+            assert await process.with_options(id=parent_id).exec(parent, 21) == 42
+            child = node.describe(f"{parent_id}.1")
+            assert child["workflow_type"] == "tshop:doubler" and child["result"] == 42
+            assert child["parent"] == roost.Pid.parse(f"{{tshop:workflows|{parent_id}}}")
+            assert await process.exec(counter, 0) == 2  # exec follows continue-as-new runs
+            greeted = process.with_options(id=greeter_id).with_message("hello", "hi")
+            assert await greeted.exec(greeter) == ["hi", node.pid]
+            assert await process.exec(beats) == "tshop:beating"
+        assert node.describe(greeter_id)["memo"] == {"greeted": "hi"}
+        listed = node.list_workflows(f"WorkflowId = '{greeter_id}'")
+        assert [(d["workflow_id"], d["status"]) for d in listed] in (
+            [],
+            [(greeter_id, "completed")],
+        )
+
+
+@app.process
+async def linked_to(target, report_to):
+    process.set_options(trap_links=True)
+    process.link(target)
+    process.send(report_to, "linked")
+    process.send(report_to, "event", await process.events().receive())
+
+
+async def test_a_linked_process_gets_link_down_when_the_workflow_fails(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        pid = await process.with_options(id=_id("gate")).spawn(waiter)
+        inbox = process.inbox()
+        await process.spawn(linked_to, pid, node.pid)
+        with trio.fail_after(30):
+            assert (await inbox.receive()).topic == "linked"
+            process.terminate(pid)
+            event = (await inbox.receive()).payload
+    assert isinstance(event, roost.LinkDown) and event.pid == pid
+    assert event.error.kind is roost.ErrorKind.CANCELED
+
+
+@app.workflow
+async def unrecordable():
+    return {1, 2}  # a set cannot be recorded: activate raises, the workflow task fails
+
+
+async def test_an_exception_out_of_the_driver_fails_the_workflow_task(temporal_server):
+    workflow_id = _id("task-failure")
+    async with temporal_node(temporal_server) as node:
+        pid = await process.with_options(id=workflow_id).spawn(unrecordable)
+        with trio.fail_after(20):
+            while True:
+                events = await history_events(temporal_server, workflow_id)
+                failed = [
+                    e.workflow_task_failed_event_attributes.failure.message
+                    for e in events
+                    if e.HasField("workflow_task_failed_event_attributes")
+                ]
+                if failed:
+                    break
+                await trio.sleep(0.05)
+        assert "cannot encode" in failed[0] and "set" in failed[0]
+        assert node.describe(workflow_id)["status"] == "running"  # Temporal retries the task
+        process.terminate(pid)

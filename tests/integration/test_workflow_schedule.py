@@ -360,7 +360,9 @@ async def test_a_row_settled_for_a_run_that_is_retried_before_recording_it_is_de
         await retried.spawn("sched:inbox_reader", 1)
         await trio.testing.wait_all_tasks_blocked()  # started, waiting for its message
         first = node._node.local_workflows.runs["retried"]
-        first.phase = RunPhase.HELD  # so the settled event is still waiting at the timeout
+        # Pinned held (no transition leads there), so the settled event is still waiting
+        # at the timeout.
+        first.enter_phase(RunPhase.HELD)
         row = await _settle_a_fake_timer(node, "retried", waiting=1)
         await roost.sleep("31m")
         await trio.testing.wait_all_tasks_blocked()

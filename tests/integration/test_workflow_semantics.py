@@ -192,7 +192,7 @@ async def test_a_cancel_not_yet_read_ends_the_retries_of_a_run_that_times_out(au
         await trio.testing.wait_all_tasks_blocked()
         manager = node._node.local_workflows
         # No activation reads the cancel before the timeout.
-        manager.runs["to"].phase = RunPhase.HELD
+        manager.runs["to"].enter_phase(RunPhase.HELD)  # pinned: no transition leads there
         process.cancel(pid, "stop")
         with trio.fail_after(3600):
             event = await process.events().receive()

@@ -89,9 +89,8 @@ def new_open_run(workflow_id: str, *, seed: int = 0, index: int = 1) -> Run:
         rand=seed.to_bytes(8, "big") + bytes(8),
         tracing=False,
     )
-    run.next_index = index
-    if index > 1:
-        run.record = attrs.evolve(run.record, activations=index - 1)
+    if index > 1:  # its record counts them, as recovery reads it
+        run.resume_at(attrs.evolve(run.record, activations=index - 1))
     return run
 
 
@@ -202,7 +201,7 @@ def test_a_later_step_that_changes_only_counters_writes_no_run_row():
 
 def test_a_changed_unread_count_goes_into_the_small_progress_row():
     run = new_open_run("w", index=3)
-    run.record = attrs.evolve(run.record, unread=2)  # the driver is gone: unread from the record
+    run.resume_at(attrs.evolve(run.record, unread=2))  # the driver is gone: unread from the record
 
     @attrs.define
     class Mailbox:
@@ -214,7 +213,7 @@ def test_a_changed_unread_count_goes_into_the_small_progress_row():
         children: frozenset[Pid] = frozenset()
         mailbox: Mailbox = attrs.field(factory=Mailbox)
 
-    run.driver = Driver()  # type: ignore[assignment]  # what the plan reads of a driver
+    run.attach_driver(Driver())  # type: ignore[arg-type]  # what the plan reads of a driver
     step = plan(run, [])
     progress = CODEC.decode(puts(step, PROGRESS_TABLE)[b"w"])
     assert progress.unread == 5 and progress.activations == 3
@@ -224,7 +223,7 @@ def test_a_changed_unread_count_goes_into_the_small_progress_row():
 
 def test_a_completion_closes_the_run_in_the_same_step():
     run = new_open_run("w", index=2)
-    run.progress_row = True
+    run.found_progress_row(True)
     routes = FakeRoutes(timer_keys={"w": [b"t1"]})
     step = plan(run, [StartTimer(seq=1, seconds=9), Complete(seq=2, value="done")], routes)
     assert step.record.status is RunStatus.COMPLETED and step.record.result == "done"
@@ -250,7 +249,7 @@ def test_a_failure_closes_with_the_error():
 
 def test_a_send_to_an_open_workflow_draws_its_inbox_number_without_taking_it():
     run, target = new_open_run("w"), new_open_run("t", seed=1)
-    target.inbox_seq = 7
+    target.draw_inbox_numbers(7)
     routes = FakeRoutes(open_runs={"t": target})
     before = snapshot(target)
     sends = [SendMessage(seq=i, dest=wf_pid("t"), topic="go", payload=i) for i in (1, 2)]
@@ -357,7 +356,7 @@ def test_a_refused_child_is_its_exit_in_the_parents_own_inbox():
 def test_continue_as_new_hands_the_id_to_a_successor_in_the_same_commit():
     run = new_open_run("w", index=2)
     pending_message = MessageArrived(topic="late", payload=1)
-    run.pending = [(inbox_key(run.record.run_id, 1), pending_message)]
+    run.queue_one((inbox_key(run.record.run_id, 1), pending_message))
     step = plan(run, [ContinueAsNew(seq=1, entry="plan:flow", args=[5])])
     new = step.successor
     assert new is not None and new.record.run_id != run.record.run_id
@@ -433,7 +432,7 @@ def test_a_plan_changes_nothing_and_its_step_is_consistent(cmds, index, seq0):
     run = new_open_run("w", index=index)
     targets = {t: new_open_run(t, seed=i + 1) for i, t in enumerate(TARGETS)}
     for target in targets.values():
-        target.inbox_seq = seq0
+        target.draw_inbox_numbers(seq0)
     routes = FakeRoutes(open_runs=dict(targets))
     before = {name: snapshot(r) for name, r in {"w": run, **targets}.items()}
     step = plan(run, cmds, routes)

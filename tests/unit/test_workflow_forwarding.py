@@ -28,6 +28,12 @@ class FakeRun:
     record: Record
     inbox_seq: int = 0
 
+    def draw_inbox_numbers(self, count: int) -> int:
+        """As ``Run.draw_inbox_numbers``: the next ``count`` numbers; the first."""
+        first = self.inbox_seq + 1
+        self.inbox_seq += count
+        return first
+
 
 def stored_run(txn: Any, workflow_id: str, run_id: str, status: str = "running") -> None:
     """The runs row the helpers read (a real RunRecord's fields that they use)."""

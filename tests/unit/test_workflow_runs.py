@@ -1,12 +1,19 @@
 """The run phases (``workflow/_runs.py``): every transition, and the illegal ones refused."""
 
+import datetime as dt
 import itertools
-import types
 
 import pytest
+import trio
+import trio.testing
 
+from roost._pid import Pid
+from roost.actors._app import Entry, EntryKind
 from roost.workflow._local._phases import IllegalTransition, PhaseEvent, RunPhase, next_phase
+from roost.workflow._local._records import RunRecord
+from roost.workflow._local._run import Run
 from roost.workflow._local._runs import RunTable
+from roost.workflow._status import RunStatus
 
 P, E = RunPhase, PhaseEvent
 
@@ -62,35 +69,33 @@ def test_a_closed_run_never_reopens():
             next_phase(P.CLOSED, event)
 
 
-class _Drained:
-    """Stands in for the trio.Event a closer waits on (``RunTable.wait_drained``)."""
-
-    def __init__(self) -> None:
-        self.is_set = False
-
-    def set(self) -> None:
-        self.is_set = True
-
-
 @pytest.mark.parametrize(("phase", "event"), list(itertools.product(P, E)))
-def test_the_run_table_moves_a_run_exactly_as_next_phase_says(phase, event):
+async def test_the_run_table_moves_a_run_exactly_as_next_phase_says(phase, event):
     # ``RunTable.move`` probes the transition table itself (the hot path); it must agree
     # with ``next_phase`` on every pair, refuse the same ones and leave such a run as it is.
     table = RunTable(cache_size=10)
-    run = types.SimpleNamespace(phase=phase, drained=_Drained())
-    waiter = run.drained
-    if (phase, event) not in LEGAL:
-        with pytest.raises(IllegalTransition, match=f"phase {phase.name} cannot {event.value}"):
-            table.move(run, event)
-        assert run.phase is phase
-        assert not waiter.is_set
-        return
-    assert table.move(run, event) is LEGAL[phase, event] is run.phase
+    run = _run("w", phase)
+    drained = trio.Event()
+
+    async def closer() -> None:  # waits for the activation in flight, as a close does
+        await run.wait_drained()
+        drained.set()
+
     in_flight = {P.ACTIVE, P.DRAINING}
-    # A closer waiting for the activation in flight is woken once it is over, not before.
-    woken = phase in in_flight and run.phase not in in_flight
-    assert waiter.is_set is woken
-    assert (run.drained is None) is woken
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(closer)
+        await trio.testing.wait_all_tasks_blocked()
+        assert drained.is_set() is (phase not in in_flight)
+        if (phase, event) not in LEGAL:
+            with pytest.raises(IllegalTransition, match=f"phase {phase.name} cannot {event.value}"):
+                table.move(run, event)
+            assert run.phase is phase
+        else:
+            assert table.move(run, event) is LEGAL[phase, event] is run.phase
+        await trio.testing.wait_all_tasks_blocked()
+        # A closer waiting for the activation in flight is woken once it is over, not before.
+        assert drained.is_set() is (phase not in in_flight or run.phase not in in_flight)
+        nursery.cancel_scope.cancel()
 
 
 class _Driver:
@@ -101,9 +106,22 @@ class _Driver:
         self.closed = True
 
 
-def _run(workflow_id: str, phase: RunPhase = P.IDLE) -> types.SimpleNamespace:
-    record = types.SimpleNamespace(workflow_id=workflow_id)
-    return types.SimpleNamespace(record=record, phase=phase, driver=_Driver(), drained=None)
+_ENTRY = Entry(id="t:flow", kind=EntryKind.WORKFLOW, fn=lambda: None, is_async=True)
+_AT = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _run(workflow_id: str, phase: RunPhase = P.IDLE) -> Run:
+    record = RunRecord(
+        workflow_id=workflow_id,
+        run_id="r",
+        workflow_type=_ENTRY.id,
+        status=RunStatus.RUNNING,
+        started_at=_AT,
+    )
+    pid = Pid.trusted("local", "t:workflows", workflow_id)
+    run = Run(record=record, entry=_ENTRY, pid=pid, context={}, phase=phase)
+    run.attach_driver(_Driver())
+    return run
 
 
 def test_the_driver_cache_evicts_the_least_recently_activated_run():
@@ -131,6 +149,6 @@ def test_a_cache_over_its_size_shrinks_once_the_active_run_is_done():
     busy, idle = _run("busy", P.ACTIVE), _run("idle")
     table.touch(busy)
     assert table.touch(idle) == 0  # the oldest is in flight: nothing is evicted
-    busy.phase = P.IDLE
+    table.move(busy, E.DONE)
     assert table.touch(idle) == 1  # touching a cached run evicts what is over the size
     assert list(table.cache()) == ["idle"]

@@ -162,7 +162,7 @@ class Closing:
         runs = self._runs
         runs.move(run, PhaseEvent.CLOSE)  # no activation after the one in flight
         while True:
-            await runs.wait_drained(run)
+            await run.wait_drained()
             current = runs.get(run.record.workflow_id)
             if current is None or current is run or status is not RunStatus.TERMINATED:
                 break
@@ -191,7 +191,7 @@ class Closing:
         if not await self._commits.retrying(writer, what):
             return  # the node stops: the run is still open in the store, as recovery finds it
         self._timers.drop(run)  # their rows went with the close
-        run.record = closing
+        run.close_committed(closing)
         if nxt is None:
             runs.remove(run)
             self.announce(run)
@@ -259,14 +259,13 @@ class Closing:
         """
         if telemetry.tracing:
             telemetry.run_closed(old.record, new.record)
-        new.watchers, new.links, new.exit_chans = old.watchers, old.links, old.exit_chans
+        new.take_over_waiters(old)
         self._forwarding.forget(old)  # handed over: rows for it follow into ``new`` now
         runs, accept = self._runs, self._incoming.accept
         runs.add(new)
         runs.forget_driver(old)
         runs.move(old, PhaseEvent.CLOSED)
-        late = [(k, e) for k, e in old.pending if k not in moved]
-        old.pending = []
+        late = [(k, e) for k, e in old.take_pending() if k not in moved]
         self._timers.arm(new)
         accept(new, [(k, event) for k, _, event in staged])
         accept(old, late)  # arrived during the hand-over's commit: re-homed

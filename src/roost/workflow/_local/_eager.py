@@ -127,7 +127,8 @@ class EagerStarts:
         """
         # The workflow sees what will be recorded (a tuple comes back a list), as on replay.
         events_in = [recorded(self._codec, event) for event in events]
-        driver = run.driver = self._drivers.new(run)
+        driver = self._drivers.new(run)
+        run.attach_driver(driver)
         self._drivers.touch(run)
         self._runs.move(run, PhaseEvent.TAKE)  # no executor takes it; events that arrive wait
         self.in_flight += 1

@@ -199,15 +199,16 @@ class Executors:
         driver = run.driver
         if driver is None:
             try:
-                driver = run.driver = self._drivers.rebuild(run, stored)
+                driver = self._drivers.rebuild(run, stored)
             except RunQuarantined as exc:  # a stored row is unreadable: set aside, not retried
                 return exc
             except ReplayFailed as exc:
                 error = task_failure_error(run, exc.activation, exc.cause, stage="replay")
                 self._failures.fail(run, [], error, exc.cause)
                 return None
+            run.attach_driver(driver)
         self._drivers.touch(run)
-        batch, run.pending = run.pending, []
+        batch = run.take_pending()
         try:
             return self._tasks.prepare(run, driver, batch, self._now())
         except StepFailed as failed:

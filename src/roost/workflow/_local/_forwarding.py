@@ -95,8 +95,7 @@ class Forwarding:
 
     def reserve(self, old: Run, new: Run) -> None:
         """``new`` follows ``old`` once its step commits: keep it a block of inbox numbers."""
-        succ = Successor(old.record.run_id, new, new.inbox_seq + 1)
-        new.inbox_seq += FORWARD_BLOCK
+        succ = Successor(old.record.run_id, new, new.draw_inbox_numbers(FORWARD_BLOCK))
         self._by_old[succ.old_run_id] = succ
         self._by_new[new.record.run_id] = succ
 

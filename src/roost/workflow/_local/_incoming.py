@@ -78,8 +78,8 @@ class Incoming:
 
     def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
         """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
-        run.inbox_seq += 1
-        k, data = inbox_key(run.record.run_id, run.inbox_seq), self._codec.encode(event)
+        k = inbox_key(run.record.run_id, run.draw_inbox_numbers(1))
+        data = self._codec.encode(event)
         self.staged[k] = data
         return k, data
 
@@ -114,11 +114,11 @@ class Incoming:
                 txn.put("inbox", k, v)
 
         arriving = sum(1 for event in events if counts(event))
-        run.arriving += arriving  # in flight: counted by the unread-message limit
+        run.arrive(arriving)  # in flight: counted by the unread-message limit
         try:
             await self._commits.transact(write)
         finally:
-            run.arriving -= arriving
+            run.arrived(arriving)
         if rows is not None:
             self._forwarding.record(moved)
         self.accept(run, [(k, e) for (k, _), e in zip(staged, events, strict=True)])
@@ -134,7 +134,7 @@ class Incoming:
         items = [(k, self._recorded(k, e)) for k, e in items]
         current = self._runs.get(run.record.workflow_id)
         if current is run:
-            run.pending.extend(items)
+            run.queue(items)
             self._ready(run)
             return
         # Replies to the old run's calls belong to nobody now (call seqs restart per run);
@@ -152,7 +152,7 @@ class Incoming:
             self._spawn(self._rehome, current, moved)
         self.drop_settled(items)
 
-    def drop_settled(self, items: list[Pending]) -> None:
+    def drop_settled(self, items: Iterable[Pending]) -> None:
         """Delete the task and timer rows of events no run will record (it has closed)."""
         rows = [k for k, _ in items if isinstance(k, Settled) and k.table != NO_ROW]
         if rows and not self._stopping():
@@ -201,7 +201,7 @@ class Incoming:
         done = trio.Event()
         k, data = self.stage(run, event)
         if counts(event):
-            run.arriving += 1  # in flight: counted by the unread-message limit
+            run.arrive(1)  # in flight: counted by the unread-message limit
         self._outside.append((run, k, data, event, done))
         self._outside_ready.set()
         return done
@@ -230,7 +230,7 @@ class Incoming:
             for run, k, _, event, done in batch:  # in arrival order
                 self.accept(run, [(k, event)])
                 if counts(event):
-                    run.arriving -= 1  # now in run.pending
+                    run.arrived(1)  # now in run.pending
                 done.set()
 
     def _has_home(self, run: Run) -> bool:
@@ -292,7 +292,7 @@ class Incoming:
             event = self._codec.decode(data)
         # ``accept`` for one settled row of the current run (checked above): nothing to
         # look up or decode again (a result per activity: the hot path).
-        run.pending.append((Settled(table, row), event))
+        run.queue_one((Settled(table, row), event))
         self._ready(run)
         return True
 

@@ -468,7 +468,7 @@ class WorkflowManager:
         chan: Channel[ExitResult] = Channel(1)
         run = self._open_or_closing(pid)
         if run is not None:
-            run.exit_chans = [*run.exit_chans, chan]
+            run.send_exit_to(chan)
         else:
             record = self._closed_record(pid)
             if record is None:

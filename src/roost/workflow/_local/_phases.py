@@ -12,14 +12,14 @@
     any open phase ──close──▶ CLOSING ◀──done── DRAINING      ──closed──▶ CLOSED
 
 An activation in flight is never cut short: a close from outside turns ACTIVE into
-DRAINING, and the close waits (``wait_drained``) until it has finished.
+DRAINING, and the close waits (``Run.wait_drained``) until it has finished.
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["TRANSITIONS", "IllegalTransition", "PhaseEvent", "RunPhase", "next_phase"]
+__all__ = ["IN_FLIGHT", "TRANSITIONS", "IllegalTransition", "PhaseEvent", "RunPhase", "next_phase"]
 
 
 class RunPhase(enum.Enum):
@@ -86,6 +86,10 @@ TRANSITIONS: dict[tuple[RunPhase, PhaseEvent], RunPhase] = {
     (_P.CLOSING, _E.CLOSED): _P.CLOSED,
     **{(phase, _E.CLOSE): _P.CLOSING for phase in _OPEN},
 }
+
+
+# An activation is in flight: a close from outside waits for it (``Run.wait_drained``).
+IN_FLIGHT = frozenset({_P.ACTIVE, _P.DRAINING})
 
 
 def next_phase(phase: RunPhase, event: PhaseEvent) -> RunPhase:

@@ -309,6 +309,7 @@ def build_run(
     rand: bytes,
     tracing: bool,
     inherit: RunRecord | None = None,
+    trace_parent: RunRecord | None = None,
     **fields: Any,
 ) -> tuple[Run, Started]:
     """A run about to begin (not yet stored) and the ``Started`` event that begins it.
@@ -316,7 +317,8 @@ def build_run(
     Every way a run begins goes through here: a start, continue-as-new, a retry, a cron
     run, a child workflow. ``plan_new_run`` decides its rows; this builds them. ``rand``:
     16 random bytes (the run id's 8, then the seed's). ``inherit`` is the previous run of
-    the same id, whose lasting settings carry over; ``fields`` set ``RunRecord`` fields.
+    the same id, whose lasting settings carry over; ``trace_parent``, a child's parent run
+    (its trace is under the parent's); ``fields`` set ``RunRecord`` fields.
     """
     plan = plan_new_run(
         workflow_id=pid.id,
@@ -332,23 +334,29 @@ def build_run(
     record = RunRecord(**plan.record)
     if tracing:
         record = telemetry.traced_run(record, inherit)
+        if trace_parent is not None:
+            record = telemetry.child_run(record, trace_parent)
+    timers = [
+        TimerTask(
+            workflow_id=record.workflow_id,
+            run_id=record.run_id,
+            seq=t.seq,
+            due=t.due,
+            kind=t.kind,
+        )
+        for t in plan.timers
+    ]
     # The run and its Started event share one copy of the context values (nothing
     # changes them in place; the driver keeps the run's, see RunPorts.kept_start).
     started = plan.started
-    run = Run(record=record, entry=entry, pid=pid, context=started["context"])
-    if plan.timers:
-        run.timers = [
-            TimerTask(
-                workflow_id=record.workflow_id,
-                run_id=record.run_id,
-                seq=t.seq,
-                due=t.due,
-                kind=t.kind,
-            )
-            for t in plan.timers
-        ]
-    if plan.held:
-        run.phase = RunPhase.HELD  # before it enters the table
+    run = Run(
+        record=record,
+        entry=entry,
+        pid=pid,
+        context=started["context"],
+        timers=timers or (),
+        phase=RunPhase.HELD if plan.held else RunPhase.IDLE,
+    )
     if run.context is started["context"]:
         return run, Started(**started)
     # The event holds the run's mapping (the shared empty one if none).
@@ -502,8 +510,8 @@ class _Planner:
 
     def _stage_new(self, run: Run, event: Any) -> tuple[bytes, bytes, Any]:
         """An inbox row of a run this step begins (its numbering is its own)."""
-        run.inbox_seq += 1  # the run is this plan's own, not yet anyone else's
-        k = inbox_key(run.record.run_id, run.inbox_seq)
+        # The run is this plan's own, not yet anyone else's: its numbers are drawn at once.
+        k = inbox_key(run.record.run_id, run.draw_inbox_numbers(1))
         v = self.routes.codec.encode(event)
         self.staged.append((k, v))
         return k, v, event
@@ -542,12 +550,11 @@ class _Planner:
             at=self.at,
             rand=routes.entropy(),
             tracing=routes.tracing,
+            trace_parent=parent.record,
             **fields,
         )
-        if routes.tracing:
-            child.record = telemetry.child_run(child.record, parent.record)
         child.watch(parent.pid)
-        child.pending_start = [self._stage_new(child, started)]
+        child.add_start_row(self._stage_new(child, started))
         return child
 
     def _refused_child(self, child_id: str, error: Error) -> None:
@@ -569,7 +576,7 @@ class _Planner:
 
     def _to_child(self, child: Run, event: MessageArrived | CancelRequested) -> None:
         # Into the child's start rows: committed with its start, after its Started event.
-        child.pending_start = [*child.pending_start, self._stage_new(child, event)]
+        child.add_start_row(self._stage_new(child, event))
 
     def _stop(self, stop: StopProcess) -> None:
         child = self._staged_child(stop.dest)
@@ -867,10 +874,12 @@ def plan_successor(
     # A cancel stored but not yet read goes along too: it is addressed to the workflow,
     # not to one run (a retry or cron run never follows one, see plan_next).
     carried += [e for _, e in run.pending if _carried(e)]
-    codec, run_id, rows = routes.codec, new.record.run_id, []
-    for event in carried:
-        new.inbox_seq += 1  # the new run is the caller's alone until it is reserved
-        rows.append((inbox_key(run_id, new.inbox_seq), codec.encode(event), event))
+    codec, run_id = routes.codec, new.record.run_id
+    first = new.draw_inbox_numbers(len(carried))  # the new run is the caller's alone so far
+    rows = [
+        (inbox_key(run_id, first + i), codec.encode(event), event)
+        for i, event in enumerate(carried)
+    ]
     return new, rows
 
 

@@ -247,7 +247,7 @@ class Recovery:
             if run_id not in unreadable:
                 self._resume(record, inbox.get(run_id, ()))
         for run in self._runs.values():  # its close deletes the row
-            run.progress_row = run.record.workflow_id.encode() in progress
+            run.found_progress_row(run.record.workflow_id.encode() in progress)
         task_owner = _owner_by_run(by_run, str, int, at=0)
         rows = [bad.decode("tasks", k, v, task_owner) for k, v in txn.range("tasks")]
         timer_owner = _owner_by_run(by_run, int, str, int, at=1)
@@ -275,8 +275,7 @@ class Recovery:
             events = [event for _, event in run.pending]
             record, found = read_open(txn, self._codec, run.record, rows=stored, resolved=events)
             if record is not run.record:  # steps after its stored counters: the history's
-                run.record = record
-                run.next_index = record.activations + 1
+                run.resume_at(record)
             tasks += [(task, task.seq in stored) for task in found]
         tasks += [
             (row, True)
@@ -307,8 +306,7 @@ class Recovery:
             )
             return
         for k, event in pending:
-            run.pending.append((k, event))
-            run.inbox_seq = max(run.inbox_seq, int.from_bytes(k[-8:], "big"))
+            run.restore_pending(k, event)
 
     def recover(self) -> None:
         """Load open runs with their pending events, re-arm tasks and timers, report lost children.
@@ -386,10 +384,15 @@ class Recovery:
                 entry=record.workflow_type,
             )
         pid = Pid.trusted(self._node_name, self._host, record.workflow_id)
-        run = Run(record=record, entry=entry, pid=pid, context={})
-        run.next_index = record.activations + 1
-        if record.not_before is not None and record.not_before > self._now():
-            run.phase = RunPhase.HELD  # before it enters the table
+        held = record.not_before is not None and record.not_before > self._now()
+        # Its next activation follows those its record counts (see Run).
+        run = Run(
+            record=record,
+            entry=entry,
+            pid=pid,
+            context={},
+            phase=RunPhase.HELD if held else RunPhase.IDLE,
+        )
         if record.parent is not None and record.parent.host == self._host:
             run.watch(record.parent)  # a child workflow reports to its parent
         self._runs.add(run)

@@ -230,7 +230,7 @@ class Drivers:
                         raise _quarantined(k, data, exc) from exc
                     if index == 1 and events and type(events[0]) is Started:
                         # Before replaying: workflow code sees the context from its first step on.
-                        run.context = events[0].context
+                        run.restore_context(events[0].context)
                     activate(at, events, expected=commands)
                     recorded(len(data))
         except RunQuarantined:
@@ -241,7 +241,7 @@ class Drivers:
                 raise
             driver.close()
             raise ReplayFailed(position, exc) from exc
-        run.next_index = len(stored) + 1
+        run.replayed(len(stored))
         return driver
 
     def touch(self, run: Run) -> None:

@@ -2,7 +2,8 @@
 
 The ``RunTable`` alone adds, evicts and closes runs; everyone else reads it (``get``,
 ``in``, ``values``) and asks it for a change. A run's phase says what may happen to it
-next, and changes only through ``RunTable.move`` by the pure ``next_phase``.
+next, and changes only through ``RunTable.move`` by the pure ``next_phase`` (which calls
+``Run.enter_phase``; nothing else does).
 
 The phases, their diagram and ``next_phase`` are in ``_phases``.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from roost.workflow._local._phases import TRANSITIONS, PhaseEvent, RunPhase, next_phase
+from roost.workflow._local._phases import IN_FLIGHT, TRANSITIONS, PhaseEvent, RunPhase, next_phase
 
 if TYPE_CHECKING:
     from roost.workflow._local._run import Run
@@ -98,26 +99,18 @@ class RunTable:
             del self._closing[run.record.workflow_id]
 
     def move(self, run: Run, event: PhaseEvent) -> RunPhase:
-        """Change ``run``'s phase by ``event`` (see ``next_phase``); wake a waiting closer."""
+        """Change ``run``'s phase by ``event`` (see ``next_phase``); wake a waiting closer.
+
+        The one caller of ``Run.enter_phase``: every phase change is a transition here.
+        """
         old = run.phase
         # The table's own lookup (the hot path: three moves per activation); a missing
         # transition goes to ``next_phase``, which raises for it.
         new = _TRANSITION((old, event))
         if new is None:
             new = next_phase(old, event)
-        run.phase = new
-        drained = run.drained
-        if drained is not None and old in _IN_FLIGHT and new not in _IN_FLIGHT:
-            drained.set()
-            run.drained = None
+        run.enter_phase(new)
         return new
-
-    async def wait_drained(self, run: Run) -> None:
-        """Wait until no activation of ``run`` is in flight."""
-        while run.phase in _IN_FLIGHT:
-            if run.drained is None:
-                run.drained = trio.Event()
-            await run.drained.wait()
 
     # -- children of steps not yet committed ---------------------------------------------
 
@@ -169,12 +162,10 @@ class RunTable:
                 return 0
         while len(cached) > self.cache_size:
             oldest = next(iter(cached.values()))
-            if oldest.phase in _IN_FLIGHT or oldest is run:
+            if oldest.phase in IN_FLIGHT or oldest is run:
                 break
             del cached[oldest.record.workflow_id]
-            if oldest.driver is not None:
-                oldest.driver.close()
-                oldest.driver = None
+            oldest.drop_driver()
             evicted += 1
         return evicted
 
@@ -182,10 +173,7 @@ class RunTable:
         """Drop ``run``'s driver: its next activation rebuilds it by replay."""
         if self._cached.get(run.record.workflow_id) is run:
             del self._cached[run.record.workflow_id]
-        if run.driver is not None:
-            run.driver.close()
-            run.driver = None
+        run.drop_driver()
 
 
-_IN_FLIGHT = frozenset({RunPhase.ACTIVE, RunPhase.DRAINING})
 _TRANSITION = TRANSITIONS.get

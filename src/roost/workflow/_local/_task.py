@@ -256,7 +256,7 @@ class Tasks:
         """Take from their owners what ``step`` drew while it was planned."""
         if step.numbers:
             for target, count in step.numbers:
-                target.inbox_seq += count
+                target.draw_inbox_numbers(count)
         if step.staged:
             self._staged.update(step.staged)
         if step.children:
@@ -354,13 +354,7 @@ class Tasks:
             self.release(step)
             return
         driver = run.driver
-        run.next_index += 1
-        run.record = step.record
-        run.task_failures = 0
-        if step.progress_row:
-            run.progress_row = True
-        if driver is not None:
-            driver.recorded(step.size)
+        run.step_committed(step.record, step.size, progress_row=step.progress_row)
         self._stats["activations"] += 1
         if after_commit is not None and not after_commit(step):
             return
@@ -406,7 +400,7 @@ class Tasks:
                 self._runs.unstage_child(child.record.workflow_id)  # open now: the id is taken
                 self._counters.run_started(child.record.workflow_type)
                 self._arm(child)
-                start, child.pending_start = child.pending_start, ()
+                start = child.take_start_rows()
                 self._accept(child, [(k, event) for k, _, event in start])
             case StopProcess():
                 stop_process(self._node, run.pid, effect)

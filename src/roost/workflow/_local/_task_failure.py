@@ -28,7 +28,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from roost import _telemetry as telemetry
@@ -207,12 +206,10 @@ class TaskFailures:
         stores it.
         """
         self._runs.forget_driver(run)
-        run.pending = batch + run.pending
-        run.task_failures += 1
+        run.task_failed(batch, error)
         self._runs.move(run, PhaseEvent.FAIL)
         self._stats["task_failures"] += 1
         log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
-        run.record = attrs.evolve(run.record, task_failure=error)
         self._spawn(self._record_and_retry, run)
 
     async def _record_and_retry(self, run: Run) -> None:

@@ -59,7 +59,7 @@ class DurableTimers:
         heapq.heappush(self._heap, (deadline, timer.run_id, timer.seq, timer))
         run = self._owner(timer)
         if run is not None:
-            run.armed_timers = (*run.armed_timers, timer)
+            run.timer_armed(timer)
         if self._scope is not None and deadline < self._scope.deadline:
             self._scope.deadline = deadline
 
@@ -71,7 +71,7 @@ class DurableTimers:
             heap.append((deadline, timer.run_id, timer.seq, timer))
             run = self._owner(timer)
             if run is not None:
-                run.armed_timers = (*run.armed_timers, timer)
+                run.timer_armed(timer)
         heapq.heapify(heap)
         if self._scope is not None and heap and heap[0][0] < self._scope.deadline:
             self._scope.deadline = heap[0][0]
@@ -84,8 +84,7 @@ class DurableTimers:
 
     def arm(self, run: Run) -> None:
         """Arm the runtime timers stored with ``run``'s start (after that commit)."""
-        timers, run.timers = run.timers, ()
-        for timer in timers:
+        for timer in run.take_start_timers():
             self.add(timer)
 
     @staticmethod
@@ -95,7 +94,7 @@ class DurableTimers:
 
     def drop(self, run: Run) -> None:
         """``run`` closed, its timer rows deleted with it: its armed timers never fire."""
-        armed, run.armed_timers = run.armed_timers, ()
+        armed = run.take_armed_timers()
         self._dropped.update((t.run_id, t.seq) for t in armed)
         dropped = len(self._dropped)
         if dropped >= _REBUILD_AT and 2 * dropped >= len(self._heap):
@@ -120,7 +119,7 @@ class DurableTimers:
                     continue
                 run = self._owner(timer)
                 if run is not None:
-                    run.armed_timers = tuple(t for t in run.armed_timers if t is not timer)
+                    run.timer_fired(timer)
                 # Concurrently, so that timers falling due together share one commit.
                 self._spawn(fire, timer)
             if not self._heap:

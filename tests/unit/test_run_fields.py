@@ -7,7 +7,7 @@ stop an assignment to them: this test does. It parses ``workflow/_local`` and th
 - assigns, augments or deletes a field of a run (``run.record = ...``, ``run.seq += 1``,
   ``run.pending[0] = ...``, ``setattr(run, ...)``),
 - changes a field in place (``run.pending.append(...)``, ``run.watchers.add(...)``), or
-- touches a private field (``run._timers``).
+- touches a private field (``run._inbox_seq``).
 
 What counts as a run: a name in ``RUN_NAMES``; a name annotated ``Run`` (a parameter or an
 annotated assignment) anywhere in the same module; an attribute named ``run``
@@ -182,7 +182,7 @@ def f(run, step, manager, r: Run | None, other):
     run.pending.append(1)
     current.watchers.add(1)
     setattr(existing, "record", 1)
-    x = run._timers
+    x = run._inbox_seq
     other.record = 1  # not a run's name: not checked
     self.record = 1  # an object's own field
     run.unknown = 1  # not a field of Run
@@ -200,10 +200,10 @@ def f(run, step, manager, r: Run | None, other):
         "changes the run field 'pending' in place (append)",
         "changes the run field 'watchers' in place (add)",
         "sets a run's attribute with setattr",
-        "touches the private run field '_timers'",
+        "touches the private run field '_inbox_seq'",
     ]
 
 
 def test_the_fields_checked_are_runs_own():
-    assert {"record", "pending", "phase", "driver", "_timers", "timers"} <= FIELDS
+    assert {"record", "pending", "phase", "driver", "_inbox_seq", "inbox_seq"} <= FIELDS
     assert "record" not in PRIVATE and "_inbox_seq" in PRIVATE

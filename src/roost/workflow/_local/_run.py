@@ -3,12 +3,13 @@
 Everything that can happen to a run is a method of ``Run`` below, and only those methods
 change its fields: a grep for a field finds its one writer here.
 
-- Most fields are private, read elsewhere through read-only properties.
-- The few the activation path reads all the time (``record``, ``pid``, ``context``,
-  ``driver``, ``phase``, ``pending``, ``next_index``, ``progress_row``: ~110 reads per
-  workflow) are plain slots, read directly: a property costs ~600 instructions a read on
-  CPython 3.11 against ~50 for a slot, ~3.5 % of a workflow's instructions here. Outside
-  this module they are read, never assigned or changed in place.
+- The fields every workflow's start, activations and close read (``record``, ``pid``,
+  ``driver``, ``phase``, ``pending``, ...: ~125 reads per workflow) are plain slots, read
+  directly: a property costs ~600 instructions a read on CPython 3.11 against ~50 for a
+  slot, which made ~4 % of a workflow's instructions. Outside this module they are read,
+  never assigned or changed in place.
+- The rest are private (``_inbox_seq``, ``_task_failures``, ...), read elsewhere through
+  read-only properties.
 
 ``tests/unit/test_run_fields.py`` holds ``workflow/_local`` and the tests to that: it fails
 on an assignment to a run's field, or a call that changes one in place, anywhere else.
@@ -81,10 +82,10 @@ class Run:
 
     # Read directly (see the module's docstring), written only by the methods below.
     record: RunRecord  # as of its last committed step (what is stored, or about to be)
-    _entry: Entry
+    entry: Entry  # the workflow function it runs
     pid: Pid  # the workflow id's: every run of the id has the same one
     context: dict[str, Any]  # its context values (read only: the dict is shared)
-    _timers: Sequence[TimerTask] = ()  # its own, stored with its start, until armed
+    timers: Sequence[TimerTask] = ()  # its own, stored with its start, until armed
     # What it is doing (see _runs): changed only by RunTable.move (``enter_phase``).
     phase: RunPhase = RunPhase.IDLE
     # None: the next activation rebuilds it by replay.
@@ -94,32 +95,28 @@ class Run:
     next_index: int = attrs.field(default=1, init=False)  # of its next activation
     # It may have a progress row (see RunProgress), which its close deletes.
     progress_row: bool = attrs.field(default=False, init=False)
-    # Private, behind read-only properties.
-    _inbox_seq: int = attrs.field(default=0, init=False)  # the last inbox number drawn
     # Sets and sequences start as shared empty immutables (see _NONE) and are replaced or
     # grown by the methods below.
+    watchers: set[Pid] | frozenset[Pid] = attrs.field(default=_NONE, init=False)  # get its EXIT
+    links: set[Pid] | frozenset[Pid] = attrs.field(default=_NONE, init=False)  # a LINK_DOWN
+    # Where its result goes once it closes (``wait_exit``).
+    exit_chans: Sequence[Channel[ExitResult]] = attrs.field(default=(), init=False)
+    # Stored, armed and not yet fired (see DurableTimers): their rows go when the run closes.
+    armed_timers: tuple[TimerTask, ...] = attrs.field(default=(), init=False)
+    # Private, read (if at all) through the read-only properties below.
+    _inbox_seq: int = attrs.field(default=0, init=False)  # the last inbox number drawn
     _exits_reported: set[Pid] | frozenset[Pid] = attrs.field(default=_NONE, init=False)
     _pending_start: Sequence[StartRow] = attrs.field(default=(), init=False)
-    _watchers: set[Pid] | frozenset[Pid] = attrs.field(default=_NONE, init=False)
-    _links: set[Pid] | frozenset[Pid] = attrs.field(default=_NONE, init=False)
-    _exit_chans: Sequence[Channel[ExitResult]] = attrs.field(default=(), init=False)
-    # Stored, armed and not yet fired (see DurableTimers): their rows go when the run closes.
-    _armed_timers: tuple[TimerTask, ...] = attrs.field(default=(), init=False)
-    _drained: trio.Event | None = attrs.field(default=None, init=False)  # see wait_drained
-    _closed_event: trio.Event | None = attrs.field(default=None, init=False)
     # Messages being committed to it, not yet in ``pending`` (_unread).
     _arriving: int = attrs.field(default=0, init=False)
     _task_failures: int = attrs.field(default=0, init=False)  # consecutive failed tasks
+    _drained: trio.Event | None = attrs.field(default=None, init=False)  # see wait_drained
+    _closed_event: trio.Event | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.context:
             self.context = _NO_CONTEXT
         self.next_index = self.record.activations + 1
-
-    @property
-    def entry(self) -> Entry:
-        """The workflow function it runs."""
-        return self._entry
 
     @property
     def task_failures(self) -> int:
@@ -241,75 +238,50 @@ class Run:
         rows, self._pending_start = self._pending_start, ()
         return rows
 
-    @property
-    def timers(self) -> Sequence[TimerTask]:
-        """The runtime timers stored with its start, until they are armed."""
-        return self._timers
-
     def take_start_timers(self) -> Sequence[TimerTask]:
         """Its start committed: the timers stored with it, to arm."""
-        timers, self._timers = self._timers, ()
+        timers, self.timers = self.timers, ()
         return timers
 
     # -- its armed timers ----------------------------------------------------------------
 
-    @property
-    def armed_timers(self) -> tuple[TimerTask, ...]:
-        """Its timers stored, armed and not yet fired (their rows go when it closes)."""
-        return self._armed_timers
-
     def timer_armed(self, timer: TimerTask) -> None:
         """``timer`` (stored) is armed."""
-        self._armed_timers = (*self._armed_timers, timer)
+        self.armed_timers = (*self.armed_timers, timer)
 
     def timer_fired(self, timer: TimerTask) -> None:
         """``timer`` fell due: it is armed no more."""
-        self._armed_timers = tuple(t for t in self._armed_timers if t is not timer)
+        self.armed_timers = tuple(t for t in self.armed_timers if t is not timer)
 
     def take_armed_timers(self) -> tuple[TimerTask, ...]:
         """It closed, its timer rows deleted: none of its armed timers fires."""
-        armed, self._armed_timers = self._armed_timers, ()
+        armed, self.armed_timers = self.armed_timers, ()
         return armed
 
     # -- who waits for it ----------------------------------------------------------------
 
-    @property
-    def watchers(self) -> set[Pid] | frozenset[Pid]:
-        """Who gets its EXIT."""
-        return self._watchers
-
-    @property
-    def links(self) -> set[Pid] | frozenset[Pid]:
-        """Who gets a LINK_DOWN if it fails."""
-        return self._links
-
-    @property
-    def exit_chans(self) -> Sequence[Channel[ExitResult]]:
-        """Where its result goes once it closes (``wait_exit``)."""
-        return self._exit_chans
-
     def watch(self, pid: Pid) -> None:
         """``pid`` gets the run's EXIT."""
-        self._watchers = _added(self._watchers, pid)
+        self.watchers = _added(self.watchers, pid)
 
     def link(self, pid: Pid) -> None:
         """``pid`` gets a LINK_DOWN if the run fails."""
-        self._links = _added(self._links, pid)
+        self.links = _added(self.links, pid)
 
     def unwatch(self, pid: Pid) -> None:
         """Drop ``pid``'s monitor and link."""
-        if isinstance(self._watchers, set):
-            self._watchers.discard(pid)
-        if isinstance(self._links, set):
-            self._links.discard(pid)
+        if isinstance(self.watchers, set):
+            self.watchers.discard(pid)
+        if isinstance(self.links, set):
+            self.links.discard(pid)
 
     def send_exit_to(self, chan: Channel[ExitResult]) -> None:
         """``chan`` gets its result once it closes."""
-        self._exit_chans = [*self._exit_chans, chan]
+        self.exit_chans = [*self.exit_chans, chan]
 
     def take_over_waiters(self, old: Run) -> None:
         """It follows ``old``: whoever waits for ``old``'s close waits for its own."""
-        self._watchers, self._links, self._exit_chans = old.watchers, old.links, old.exit_chans
+        self.watchers, self.links, self.exit_chans = old.watchers, old.links, old.exit_chans
 
     async def wait_closed(self) -> None:
         """Wait until a close from outside has committed (see ``mark_closed``)."""

@@ -9,8 +9,8 @@ one ``ActivityResolved`` event and one command), then blocks on a signal. Buildi
 measured and uses durability "fast"; K = 500, 5000, 50000 (1k, 10k, 100k events) in full
 mode. The node is then reopened with fsync on, and:
 
-- ``the runtime's rebuild``: ``roost.workflow._local._replay.Drivers.rebuild``, what the runtime
-  for an evicted or recovered run: read and decode the ``Activation`` records, then
+- ``the runtime's rebuild``: ``roost.workflow._local._replay.Drivers.rebuild``, what the
+  runtime runs for an evicted or recovered run: read and decode the ``Activation`` records, then
   ``Driver.activate(at, events, expected=commands)`` over each, with the cyclic collector
   paused (best of a few tries). Reference: the read + decode alone (collector on). The
   note also gives read+decode and the Driver timed apart with the collector on.

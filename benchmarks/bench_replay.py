@@ -9,8 +9,8 @@ one ``ActivityResolved`` event and one command), then blocks on a signal. Buildi
 measured and uses durability "fast"; K = 500, 5000, 50000 (1k, 10k, 100k events) in full
 mode. The node is then reopened with fsync on, and:
 
-- ``the runtime's rebuild``: ``roost.workflow._local._replay.rebuild``, what the runtime runs
-  for an evicted or recovered run: read and decode the ``Activation`` records, then
+- ``the runtime's rebuild``: ``roost.workflow._local._replay.Drivers.rebuild``, what the
+  runtime runs for an evicted or recovered run: read and decode the ``Activation`` records, then
   ``Driver.activate(at, events, expected=commands)`` over each, with the cyclic collector
   paused (best of a few tries). Reference: the read + decode alone (collector on). The
   note also gives read+decode and the Driver timed apart with the collector on.
@@ -34,7 +34,6 @@ from benchmarks._wf_common import in_node, long_history, manager, store, tmpdir
 from roost import process
 from roost.storage import key
 from roost.workflow._history_format import decode_activation
-from roost.workflow._local._replay import new_driver, rebuild
 
 SUITE = "replay"
 TARGET_EVENTS = 10_000  # the >= 150k events/s target applies from this history length on
@@ -95,13 +94,13 @@ def replay(k: int, tries: int = 3) -> dict[str, Any]:
                     acts = [decode_activation(codec, v) for v in rows]
                 t_read = min(t_read, now() - t0)
                 t0 = now()
-                driver = new_driver(m, run)
+                driver = m.drivers.new(run)
                 for act in acts:
                     driver.activate(act.at, act.events, expected=act.commands)
                 t_drive = min(t_drive, now() - t0)
                 driver.close()
                 t0 = now()
-                driver = rebuild(m, run)  # the runtime's own path (collector paused)
+                driver = m.drivers.rebuild(run)  # the runtime's own path (collector paused)
                 t_rebuild = min(t_rebuild, now() - t0)
                 driver.close()
             events = sum(len(a.events) + len(a.commands) for a in acts)

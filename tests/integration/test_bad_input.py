@@ -224,11 +224,15 @@ async def test_open_node_on_a_file_or_under_one_is_invalid(tmp_path: Path) -> No
 def _open_as_nobody(data_dir: Path) -> str:
     # root may write anywhere: the child process drops to 'nobody' (after importing roost,
     # which may live where 'nobody' cannot read) and then opens a node on ``data_dir``.
-    # ``import roost`` loads its modules on first use, so the script loads everything a node
-    # runs (roost._wiring) while the files are still readable.
+    # ``import roost`` loads its modules on first use, so the script imports every module of
+    # the package while the files are still readable (a clone under a 0700 directory is not
+    # readable by 'nobody').
     script = textwrap.dedent(
         f"""
-        import os, trio, roost, roost._wiring
+        import importlib, os, pkgutil, trio, roost
+        for found in pkgutil.walk_packages(roost.__path__, "roost."):
+            if not found.name.endswith("__main__"):  # that one runs the command line
+                importlib.import_module(found.name)
         os.setgid(65534)
         os.setuid(65534)
         async def main():

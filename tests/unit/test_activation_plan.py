@@ -469,3 +469,87 @@ def test_a_plan_changes_nothing_and_its_step_is_consistent(cmds, index, seq0):
     again = plan(run, cmds, attrs.evolve(routes, draws=itertools.count(1)))
     first = plan(run, cmds, attrs.evolve(routes, draws=itertools.count(1)))
     assert again.writes == first.writes and again.record == first.record
+
+
+# -- the shell's reservations (Tasks) ----------------------------------------------------------
+
+
+def _tasks(runs: Any, staged: dict[bytes, bytes], routes: FakeRoutes) -> Any:
+    from roost._counters import RuntimeCounters  # noqa: PLC0415 - only the shell needs them
+    from roost.workflow._local._forwarding import Forwarding  # noqa: PLC0415
+    from roost.workflow._local._task import Tasks  # noqa: PLC0415
+
+    def unused(*_: Any, **__: Any) -> Any:
+        raise AssertionError("not called by reserve or release")
+
+    return Tasks(
+        routes=routes,
+        runs=runs,
+        forwarding=Forwarding(),
+        hold_staged=staged.update,
+        drop_staged=lambda keys: [staged.pop(k, None) for k in keys],
+        transact=unused,
+        activities=unused,  # type: ignore[arg-type]  # never reached here
+        timers=unused,  # type: ignore[arg-type]
+        node=unused,  # type: ignore[arg-type]
+        accept=unused,
+        arm=unused,
+        closed=unused,
+        hand_over=unused,
+        process_exited=unused,
+        fail=unused,
+        counters=RuntimeCounters(),
+        stats={},
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["t1", "t2", "child", "refused"]), max_size=5),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_plans_reserved_one_after_another_never_share_a_key_and_release_gives_all_back(plans):
+    from roost.workflow._local._runs import RunTable  # noqa: PLC0415
+
+    targets = {t: new_open_run(t, seed=i + 1) for i, t in enumerate(TARGETS)}
+    taken = new_open_run("refused-id", seed=9)
+    routes = FakeRoutes(open_runs={**targets, "refused-id": taken})
+    runs, staged = RunTable(100), {}
+    tasks = _tasks(runs, staged, routes)
+    steps, keys = [], []
+    for n, sends in enumerate(plans):
+        run = new_open_run(f"w{n}", seed=100 + n)
+        seqs = itertools.count(1)
+        cmds: list[Any] = []
+        for what in sends:
+            seq = next(seqs)
+            if what == "child":
+                cmds.append(
+                    StartChild(seq=seq, entry="plan:kid", args=[], workflow_id=f"c{n}.{seq}")
+                )
+            elif what == "refused":
+                cmds.append(
+                    StartChild(seq=seq, entry="plan:kid", args=[], workflow_id="refused-id")
+                )
+            else:
+                cmds.append(SendMessage(seq=seq, dest=wf_pid(what), topic="x", payload=seq))
+        step = plan(run, cmds, routes)
+        tasks._reserve(step)
+        steps.append(step)
+        keys += [k for k, _ in step.staged]
+    assert len(keys) == len(set(keys))  # no two plans drew the same inbox key
+    assert set(staged) == set(keys)
+    for step in steps:
+        for child in step.children:
+            assert runs.child_staged(child.record.workflow_id)
+        assert set(step.exits_reported) <= set(step.run.exits_reported)
+    for step in steps:
+        tasks.release(step)
+    assert staged == {}
+    for step in steps:
+        for child in step.children:
+            assert not runs.child_staged(child.record.workflow_id)
+        assert not set(step.exits_reported) & set(step.run.exits_reported)

@@ -132,7 +132,14 @@ def test_other_namespaces():
         "WorkflowHostFactory",
         "NodeServices",
         "Durable",
+        "Driver",
+        "Ports",
+        "Event",
+        "Command",
+        "ActivityPort",
+        "Replayer",
     } <= set(roost.workflow.__all__)
+    assert roost.workflow.Replayer is roost.testing.Replayer  # one object, two public homes
 
 
 def test_testing_namespaces():

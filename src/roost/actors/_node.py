@@ -503,7 +503,9 @@ class Node:
             raise Error("this node has no store", kind=ErrorKind.INVALID_STATE)
         if self.mock_time:
             result = store.transact_sync(fn)
-            await trio.lowlevel.checkpoint()
+            # Committed: a cancel must not land now, or the caller would take it for a
+            # commit that did not happen (as the threaded store's commit cannot be cancelled).
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return result
         return await store.transact(fn)
 

@@ -1,11 +1,16 @@
-"""Durable workflows: the deterministic driver, the API, and the protocol of their hosts."""
+"""Durable workflows: what their code calls, the driver and its ports, and their hosts' protocol.
+
+A second workflow host builds on ``Driver`` (with its own ``Ports``), the ``Event`` and
+``Command`` unions, ``ActivityPort`` for activities, the ``Replayer``, and implements
+``WorkflowHost`` (docs/design-notes.md, "The workflow host protocol").
+"""
 
 import typing as _typing
 
 from roost import _lazy
 
 if _typing.TYPE_CHECKING:
-    from roost.workflow._activity_info import ActivityInfo, activity_info, heartbeat
+    from roost.workflow._activity_info import ActivityInfo, ActivityPort, activity_info, heartbeat
     from roost.workflow._api import (
         WorkflowInfo,
         attrs,
@@ -16,19 +21,29 @@ if _typing.TYPE_CHECKING:
         is_continue_as_new_suggested,
         version,
     )
+    from roost.workflow._driver import Driver
+    from roost.workflow._history import Command, Event
     from roost.workflow._host_protocol import (
         Durable,
         NodeServices,
         WorkflowHost,
         WorkflowHostFactory,
     )
+    from roost.workflow._ports import Ports
+    from roost.workflow._replayer import Replayer
     from roost.workflow._retry import RetryPolicy
 
 # Where each public name lives; the first use of a name loads its module (PEP 562).
 _NAMES = {
     "ActivityInfo": "roost.workflow._activity_info",
+    "ActivityPort": "roost.workflow._activity_info",
+    "Command": "roost.workflow._history",
+    "Driver": "roost.workflow._driver",
     "Durable": "roost.workflow._host_protocol",
+    "Event": "roost.workflow._history",
     "NodeServices": "roost.workflow._host_protocol",
+    "Ports": "roost.workflow._ports",
+    "Replayer": "roost.workflow._replayer",
     "RetryPolicy": "roost.workflow._retry",
     "WorkflowHost": "roost.workflow._host_protocol",
     "WorkflowHostFactory": "roost.workflow._host_protocol",
@@ -47,8 +62,14 @@ __getattr__, __dir__ = _lazy.attach(__name__, _NAMES)
 
 __all__ = [
     "ActivityInfo",
+    "ActivityPort",
+    "Command",
+    "Driver",
     "Durable",
+    "Event",
     "NodeServices",
+    "Ports",
+    "Replayer",
     "RetryPolicy",
     "WorkflowHost",
     "WorkflowHostFactory",

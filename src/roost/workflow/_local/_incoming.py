@@ -74,18 +74,24 @@ class Incoming:
         self._outside_ready = trio.Event()
         # Encoded events by inbox key, from their staging until their run accepts them:
         # the accepted event is decoded from these bytes (what will be recorded).
-        self.staged: dict[bytes, bytes] = {}
+        self._staged: dict[bytes, bytes] = {}
 
     def stage(self, run: Run, event: Any) -> tuple[bytes, bytes]:
         """Allocate an inbox key for ``event`` in ``run`` and encode it (not yet written)."""
         k = inbox_key(run.record.run_id, run.draw_inbox_numbers(1))
         data = self._codec.encode(event)
-        self.staged[k] = data
+        self._staged[k] = data
         return k, data
 
     def hold_staged(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
         """Keep the bytes of events staged elsewhere (a step's plan) until accepted."""
-        self.staged.update(rows)
+        self._staged.update(rows)
+
+    def drop_staged(self, keys: Iterable[bytes]) -> None:
+        """Forget staged bytes whose rows were not committed (no run will accept them)."""
+        staged = self._staged
+        for k in keys:
+            staged.pop(k, None)
 
     async def commit(
         self, run: Run, events: list[Any], *, put_record: RunRecord | None = None
@@ -117,6 +123,9 @@ class Incoming:
         run.arrive(arriving)  # in flight: counted by the unread-message limit
         try:
             await self._commits.transact(write)
+        except BaseException:  # nothing stored: the staged bytes have no row to wait for
+            self.drop_staged(k for k, _ in staged)
+            raise
         finally:
             run.arrived(arriving)
         if rows is not None:
@@ -164,7 +173,7 @@ class Incoming:
             self._spawn(self._commits.retrying, write, "deleting settled task and timer rows")
 
     def _recorded(self, key: bytes | Settled, event: Any) -> Any:
-        data = self.staged.pop(key, None) if isinstance(key, bytes) else None
+        data = self._staged.pop(key, None) if isinstance(key, bytes) else None
         return self._codec.decode(data) if data is not None else event
 
     async def _rehome(self, run: Run, items: list[tuple[bytes, Any]]) -> None:

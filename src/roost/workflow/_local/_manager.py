@@ -58,7 +58,7 @@ from roost.workflow._local._unread import DEFAULT_UNREAD_LIMIT, check_room
 from roost.workflow._local.activities._worker import ActivityWorker
 from roost.workflow._planner import unloadable_error
 
-__all__ = ["Run", "WorkflowManager"]
+__all__ = ["WorkflowManager"]
 
 
 log = logging.getLogger("roost.workflow")
@@ -185,7 +185,8 @@ class WorkflowManager:
             routes=self.routes,
             runs=runs,
             forwarding=self.forwarding,
-            staged=incoming.staged,
+            hold_staged=incoming.hold_staged,
+            drop_staged=incoming.drop_staged,
             transact=commits.transact,
             activities=self.activities,
             timers=self.timers,
@@ -320,9 +321,7 @@ class WorkflowManager:
         """Run ``fn(*args)`` in the runtime's nursery."""
         self._nursery.start_soon(fn, *args)
 
-    # -- commits -------------------------------------------------------------------------
-
-    # -- incoming events (see _incoming) -------------------------------------------------
+    # -- messages and cancels from outside -------------------------------------------------
 
     def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
         """Append a message to a running workflow's history; the event is set once durable.
@@ -360,8 +359,6 @@ class WorkflowManager:
         if cause is None:
             return not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
         return unloadable_error(pid.id, cause)
-
-    # -- activations ---------------------------------------------------------------------
 
     # -- completion ----------------------------------------------------------------------
 

@@ -6,10 +6,10 @@ rows for other runs' inboxes in ``inbox``), the run's record after it, the effec
 carry out once it is committed (one union, ``Effect``), and what it takes from the host
 before its commit (``numbers``: inbox numbers drawn for each run it sends to;
 ``children`` and ``successor``: the runs it begins). It reads the run and, through
-``routes``, the host's open runs and names; it changes neither, and imports no trio and no
-store. The shell (``_task``) takes a step's reservations, commits its rows in a group
-transaction, then applies its effects with one ``match``, or gives the reservations back
-if the commit fails.
+``routes``, the host's open runs and names; it changes neither, and does no I/O: it
+neither commits, reads the store nor waits. The shell (``_task``) takes a step's
+reservations, commits its rows in a group transaction, then applies its effects with one
+``match``, or gives the reservations back if the commit fails.
 
 The rules it follows are the planner's (``plan_close`` for a close, ``plan_child_start``
 for a child, ``plan_new_run`` for any run that begins), so what this module adds is the

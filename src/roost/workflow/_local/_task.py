@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from roost._errors import Error, ErrorKind
@@ -151,14 +151,15 @@ class Tasks:
         "_arm",
         "_closed",
         "_counters",
+        "_drop_staged",
         "_fail",
         "_forwarding",
         "_hand_over",
+        "_hold_staged",
         "_node",
         "_process_exited",
         "_routes",
         "_runs",
-        "_staged",
         "_stats",
         "_timers",
         "_transact",
@@ -170,7 +171,8 @@ class Tasks:
         routes: Routes,
         runs: RunTable,
         forwarding: Forwarding,
-        staged: dict[bytes, bytes],
+        hold_staged: Callable[[Iterable[tuple[bytes, bytes]]], None],
+        drop_staged: Callable[[Iterable[bytes]], None],
         transact: Callable[[Callable[[WriteTxn], Any]], Any],
         activities: ActivityWorker,
         timers: DurableTimers,
@@ -190,7 +192,9 @@ class Tasks:
             routes: what plans read of the host.
             runs: the run table (children's ids are staged there).
             forwarding: hand-overs in progress (a successor's rows follow into it).
-            staged: encoded events by inbox key, until their run accepts them.
+            hold_staged: keeps a step's encoded events until their runs accept them
+                (``Incoming``, their one owner).
+            drop_staged: forgets them when the step does not commit.
             transact: commits a write function in the next group transaction.
             activities: ``submit(task)`` / ``cancel(run_id, seq)``.
             timers: ``add(timer)`` / ``drop(run)``.
@@ -205,7 +209,8 @@ class Tasks:
             stats: the host's activation count.
         """
         self._routes, self._runs, self._forwarding = routes, runs, forwarding
-        self._staged, self._transact = staged, transact
+        self._hold_staged, self._drop_staged = hold_staged, drop_staged
+        self._transact = transact
         self._activities, self._timers = activities, timers
         self._node, self._accept, self._arm, self._closed = node, accept, arm, closed
         self._hand_over, self._process_exited, self._fail = hand_over, process_exited, fail
@@ -258,7 +263,7 @@ class Tasks:
             for target, count in step.numbers:
                 target.draw_inbox_numbers(count)
         if step.staged:
-            self._staged.update(step.staged)
+            self._hold_staged(step.staged)
         if step.children:
             for child in step.children:
                 self._runs.stage_child(child.record.workflow_id)  # until committed or released
@@ -271,13 +276,14 @@ class Tasks:
 
     def release(self, step: Step) -> None:
         """``step`` was not committed: give back what it reserved."""
-        staged = self._staged
-        for k, _ in step.staged:
-            staged.pop(k, None)
+        if step.staged:
+            self._drop_staged(k for k, _ in step.staged)
         for child in step.children:
             self._runs.unstage_child(child.record.workflow_id)
         if step.successor is not None:
             self._forwarding.forget(step.successor)
+        for pid in step.exits_reported:
+            step.run.forget_exit(pid)
 
     # -- the commit ----------------------------------------------------------------------
 
@@ -327,8 +333,13 @@ class Tasks:
         else:
             return list(zip(steps, moved, strict=True))
         committed: list[tuple[Step, list[Moved]]] = []
-        for step in steps:
-            committed += await self.commit([step], before=before, failed=failed)
+        for i, step in enumerate(steps):
+            try:
+                committed += await self.commit([step], before=before, failed=failed)
+            except BaseException:  # cancelled (the node stops): the rest were not tried
+                for rest in steps[i + 1 :]:
+                    self.release(rest)
+                raise
         return committed
 
     def _failed(self, step: Step, exc: Exception) -> None:

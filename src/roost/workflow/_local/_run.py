@@ -318,11 +318,11 @@ class Run:
 
         Only ``RunTable.move`` calls this: the table owns the transitions (``next_phase``).
         """
-        was, self.phase = self.phase, phase
         drained = self._drained
-        if drained is not None and was in IN_FLIGHT and phase not in IN_FLIGHT:
+        if drained is not None and self.phase in IN_FLIGHT and phase not in IN_FLIGHT:
             drained.set()
             self._drained = None
+        self.phase = phase
 
     async def wait_drained(self) -> None:
         """Wait until no activation of it is in flight."""

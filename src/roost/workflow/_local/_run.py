@@ -145,7 +145,7 @@ class Run:
         self.record = attrs.evolve(self.record, task_failure=error)
 
     def resume_at(self, record: RunRecord) -> None:
-        """``record`` counts steps stored after its stored counters: the history's (recovery)."""
+        """Recovery read its counters from the history: ``record`` replaces the stored one."""
         self.record = record
         self.next_index = record.activations + 1
 

@@ -464,3 +464,61 @@ async def test_an_exception_out_of_the_driver_fails_the_workflow_task(temporal_s
         assert "cannot encode" in failed[0] and "set" in failed[0]
         assert node.describe(workflow_id)["status"] == "running"  # Temporal retries the task
         process.terminate(pid)
+
+
+@app.process
+async def collector(n, report_to):
+    inbox = process.inbox()
+    process.send(report_to, "done", [(await inbox.receive()).payload for _ in range(n)])
+
+
+@app.workflow
+async def wf_collector(n):
+    inbox = process.inbox()
+    return [(await inbox.receive()).payload for _ in range(n)]
+
+
+@app.workflow
+async def sender(dest, n):
+    for i in range(n):
+        process.send(dest, "m", i)
+        if i % 10 == 9:
+            await roost.sleep(0.01)  # the rest in later activations, behind these
+    return "sent"
+
+
+async def test_messages_from_one_workflow_reach_one_receiver_in_order(temporal_server):
+    n = 30
+    async with temporal_node(temporal_server) as node:
+        plain = await process.spawn(collector, n, node.pid)
+        wf = await process.with_options(id=_id("collect")).spawn_monitored(wf_collector, n)
+        with trio.fail_after(30):
+            assert await process.exec(sender, plain, n) == "sent"
+            assert await process.exec(sender, wf, n) == "sent"
+            assert (await process.inbox().receive()).payload == list(range(n))
+            assert (await process.events().receive()).value == list(range(n))
+
+
+@app.workflow
+async def kid():
+    return (await process.inbox().receive()).payload
+
+
+@app.workflow
+async def mom(how):
+    if how == "send":
+        pid = await process.spawn(kid)
+        process.send(pid, "hi", "hello kid")
+    else:
+        pid = await process.spawn(cancellable)
+        process.cancel(pid, "not now")
+    return (await process.events().receive()).value  # a child is monitored by its parent
+
+
+async def test_a_message_or_cancel_to_a_child_started_in_the_same_activation_arrives(
+    temporal_server,
+):
+    async with temporal_node(temporal_server):
+        with trio.fail_after(10):  # lost, it would wait forever
+            assert await process.exec(mom, "send") == "hello kid"
+            assert await process.exec(mom, "cancel") == "stopped: not now"

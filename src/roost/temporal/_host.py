@@ -579,13 +579,21 @@ async def _shutdown(opened: _Opened) -> None:
 def _node_activities(services: NodeServices, bridge: Bridge) -> list[Callable[..., Any]]:
     """The node queue's activities: a workflow's message to a process here; the ping."""
 
-    async def deliver_here(sender: Pid, dest: Pid, topic: str, payload: Any) -> None:
-        services.send(sender, dest, topic, payload)
+    async def deliver_here(dest: Pid, messages: list[list[Any]]) -> None:
+        # Every message is offered, in order; the first refusal is the activity's error.
+        refused: Error | None = None
+        for topic, payload, sender in messages:
+            try:
+                services.send(sender, dest, topic, payload)
+            except Error as exc:
+                refused = refused or exc
+        if refused is not None:
+            raise refused
 
     @temporalio.activity.defn(name=DELIVER_ACTIVITY)
-    async def deliver(dest: Pid, topic: str, payload: Any, sender: Pid) -> None:
+    async def deliver(dest: Pid, messages: list[list[Any]]) -> None:
         try:
-            await bridge.to_trio(deliver_here, sender, dest, topic, payload)
+            await bridge.to_trio(deliver_here, dest, messages)
         except Error as exc:
             raise application_error(exc) from None
 

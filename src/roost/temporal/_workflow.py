@@ -15,7 +15,14 @@ retries, as roost's embedded host does.
 Signals: a topic is the signal name, its arguments ``[payload, sender]`` (a signal from
 the Temporal CLI with one argument has no sender). Names starting with ``@`` are roost's
 own (no roost topic starts with one): ``@roost.cancel`` (``process.cancel`` with its
-reason) and ``@roost.start`` (the start messages, as one signal-with-start).
+reason), ``@roost.start`` (the start messages, as one signal-with-start) and
+``@roost.messages`` (several messages from one workflow, in the order sent).
+
+What a run sends to one destination goes out in the order sent (DESIGN §2): each
+destination has one outbox, drained by one task that sends what gathered meanwhile as one
+batch (one signal, or one delivery activity on the owning node's queue) and waits for it
+before the next. A message or cancel to a child started by this run waits for that child's
+start.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import types
 from collections.abc import Coroutine, Sequence
 from typing import Any, Final
 
+import attrs
 import temporalio.common
 import temporalio.exceptions
 import temporalio.workflow as tw
@@ -75,6 +83,7 @@ from roost.workflow._recorded import is_plain
 __all__ = [
     "CANCEL_SIGNAL",
     "DELIVER_ACTIVITY",
+    "MESSAGES_SIGNAL",
     "PING_ACTIVITY",
     "PROBE_WORKFLOW",
     "START_SIGNAL",
@@ -90,8 +99,11 @@ log = logging.getLogger("roost.temporal")
 
 CANCEL_SIGNAL: Final = "@roost.cancel"
 START_SIGNAL: Final = "@roost.start"
+MESSAGES_SIGNAL: Final = "@roost.messages"
+"""Several messages from one workflow to another, ``[[topic, payload, sender], ...]``."""
 DELIVER_ACTIVITY: Final = "@roost.deliver"
-"""The activity on a node's own queue that hands a workflow's message to a plain process."""
+"""The activity on a node's own queue that hands a workflow's messages to a plain process,
+in order: its arguments are ``dest`` and ``[[topic, payload, sender], ...]``."""
 PING_ACTIVITY: Final = "@roost.ping"
 """The activity on a node's own queue that answers whether that node is alive."""
 PROBE_WORKFLOW: Final = "@roost.probe"
@@ -181,6 +193,8 @@ def signal_events(name: str, values: list[Any]) -> list[Event]:
     if name == START_SIGNAL:
         messages, sender = values[0], values[1] if len(values) > 1 else None
         return [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
+    if name == MESSAGES_SIGNAL:
+        return [MessageArrived(topic=t, payload=p, sender=s) for t, p, s in values[0]]
     sender = values[1] if len(values) > 1 and isinstance(values[1], Pid) else None
     return [MessageArrived(topic=name, payload=values[0] if values else None, sender=sender)]
 
@@ -267,6 +281,25 @@ class NodeProbe:
         return True
 
 
+@attrs.frozen
+class _Message:
+    """A message waiting in an outbox."""
+
+    topic: str
+    payload: Any
+    sender: Pid
+
+
+@attrs.frozen
+class _Cancel:
+    """A ``process.cancel`` of a workflow, waiting in its outbox."""
+
+    reason: str | None
+
+
+_Outgoing = _Message | _Cancel
+
+
 class _Run:
     """The state of one run: its driver, the events resolved since its last activation."""
 
@@ -275,7 +308,12 @@ class _Run:
         self.host = host
         self.incoming = incoming
         self.activities: dict[int, asyncio.Task[None]] = {}
-        self.effects: list[asyncio.Task[None]] = []  # awaited before the run closes
+        # Per destination (a workflow id, or a plain process's PID): what waits to be sent,
+        # and the one task sending it (awaited before the run closes).
+        self.outboxes: dict[str | Pid, list[_Outgoing]] = {}
+        self.senders: dict[str | Pid, asyncio.Task[None]] = {}
+        # The start of each child of this run, by workflow id: sends to it wait for it.
+        self.children: dict[str, asyncio.Future[None]] = {}
         self.cancel_requested = False
         info = tw.info()
         self.pid = Pid.trusted(WORKFLOW_NODE, host, info.workflow_id)
@@ -335,11 +373,11 @@ class _Run:
                 if task is not None:
                     task.cancel()
             case SendMessage():
-                self.effects = [task for task in self.effects if not task.done()]
-                self.effects.append(self._task(self._send(command)))
+                self._send(command)
             case StopProcess():
                 return self._stop(command)
             case StartChild():
+                self.children[command.workflow_id] = asyncio.get_running_loop().create_future()
                 self._task(self._child(command))
             case UpsertAttributes(search=search, memo=memo):
                 if search:
@@ -382,61 +420,102 @@ class _Run:
             return dest
         return dest.id if dest.host == self.host else None
 
-    async def _send(self, command: SendMessage) -> None:
+    def _send(self, command: SendMessage) -> None:
         target = self._workflow_id(command.dest)
         sender = command.reply_to or self.pid
-        try:
-            if target is not None:
-                await tw.get_external_workflow_handle(target).signal(
-                    command.topic, args=[command.payload, sender]
-                )
-            else:  # a plain process: its node takes the message from the node's own queue
-                dest = command.dest
-                assert isinstance(dest, Pid)
-                await tw.execute_activity(
-                    DELIVER_ACTIVITY,
-                    args=[dest, command.topic, command.payload, sender],
-                    task_queue=node_queue(dest.node),
-                    schedule_to_close_timeout=_DELIVERY_TIMEOUT,
-                    retry_policy=_DELIVER_ONCE,
-                )
-        except Exception as exc:  # noqa: BLE001 - a failed delivery is logged; the send never raises
-            log.warning(
-                "workflow %s: the send of %r to %s failed: %s",
-                self.pid,
-                command.topic,
-                command.dest,
-                error_of(exc),
-            )
+        self._post(
+            command.dest if target is None else target,
+            _Message(command.topic, command.payload, sender),
+        )
 
     def _stop(self, command: StopProcess) -> Fail | None:
         target = self._workflow_id(command.dest)
         if command.hard or target is None:
             what = "process.terminate" if command.hard else "process.cancel of a plain process"
             return Fail(seq=command.seq, error=unsupported(f"{what} from a workflow"))
-        self.effects.append(self._task(self._cancel(target, command.reason)))
+        self._post(target, _Cancel(command.reason))
         return None
 
-    async def _cancel(self, target: str, reason: str | None) -> None:
+    def _post(self, dest: str | Pid, item: _Outgoing) -> None:
+        """Queue ``item`` for ``dest``; start the destination's sender if it has none."""
+        self.outboxes.setdefault(dest, []).append(item)
+        if dest not in self.senders:
+            self.senders[dest] = self._task(self._drain(dest))
+
+    async def _drain(self, dest: str | Pid) -> None:
+        """Send ``dest``'s outbox, batch after batch, each once the one before is done."""
         try:
-            await tw.get_external_workflow_handle(target).signal(CANCEL_SIGNAL, args=[reason])
-        except Exception as exc:  # noqa: BLE001 - a target that is gone is logged, as a send
-            log.warning("workflow %s: the cancel of %s failed: %s", self.pid, target, exc)
+            while batch := self.outboxes.pop(dest, None):
+                if isinstance(dest, Pid):
+                    await self._deliver(dest, batch)
+                else:
+                    await self._signal(dest, batch)
+        finally:
+            del self.senders[dest]
+
+    async def _signal(self, target: str, batch: list[_Outgoing]) -> None:
+        """Signal the workflow ``target``: runs of messages as one signal, each cancel as one."""
+        started = self.children.get(target)
+        if started is not None:
+            await started
+        handle = tw.get_external_workflow_handle(target)
+        for run in _runs(batch):
+            args: list[Any]
+            if isinstance(run, _Cancel):
+                name, args = CANCEL_SIGNAL, [run.reason]
+            elif len(run) == 1:
+                name, args = run[0].topic, [run[0].payload, run[0].sender]
+            else:
+                name, args = MESSAGES_SIGNAL, [[[m.topic, m.payload, m.sender] for m in run]]
+            try:
+                await handle.signal(name, args=args)
+            except Exception as exc:  # noqa: BLE001 - a target that is gone is logged; a send never raises
+                log.warning(
+                    "workflow %s: the signal %r to %s failed: %s", self.pid, name, target, exc
+                )
+
+    async def _deliver(self, dest: Pid, batch: list[_Outgoing]) -> None:
+        """Hand ``batch`` to the plain process ``dest`` through its node's own queue."""
+        messages = [[m.topic, m.payload, m.sender] for m in batch if isinstance(m, _Message)]
+        try:
+            await tw.execute_activity(
+                DELIVER_ACTIVITY,
+                args=[dest, messages],
+                task_queue=node_queue(dest.node),
+                schedule_to_close_timeout=_DELIVERY_TIMEOUT,
+                retry_policy=_DELIVER_ONCE,
+            )
+        except Exception as exc:  # noqa: BLE001 - a failed delivery is logged; the send never raises
+            log.warning(
+                "workflow %s: the delivery of %d message(s) to %s failed: %s",
+                self.pid,
+                len(messages),
+                dest,
+                error_of(exc),
+            )
 
     async def _child(self, command: StartChild) -> None:
         pid = Pid.trusted(WORKFLOW_NODE, self.host, command.workflow_id)
+        started = self.children[command.workflow_id]
         try:
-            handle = await tw.start_child_workflow(
-                command.entry,
-                args=command.args,
-                id=command.workflow_id,
-                **child_kwargs(
-                    command.options,
-                    parent_close_policy=command.parent_close_policy,
-                    task_queue=tw.info().task_queue,
-                    memo={CONTEXT_MEMO: tw.memo_value(CONTEXT_MEMO, {}), PARENT_MEMO: self.pid},
-                ),
-            )
+            try:
+                handle = await tw.start_child_workflow(
+                    command.entry,
+                    args=command.args,
+                    id=command.workflow_id,
+                    **child_kwargs(
+                        command.options,
+                        parent_close_policy=command.parent_close_policy,
+                        task_queue=tw.info().task_queue,
+                        memo={
+                            CONTEXT_MEMO: tw.memo_value(CONTEXT_MEMO, {}),
+                            PARENT_MEMO: self.pid,
+                        },
+                    ),
+                )
+            finally:  # started or refused: what waits to signal it may go
+                if not started.done():
+                    started.set_result(None)
             value = await handle
         except temporalio.exceptions.ChildWorkflowError as exc:
             self.incoming.append(ProcessExited(pid=pid, error=error_of(exc)))
@@ -456,8 +535,8 @@ class _Run:
 
     async def close(self, command: Complete | Fail | ContinueAsNew) -> Any:  # noqa: RET503 - continue_as_new raises
         """Finish the sends of the last activation, then close the run as ``command`` says."""
-        if self.effects:
-            await asyncio.gather(*self.effects)
+        while self.senders:
+            await asyncio.gather(*self.senders.values())
         match command:
             case Complete(value=value):
                 if self.cancel_requested:
@@ -467,3 +546,16 @@ class _Run:
                 raise application_error(error)
         # ContinueAsNew: raises temporalio's ContinueAsNewError, which ends this run.
         tw.continue_as_new(args=command.args, workflow=command.entry)
+
+
+def _runs(batch: list[_Outgoing]) -> list[list[_Message] | _Cancel]:
+    """``batch`` as its runs of consecutive messages and its cancels, in order."""
+    runs: list[list[_Message] | _Cancel] = []
+    for item in batch:
+        if isinstance(item, _Cancel):
+            runs.append(item)
+        elif runs and isinstance(runs[-1], list):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs

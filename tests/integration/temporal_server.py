@@ -54,45 +54,78 @@ async def _answers(target: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="session", name="temporal_server")
-def dev_server(tmp_path_factory):
-    """``"127.0.0.1:PORT"`` of a dev server that lives for the test session."""
-    port, http_port, metrics_port = _free_port(), _free_port(), _free_port()
-    log = tmp_path_factory.mktemp("temporal") / "server.log"
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            [
-                str(temporal_binary()),
-                "server",
-                "start-dev",
-                "--headless",
-                "--ip",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--http-port",
-                str(http_port),
-                "--metrics-port",
-                str(metrics_port),
-                "--log-level",
-                "error",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    target = f"127.0.0.1:{port}"
-    try:
+class DevServer:
+    """One ``temporal server start-dev`` on fixed free ports, which a test may kill and restart.
+
+    With ``db`` it keeps its state in that SQLite file, so a restart finds the workflows
+    that ran before it was killed.
+    """
+
+    def __init__(self, log: Path, db: Path | None = None) -> None:
+        self.port, self.http_port, self.metrics_port = _free_port(), _free_port(), _free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self.log = log
+        self.db = db
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the server and wait until it answers."""
+        command = [
+            str(temporal_binary()),
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--http-port",
+            str(self.http_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--log-level",
+            "error",
+        ]
+        if self.db is not None:
+            command += ["--db-filename", str(self.db)]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + READY_WITHIN
-        while not asyncio.run(_answers(target)):
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the Temporal dev server did not start: {log.read_text()[-2000:]}")
+        while not asyncio.run(_answers(self.target)):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(
+                    f"the Temporal dev server did not start: {self.log.read_text()[-2000:]}"
+                )
             time.sleep(0.1)
-        yield target
-    finally:
+
+    def kill(self) -> None:
+        """SIGKILL the server: an outage, as a crash would cause."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM the server and wait for it (SIGKILL after 10 s)."""
+        server = self.process
+        if server is None or server.poll() is not None:
+            return
         os.kill(server.pid, signal.SIGTERM)
         try:
             server.wait(10)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="session", name="temporal_server")
+def dev_server(tmp_path_factory):
+    """``"127.0.0.1:PORT"`` of a dev server that lives for the test session."""
+    server = DevServer(tmp_path_factory.mktemp("temporal") / "server.log")
+    try:
+        server.start()
+        yield server.target
+    finally:
+        server.stop()

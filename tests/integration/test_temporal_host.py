@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
-from temporal_server import dev_server  # noqa: F401 - the fixture `temporal_server`
+from temporal_server import DevServer, dev_server  # noqa: F401 - the fixture `temporal_server`
 from temporalio.client import Client
 
 import roost
@@ -482,14 +482,14 @@ async def wf_collector(n):
 async def sender(dest, n):
     for i in range(n):
         process.send(dest, "m", i)
-        if i % 10 == 9:
-            await roost.sleep(0.01)  # the rest in later activations, behind these
+        if i == n // 2:
+            await roost.sleep(0.01)  # the rest in a later activation, behind these
     return "sent"
 
 
 async def test_messages_from_one_workflow_reach_one_receiver_in_order(temporal_server):
     n = 30
-    async with temporal_node(temporal_server) as node:
+    async with temporal_node(temporal_server, cache=100) as node:
         plain = await process.spawn(collector, n, node.pid)
         wf = await process.with_options(id=_id("collect")).spawn_monitored(wf_collector, n)
         with trio.fail_after(30):
@@ -522,3 +522,40 @@ async def test_a_message_or_cancel_to_a_child_started_in_the_same_activation_arr
         with trio.fail_after(10):  # lost, it would wait forever
             assert await process.exec(mom, "send") == "hello kid"
             assert await process.exec(mom, "cancel") == "stopped: not now"
+
+
+@pytest.fixture
+def restartable_server(tmp_path):
+    """A dev server of this test's own, keeping its state in a file across a restart."""
+    server = DevServer(tmp_path / "server.log", db=tmp_path / "temporal.db")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@app.process
+async def exec_and_report(pid, report_to):
+    process.send(report_to, "exec", await process.exec(_wait_for, pid))
+
+
+async def test_a_short_server_outage_gives_watchers_no_false_exit(restartable_server):
+    server = restartable_server
+    async with temporal_node(server.target, cache=100) as node:
+        pid = await process.with_options(id=_id("outage")).spawn_monitored(waiter)
+        inbox = process.inbox()
+        await process.spawn(exec_and_report, pid, node.pid)
+        await trio.sleep(0.2)  # the watchers' waits are under way on the server
+        server.kill()
+        # temporalio's own retries of the wait give up after about 6 s: past that, an
+        # outage is the host's to ride out.
+        with trio.move_on_after(7):
+            event = await process.events().receive()
+            pytest.fail(f"an EXIT during the outage: {event!r}")
+        await trio.to_thread.run_sync(server.start)
+        with trio.fail_after(30):
+            await process.send(pid, "go", "after")
+            event = await process.events().receive()
+            assert event.error is None and event.value["payload"] == "after"
+            assert (await inbox.receive()).payload["payload"] == "after"

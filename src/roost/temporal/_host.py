@@ -42,7 +42,7 @@ from roost.actors._events import Exit, ExitResult
 from roost.actors._node_types import noproc_error
 from roost.storage._codec import Codec
 from roost.temporal._activity import activity_function
-from roost.temporal._bridge import Bridge
+from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
 from roost.temporal._converter import data_converter
 from roost.temporal._failures import application_error, error_of, unsupported
 from roost.temporal._options import CONTEXT_MEMO, PARENT_MEMO, STATUS_MEMO, start_kwargs, user_memo
@@ -78,6 +78,19 @@ _STATUS_NAMES: Final = {
     _STATUS.CONTINUED_AS_NEW: "continued",
     _STATUS.TIMED_OUT: "timed_out",
 }
+# What a wait for a workflow's outcome asks again after, with a backoff from the first to
+# the last delay (seconds): the server is down or overloaded, not the workflow gone.
+_TRANSIENT: Final = frozenset(
+    {
+        temporalio.service.RPCStatusCode.UNAVAILABLE,
+        temporalio.service.RPCStatusCode.DEADLINE_EXCEEDED,
+        temporalio.service.RPCStatusCode.RESOURCE_EXHAUSTED,
+        temporalio.service.RPCStatusCode.ABORTED,
+        temporalio.service.RPCStatusCode.CANCELLED,
+    }
+)
+_RETRY_FIRST: Final = 0.1
+_RETRY_MAX: Final = 2.0
 # A poller seen this recently on a node's queue is a live node of that name (seconds):
 # a worker's long poll is renewed at least once a minute.
 _LIVE_POLLER: Final = 70.0
@@ -258,24 +271,62 @@ class TemporalHost:
 
     # -- exits -----------------------------------------------------------------------------
 
-    async def _outcome(self, pid: Pid) -> ExitResult:
-        """The workflow's result or error once it closes for good (following its runs)."""
+    async def _outcome(self, pid: Pid, *, give_up_after: float | None) -> ExitResult:
+        """The workflow's result or error once it closes for good (following its runs).
+
+        A server that cannot be reached (or answers with a transient error) is asked again,
+        with a bounded backoff: an outage is not the workflow's exit. Only ``NOT_FOUND``
+        means there is no such workflow (noproc).
+
+        Raises:
+            roost.Error: Unavailable when the server stayed unreachable for
+                ``give_up_after`` seconds (never, for None); the mapped error of any other
+                refusal.
+        """
         handle = self._client.get_workflow_handle(pid.id)
-        try:
-            value = await handle.result()
-        except temporalio.client.WorkflowFailureError as exc:
-            return ExitResult(None, error_of(exc.cause))
-        except temporalio.service.RPCError as exc:
-            if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
-                return ExitResult(None, noproc_error(pid))
-            return ExitResult(None, _rpc_error(exc, pid.id))
-        except Exception as exc:  # noqa: BLE001 - a result that cannot be read is its error
-            return ExitResult(None, error_of(exc))
-        return ExitResult(value, None)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        delay = _RETRY_FIRST
+        while True:
+            try:
+                value = await handle.result()
+            except temporalio.client.WorkflowFailureError as exc:
+                return ExitResult(None, error_of(exc.cause))
+            except temporalio.service.RPCError as exc:
+                if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
+                    return ExitResult(None, noproc_error(pid))
+                if exc.status not in _TRANSIENT:
+                    raise _rpc_error(exc, pid.id) from None
+                if give_up_after is not None and loop.time() - began >= give_up_after:
+                    raise Error(
+                        f"the Temporal server gave no outcome of workflow {pid.id!r} for "
+                        f"{give_up_after:g}s ({exc.message}): check that it is running and "
+                        "reachable, and wait again",
+                        kind=ErrorKind.UNAVAILABLE,
+                        retryable=True,
+                        details={"workflow_id": pid.id},
+                    ) from None
+                log.info(
+                    "roost.temporal: waiting for workflow %s: %s; asking again in %gs",
+                    pid.id,
+                    exc.message,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX)
+            except Exception as exc:  # noqa: BLE001 - a result that cannot be read is its error
+                return ExitResult(None, error_of(exc))
+            else:
+                return ExitResult(value, None)
 
     async def wait_exit(self, pid: Pid) -> ExitResult:
-        """Wait until the workflow closes for good; its result or error."""
-        return await self._bridge.run(self._outcome(pid))
+        """Wait until the workflow closes for good; its result or error.
+
+        Raises:
+            roost.Error: Unavailable when the server stays unreachable for
+                ``BLOCKING_TIMEOUT`` seconds; the mapped error of another refusal.
+        """
+        return await self._bridge.run(self._outcome(pid, give_up_after=BLOCKING_TIMEOUT))
 
     def monitor(self, watcher: Pid, pid: Pid) -> None:
         """One EXIT to ``watcher`` when the workflow closes (at once if it has)."""
@@ -306,7 +357,18 @@ class TemporalHost:
     async def _wait_and_announce(self, pid: Pid, watch: _Watch) -> None:
         """One wait for the workflow's close per watched workflow, then the EXITs."""
         with watch.scope:
-            outcome = await self._bridge.run(self._outcome(pid))
+            while True:
+                try:
+                    outcome = await self._bridge.run(self._outcome(pid, give_up_after=None))
+                    break
+                except Error as exc:  # a refusal other than an outage: asked again, slowly
+                    log.warning(
+                        "roost.temporal: cannot wait for workflow %s (asking again in %gs): %s",
+                        pid.id,
+                        _RETRY_MAX,
+                        exc,
+                    )
+                    await trio.sleep(_RETRY_MAX)
             if self._watches.get(pid) is watch:
                 del self._watches[pid]
             at = self._services.now()

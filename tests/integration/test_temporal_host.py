@@ -559,3 +559,23 @@ async def test_a_short_server_outage_gives_watchers_no_false_exit(restartable_se
             event = await process.events().receive()
             assert event.error is None and event.value["payload"] == "after"
             assert (await inbox.receive()).payload["payload"] == "after"
+
+
+@app.workflow
+async def upgrader(run):
+    if run == 0:
+        await process.listen("go").receive()  # the "x" messages stay unread in this run
+        await process.upgrade(upgrader, 1)
+    inbox = process.inbox()
+    return [run, [(await inbox.receive()).payload for _ in range(4)]]
+
+
+async def test_continue_as_new_carries_unread_messages_to_the_next_run(temporal_server):
+    async with temporal_node(temporal_server):
+        start = process.with_options(id=_id("upgrade")).with_message("x", 1).with_message("x", 2)
+        pid = await start.spawn_monitored(upgrader, 0)
+        await process.send(pid, "x", 3)
+        await process.send(pid, "go")
+        await process.send(pid, "x", 4)  # to the old run after its last step, or to the new
+        with trio.fail_after(10):  # a lost message would leave it waiting
+            assert (await process.events().receive()).value == [1, [1, 2, 3, 4]]

@@ -18,6 +18,7 @@ from roost.temporal._failures import unsupported
 from roost.workflow._retry import RetryPolicy
 
 __all__ = [
+    "CARRIED_MEMO",
     "CONTEXT_MEMO",
     "PARENT_MEMO",
     "ROOST_MEMO",
@@ -33,7 +34,10 @@ __all__ = [
 CONTEXT_MEMO: Final = "roost.context"  # the run's ctx values
 PARENT_MEMO: Final = "roost.parent"  # the PID that started it
 STATUS_MEMO: Final = "roost.status"  # "canceled": it returned after a cancel request
-ROOST_MEMO: Final = frozenset({CONTEXT_MEMO, PARENT_MEMO, STATUS_MEMO})
+# What a run that continued as new had not read: ``[[topic, payload, sender], ...]`` and
+# ``["@cancel", reason]`` for a cancel it had not been given, for its next run.
+CARRIED_MEMO: Final = "roost.carried"
+ROOST_MEMO: Final = frozenset({CARRIED_MEMO, CONTEXT_MEMO, PARENT_MEMO, STATUS_MEMO})
 
 _CONFLICT: Final = {
     "fail": tc.WorkflowIDConflictPolicy.FAIL,

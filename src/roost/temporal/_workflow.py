@@ -45,9 +45,11 @@ from roost._pid import Pid
 from roost.actors._app import App, EntryKind
 from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
+from roost.mailbox._mailbox import EVENTS
 from roost.storage._codec import Codec
 from roost.temporal._failures import application_error, error_of, unsupported
 from roost.temporal._options import (
+    CARRIED_MEMO,
     CONTEXT_MEMO,
     PARENT_MEMO,
     STATUS_MEMO,
@@ -336,13 +338,15 @@ class _Run:
             attempt=info.attempt,
         )
         driver = Driver(entry.fn, TemporalPorts(self.app, self.host, self.pid, context))
-        batch: list[Event] = [started, *self._take()]
+        # What the run before this one (continued as new) had not read comes first.
+        carried = _uncarry(tw.memo_value(CARRIED_MEMO, []))
+        batch: list[Event] = [started, *carried, *self._take()]
         try:
             while True:
                 for command in driver.activate(tw.now(), batch):
                     closing = self.dispatch(command)
                     if closing is not None:
-                        return await self.close(closing)
+                        return await self.close(closing, driver)
                 try:
                     await tw.wait_condition(lambda: bool(self.incoming))
                 except asyncio.CancelledError:
@@ -533,8 +537,13 @@ class _Run:
 
     # -- the close -----------------------------------------------------------------------
 
-    async def close(self, command: Complete | Fail | ContinueAsNew) -> Any:  # noqa: RET503 - continue_as_new raises
-        """Finish the sends of the last activation, then close the run as ``command`` says."""
+    async def close(self, command: Complete | Fail | ContinueAsNew, driver: Driver) -> Any:  # noqa: RET503 - continue_as_new raises
+        """Finish the sends of the last activation, then close the run as ``command`` says.
+
+        A run that continues as new hands its next run what it has not read (API.md:
+        nothing is lost): the messages in its mailbox, then the messages and a cancel that
+        arrived after its last activation, in that order (as the embedded host does).
+        """
         while self.senders:
             await asyncio.gather(*self.senders.values())
         match command:
@@ -545,7 +554,17 @@ class _Run:
             case Fail(error=error):
                 raise application_error(error)
         # ContinueAsNew: raises temporalio's ContinueAsNewError, which ends this run.
-        tw.continue_as_new(args=command.args, workflow=command.entry)
+        unread: list[Event] = [
+            MessageArrived(topic=m.topic, payload=m.payload, sender=m.sender)
+            for m in driver.mailbox.peek_unread()
+            if m.topic != EVENTS
+        ]
+        unread += self.incoming
+        memo = {k: v for k, v in tw.memo().items() if k not in (CARRIED_MEMO, STATUS_MEMO)}
+        carried = _carry(unread)
+        if carried:
+            memo[CARRIED_MEMO] = carried
+        tw.continue_as_new(args=command.args, workflow=command.entry, memo=memo)
 
 
 def _runs(batch: list[_Outgoing]) -> list[list[_Message] | _Cancel]:
@@ -559,3 +578,28 @@ def _runs(batch: list[_Outgoing]) -> list[list[_Message] | _Cancel]:
         else:
             runs.append([item])
     return runs
+
+
+_CANCEL_MARK: Final = "@cancel"  # no roost topic starts with "@"
+
+
+def _carry(events: list[Event]) -> list[list[Any]]:
+    """The messages and cancels among ``events``, as ``CARRIED_MEMO`` holds them."""
+    out: list[list[Any]] = []
+    for event in events:
+        if type(event) is MessageArrived and event.call is None:
+            out.append([event.topic, event.payload, event.sender])
+        elif type(event) is CancelRequested:
+            out.append([_CANCEL_MARK, event.reason])
+    return out
+
+
+def _uncarry(carried: list[list[Any]]) -> list[Event]:
+    """The events ``_carry`` wrote."""
+    events: list[Event] = []
+    for item in carried:
+        if item[0] == _CANCEL_MARK:
+            events.append(CancelRequested(reason=item[1]))
+        else:
+            events.append(MessageArrived(topic=item[0], payload=item[1], sender=item[2]))
+    return events

@@ -579,3 +579,16 @@ async def test_continue_as_new_carries_unread_messages_to_the_next_run(temporal_
         await process.send(pid, "x", 4)  # to the old run after its last step, or to the new
         with trio.fail_after(10):  # a lost message would leave it waiting
             assert (await process.events().receive()).value == [1, [1, 2, 3, 4]]
+
+
+async def test_cancel_of_a_closed_or_unknown_workflow_raises_not_found(temporal_server):
+    async with temporal_node(temporal_server, cache=100):
+        with trio.fail_after(10):
+            pid = await process.with_options(id=_id("done")).spawn_monitored(doubler, 1)
+            assert (await process.events().receive()).value == 2
+        nobody = roost.Pid.parse("{tshop:workflows|nobody-" + uuid.uuid4().hex + "}")
+        for closed in (pid, nobody):
+            with pytest.raises(roost.Error) as caught:
+                process.cancel(closed, "too late")
+            assert caught.value.kind is roost.ErrorKind.NOT_FOUND
+            assert closed.id in caught.value.message

@@ -109,18 +109,18 @@ def _rpc_error(exc: temporalio.service.RPCError, workflow_id: str) -> Error:
 class _Accepted:
     """The ``Durable`` of a signal: set once the server accepted it (raises its refusal)."""
 
-    __slots__ = ("_bridge", "_future")
+    __slots__ = ("_bridge", "future")
 
     def __init__(self, bridge: Bridge, future: concurrent.futures.Future[None]) -> None:
         self._bridge = bridge
-        self._future = future
+        self.future = future
 
     def is_set(self) -> bool:
-        future = self._future
+        future = self.future
         return future.done() and not future.cancelled() and future.exception() is None
 
     async def wait(self) -> None:
-        await self._bridge.wait(self._future)
+        await self._bridge.wait(self.future)
 
 
 @attrs.define
@@ -223,8 +223,27 @@ class TemporalHost:
         return self._signal(pid.id, topic, [payload, sender])
 
     def cancel(self, pid: Pid, reason: str | None) -> _Accepted:
-        """A ``Cancel`` event with ``reason``, as roost's own signal (Temporal's has none)."""
-        return self._signal(pid.id, CANCEL_SIGNAL, [reason])
+        """A ``Cancel`` event with ``reason``, as roost's own signal (Temporal's has none).
+
+        Blocks the node's thread until the server accepted the signal, so that a cancel of
+        a workflow that is not running raises at the call, as the protocol says.
+
+        Raises:
+            roost.Error: NotFound when the workflow is not running; Unavailable when the
+                server gives no answer within ``BLOCKING_TIMEOUT`` seconds.
+        """
+        accepted = self._signal(pid.id, CANCEL_SIGNAL, [reason])
+        try:
+            accepted.future.result(BLOCKING_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            accepted.future.cancel()
+            raise Error(
+                f"the Temporal server gave no answer within {BLOCKING_TIMEOUT:g}s to the cancel "
+                f"of workflow {pid.id!r}: check that it is running and reachable",
+                kind=ErrorKind.UNAVAILABLE,
+                details={"workflow_id": pid.id},
+            ) from None
+        return accepted
 
     def _signal(self, workflow_id: str, name: str, args: list[Any]) -> _Accepted:
         future = self._bridge.submit(self._send_signal(workflow_id, name, args))

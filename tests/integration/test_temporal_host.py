@@ -592,3 +592,34 @@ async def test_cancel_of_a_closed_or_unknown_workflow_raises_not_found(temporal_
                 process.cancel(closed, "too late")
             assert caught.value.kind is roost.ErrorKind.NOT_FOUND
             assert closed.id in caught.value.message
+
+
+async def test_a_namespace_the_server_does_not_have_is_a_roost_error(temporal_server):
+    with pytest.raises(roost.Error) as caught:
+        async with roost.open_node(
+            app, name=_node_name(), temporal=temporal_server, temporal_namespace="no-such-ns"
+        ):
+            pass
+    assert caught.value.kind is roost.ErrorKind.NOT_FOUND
+    assert "no namespace 'no-such-ns'" in caught.value.message
+    assert "temporal operator namespace create" in caught.value.message
+
+
+async def test_a_worker_that_stops_on_its_own_makes_the_node_refuse_new_workflows(
+    temporal_server, caplog
+):
+    async with temporal_node(temporal_server, cache=100) as node:
+        host = node._node.require_workflows()
+        # The app queue's worker, ended from outside: as a fatal worker error would end it.
+        worker = next(w for w in host._workers if w.config()["task_queue"] == "tshop")
+
+        async def stop_it():
+            await worker.shutdown()
+            await asyncio.sleep(0)  # its task's done-callbacks run
+
+        await host._bridge.run(stop_it())
+        with pytest.raises(roost.Error) as caught:
+            await process.spawn(napper, 0)
+    assert caught.value.kind is roost.ErrorKind.UNAVAILABLE
+    assert "worker of task queue 'tshop' stopped" in caught.value.message
+    assert "worker of task queue 'tshop' stopped" in caplog.text

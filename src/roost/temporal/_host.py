@@ -123,6 +123,46 @@ class _Accepted:
         await self._bridge.wait(self.future)
 
 
+class _Health:
+    """Whether the node's workers still run; why not, once one has ended on its own.
+
+    Written on the asyncio thread (a worker task's done-callback), read on the trio thread.
+    """
+
+    __slots__ = ("failed", "stopping")
+
+    def __init__(self) -> None:
+        self.failed: Error | None = None
+        self.stopping = False
+
+    def watch(self, task: asyncio.Task[None], queue: str) -> None:
+        """Note it if ``task``, the worker of ``queue``, ends before the node stops it."""
+
+        def ended(done: asyncio.Task[None]) -> None:
+            if self.stopping:
+                return
+            if done.cancelled():
+                why = "its task was cancelled"
+            else:
+                error = done.exception()
+                why = "it returned" if error is None else f"{type(error).__name__}: {error}"
+            log.error(
+                "roost.temporal: the worker of task queue %r stopped: %s; this node starts "
+                "no more workflows",
+                queue,
+                why,
+            )
+            if self.failed is None:
+                self.failed = Error(
+                    f"the node's Temporal worker of task queue {queue!r} stopped ({why}): "
+                    "this node starts no more workflows; close it and open it again",
+                    kind=ErrorKind.UNAVAILABLE,
+                    details={"task_queue": queue},
+                )
+
+        task.add_done_callback(ended)
+
+
 @attrs.define
 class _Watch:
     """The plain processes watching one workflow, and the task that waits for its close."""
@@ -141,8 +181,13 @@ class TemporalHost:
         client: temporalio.client.Client,
         bridge: Bridge,
         nursery: trio.Nursery,
+        *,
+        health: _Health,
+        workers: tuple[temporalio.worker.Worker, ...],
     ) -> None:
         self._services = services
+        self._health = health
+        self._workers = workers  # the node's; stopped by the factory
         self._client = client
         self._bridge = bridge
         self._nursery = nursery
@@ -183,7 +228,13 @@ class TemporalHost:
         messages: tuple[tuple[str, Any], ...],
         context: dict[str, Any],
     ) -> Pid:
-        """Start a Temporal workflow of ``entry`` (roost's id policies chosen here)."""
+        """Start a Temporal workflow of ``entry`` (roost's id policies chosen here).
+
+        Raises:
+            roost.Error: Unavailable once a worker of this node has stopped on its own.
+        """
+        if self._health.failed is not None:
+            raise self._health.failed.clone()
         opts = check_start_options(options)
         workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None
@@ -554,6 +605,7 @@ def temporal_host(
     async def factory(services: NodeServices) -> AsyncIterator[WorkflowHost]:
         bridge = Bridge()
         threads = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="roost.activity")
+        health = _Health()
         refused: Error | None = None  # raised once the nursery is left: not in a group
         async with trio.open_nursery() as nursery:
             await bridge.start(nursery)
@@ -568,17 +620,27 @@ def temporal_host(
                             max_cached=max_cached_workflows,
                             bridge=bridge,
                             threads=threads,
+                            health=health,
                         )
                     )
                 except Error as exc:
                     refused = exc
                 else:
                     try:
-                        yield TemporalHost(services, opened.client, bridge, nursery)
+                        yield TemporalHost(
+                            services,
+                            opened.client,
+                            bridge,
+                            nursery,
+                            health=health,
+                            workers=opened.workers,
+                        )
                     finally:
+                        health.stopping = True
                         with trio.CancelScope(shield=True):
                             await bridge.run(_shutdown(opened))
             finally:
+                health.stopping = True
                 apps.remove(services.app)
                 nursery.cancel_scope.cancel()
                 with trio.CancelScope(shield=True):
@@ -607,8 +669,52 @@ async def _open(
     max_cached: int,
     bridge: Bridge,
     threads: concurrent.futures.Executor,
+    health: _Health,
 ) -> _Opened:
-    """Connect, refuse a taken node name, and start the node's two workers (on asyncio)."""
+    """Connect, refuse a taken node name, and start the node's two workers (on asyncio).
+
+    Raises:
+        roost.Error: Unavailable when the server cannot be reached or refuses; NotFound
+            when it has no such namespace; InvalidState when the node's name is taken.
+    """
+    try:
+        return await _open_workers(
+            services,
+            target,
+            namespace,
+            max_cached=max_cached,
+            bridge=bridge,
+            threads=threads,
+            health=health,
+        )
+    except temporalio.service.RPCError as exc:
+        if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
+            raise Error(
+                f"the Temporal server at {target!r} has no namespace {namespace!r} "
+                f"({exc.message}): create it (`temporal operator namespace create --namespace "
+                f"{namespace}`) or pass temporal_namespace= of one it has",
+                kind=ErrorKind.NOT_FOUND,
+                details={"namespace": namespace},
+            ) from None
+        raise Error(
+            f"the Temporal server at {target!r} (namespace {namespace!r}) refused the node's "
+            f"start: {exc.message}; check that it is running and reachable, and that this "
+            "client may use the namespace",
+            kind=ErrorKind.UNAVAILABLE,
+            details={"namespace": namespace},
+        ) from None
+
+
+async def _open_workers(
+    services: NodeServices,
+    target: str,
+    namespace: str,
+    *,
+    max_cached: int,
+    bridge: Bridge,
+    threads: concurrent.futures.Executor,
+    health: _Health,
+) -> _Opened:
     app = services.app
     try:
         client = await temporalio.client.Client.connect(
@@ -619,6 +725,10 @@ async def _open(
             f"cannot reach the Temporal server at {target!r} (namespace {namespace!r}): {exc}",
             kind=ErrorKind.UNAVAILABLE,
         ) from None
+    # The namespace first: a worker would only find it missing in its own task.
+    await client.workflow_service.describe_namespace(
+        wsv1.DescribeNamespaceRequest(namespace=namespace)
+    )
     app_worker = temporalio.worker.Worker(
         client,
         task_queue=app.name,
@@ -628,7 +738,9 @@ async def _open(
     )
     loop = asyncio.get_running_loop()
     running = [loop.create_task(app_worker.run())]
+    health.watch(running[0], app.name)
     if await _name_taken(client, services.name, app.name):
+        health.stopping = True
         await _shutdown(_Opened(client, (app_worker,), tuple(running)))
         raise Error(
             f"a live node named {services.name!r} already serves this Temporal cluster "
@@ -645,6 +757,7 @@ async def _open(
         identity=identity,
     )
     running.append(loop.create_task(node_worker.run()))
+    health.watch(running[-1], node_queue(services.name))
     await _claimed(client, services.name, identity)
     return _Opened(client, (node_worker, app_worker), tuple(running))
 

@@ -623,3 +623,32 @@ async def test_a_worker_that_stops_on_its_own_makes_the_node_refuse_new_workflow
     assert caught.value.kind is roost.ErrorKind.UNAVAILABLE
     assert "worker of task queue 'tshop' stopped" in caught.value.message
     assert "worker of task queue 'tshop' stopped" in caplog.text
+
+
+class _FailingExits:
+    """The node's services, but giving a process its EXIT fails."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.tried = trio.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def post_exit(self, watcher, event):
+        self.tried.set()
+        raise RuntimeError("the EXIT could not be posted")
+
+
+async def test_a_failure_in_a_host_background_task_does_not_stop_the_node(temporal_server, caplog):
+    async with temporal_node(temporal_server, cache=100) as node:
+        host = node._node.require_workflows()
+        services = host._services
+        host._services = failing = _FailingExits(services)
+        pid = await process.with_options(id=_id("unannounced")).spawn_monitored(doubler, 1)
+        with trio.fail_after(10):
+            await failing.tried.wait()  # the host task raised (or logged) right after
+            host._services = services
+            assert await process.exec(doubler, 3) == 6  # the node runs on
+    assert f"the EXIT of {pid} to" in caplog.text
+    assert "the EXIT could not be posted" in caplog.text

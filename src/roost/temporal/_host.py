@@ -38,6 +38,7 @@ import trio
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
 from roost.actors._app import Entry
+from roost.actors._contain import must_propagate
 from roost.actors._events import Exit, ExitResult
 from roost.actors._node_types import noproc_error
 from roost.storage._codec import Codec
@@ -425,7 +426,19 @@ class TemporalHost:
         return watch
 
     async def _wait_and_announce(self, pid: Pid, watch: _Watch) -> None:
-        """One wait for the workflow's close per watched workflow, then the EXITs."""
+        """One wait for the workflow's close per watched workflow, then the EXITs.
+
+        It runs in the host's nursery, around the node's life: what goes wrong here is
+        logged, never raised, so that it cannot stop the node (a cancel still propagates).
+        """
+        try:
+            await self._announce(pid, watch)
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            log.exception("roost.temporal: the exit of workflow %s was not announced", pid)
+
+    async def _announce(self, pid: Pid, watch: _Watch) -> None:
         with watch.scope:
             while True:
                 try:
@@ -442,11 +455,20 @@ class TemporalHost:
             if self._watches.get(pid) is watch:
                 del self._watches[pid]
             at = self._services.now()
+            services = self._services
             for watcher in sorted(watch.monitors, key=str):
-                self._services.post_exit(watcher, Exit(pid, outcome.value, outcome.error, at))
+                exit_event = Exit(pid, outcome.value, outcome.error, at)
+                _each(services.post_exit, watcher, exit_event, what=f"the EXIT of {pid}")
             if outcome.error is not None:
                 for linked in sorted(watch.links, key=str):
-                    self._services.link_down(linked, pid, outcome.error, at)
+                    _each(
+                        services.link_down,
+                        linked,
+                        pid,
+                        outcome.error,
+                        at,
+                        what=f"the LINK_DOWN of {pid}",
+                    )
 
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """Never called: workflows start no plain processes on this host yet."""
@@ -510,6 +532,14 @@ class TemporalHost:
     def history(self, workflow_id: str) -> list[Any]:
         """Refused: the roost form of a Temporal history is not built yet."""
         raise unsupported("node.history (use `temporal workflow show --workflow-id ID` meanwhile)")
+
+
+def _each(fn: Callable[..., None], to: Pid, *args: Any, what: str) -> None:
+    """``fn(to, *args)``; an error is logged, so that one watcher's failure spares the rest."""
+    try:
+        fn(to, *args)
+    except Exception:
+        log.exception("roost.temporal: %s to %s failed", what, to)
 
 
 def _check(value: Any, what: str) -> None:

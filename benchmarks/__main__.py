@@ -36,6 +36,7 @@ SUITES: dict[str, str] = {
     "disk": "benchmarks.bench_disk",
     "queues": "benchmarks.bench_queues",
     "reference": "benchmarks.bench_reference",
+    "temporal": "benchmarks.bench_temporal",
 }
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"

@@ -17,3 +17,13 @@ settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--workflow-host",
+        choices=["local", "temporal", "both"],
+        default="both",
+        help="the workflow hosts of test_both_hosts.py (both: the embedded one and Temporal, "
+        "when the roost[temporal] extra is installed)",
+    )

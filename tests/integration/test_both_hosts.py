@@ -398,3 +398,55 @@ async def test_an_explicit_id_of_a_running_workflow_is_the_same_workflow(clock, 
         await process.send(first, "go", "once")
         with trio.fail_after(30):
             assert (await process.events().receive()).value == "once"
+
+
+# -- triggers: queues and HTTP start workflows on the host -------------------------------------
+
+app.queue("jobs", max_retries=2, backoff="100ms")
+
+
+@app.workflow
+async def job(payload):
+    info = roost.queue_info()
+    result = await funcs.call(noted, payload)
+    process.send(payload["report_to"], "done", [result, info.queue, info.attempt])
+
+
+@app.activity
+async def noted(payload):
+    await roost.state.set("jobs", payload["name"], "seen")  # an activity writes node state
+    return payload["name"]
+
+
+async def test_a_queue_delivery_runs_its_workflow_target_on_the_host(clock, open_host_node):
+    async with open_host_node() as node:
+        inbox = process.listen("done")
+        await roost.enqueue("jobs", job, {"name": "j1", "report_to": node.pid})
+        with trio.fail_after(30):
+            assert (await inbox.receive()) == ["j1", "jobs", 1]
+        assert await roost.state.get("jobs", "j1") == "seen"
+
+
+@app.workflow
+async def quote(request):
+    return {"quoted": await funcs.call(reserve, request.path_params["item"])}
+
+
+app.http("POST", "/quote/{item}", quote)
+
+
+async def test_an_http_trigger_runs_its_workflow_and_answers_its_value(open_host_node):
+    # The real clock on both hosts: the HTTP server times out idle connections, and the
+    # autojump clock would jump while the request is in a thread it cannot see.
+    import httpx  # noqa: PLC0415 - only this test speaks HTTP
+
+    async with open_host_node(http="127.0.0.1:0") as node:
+        url = f"{node.http_url}/quote/lamp"
+
+        def post():
+            return httpx.post(url, json={}, timeout=30)
+
+        with trio.fail_after(60):
+            answer = await trio.to_thread.run_sync(post)
+    assert answer.status_code == 200
+    assert answer.json() == {"quoted": "reserved lamp"}

@@ -50,6 +50,7 @@ def test_a_host_implements_exactly_what_the_node_asks():
         "link_down",
         "spawn",
         "stop",
+        "bind_activity",
     }
     assert _members(_host_protocol.Durable) == {"is_set", "wait"}
 

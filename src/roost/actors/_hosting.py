@@ -18,6 +18,7 @@ from roost.actors._app import App, extension_or_none
 from roost.actors._events import Exit
 from roost.actors._node import Node, SpawnRequest
 from roost.actors._registry import check_name
+from roost.workflow._activity_info import prepare_base
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -89,6 +90,10 @@ class HostServices:
     def stop(self, dest: Pid, reason: str | None, *, hard: bool) -> None:
         """Terminate (``hard``) or cancel the plain process ``dest`` (NotFound if not alive)."""
         self._node.stop(dest, reason, hard=hard)
+
+    def bind_activity(self) -> None:
+        """No current process, and the node bound: an activity's context on this node."""
+        prepare_base(self._node)
 
 
 async def install_workflow_host(node: Node, nursery: trio.Nursery) -> None:

@@ -22,13 +22,13 @@ import temporalio.activity
 import temporalio.common
 
 from roost._errors import Error, ErrorKind
-from roost.actors._app import App, EntryKind
+from roost.actors._app import EntryKind
 from roost.actors._contain import in_worker_thread
-from roost.actors._current import set_current
 from roost.storage._codec import Codec
 from roost.temporal._bridge import Bridge
 from roost.temporal._failures import application_error
 from roost.workflow._activity_info import ActivityInfo, ActivityPort, install_port
+from roost.workflow._host_protocol import NodeServices
 from roost.workflow._recorded import is_plain
 
 __all__ = ["TemporalActivityPort", "activity_function"]
@@ -74,9 +74,10 @@ class TemporalActivityPort(ActivityPort):
 
 
 def activity_function(
-    app: App, bridge: Bridge, threads: concurrent.futures.Executor
+    services: NodeServices, bridge: Bridge, threads: concurrent.futures.Executor
 ) -> Callable[..., Any]:
-    """The dynamic temporalio activity that runs ``app``'s activities."""
+    """The dynamic temporalio activity that runs the node's app's activities."""
+    app = services.app
 
     @temporalio.activity.defn(dynamic=True)
     async def roost_activity(args: Sequence[temporalio.common.RawValue]) -> Any:
@@ -98,10 +99,12 @@ def activity_function(
         port = TemporalActivityPort(info, _beater(asyncio.get_running_loop()))
         try:
             if entry.is_async:
-                value = await bridge.to_trio(_run_async, entry.fn, values, port)
+                value = await bridge.to_trio(_run_async, services, entry.fn, values, port)
             else:
                 loop = asyncio.get_running_loop()
-                value = await loop.run_in_executor(threads, _run_sync, entry.fn, values, port)
+                value = await loop.run_in_executor(
+                    threads, _run_sync, services, entry.fn, values, port
+                )
             if not is_plain(value):
                 _CODEC.check(value, what="result")
         except asyncio.CancelledError:
@@ -124,15 +127,20 @@ def _beater(loop: asyncio.AbstractEventLoop) -> Callable[[Any], None]:
     return beat
 
 
-async def _run_async(fn: Callable[..., Any], values: list[Any], port: ActivityPort) -> Any:
-    """In a task of the node's trio nursery: an activity sees no current process."""
-    set_current(None)
+async def _run_async(
+    services: NodeServices, fn: Callable[..., Any], values: list[Any], port: ActivityPort
+) -> Any:
+    """In a task of the node's trio nursery: no current process, the node bound."""
+    services.bind_activity()
     install_port(port)
     return await fn(*values)
 
 
-def _run_sync(fn: Callable[..., Any], values: list[Any], port: ActivityPort) -> Any:
-    """In a worker thread, in a fresh context holding the attempt's port."""
+def _run_sync(
+    services: NodeServices, fn: Callable[..., Any], values: list[Any], port: ActivityPort
+) -> Any:
+    """In a worker thread, in a fresh context holding the attempt's port and the node."""
     ctx = contextvars.Context()
+    ctx.run(services.bind_activity)
     ctx.run(install_port, port)
     return ctx.run(in_worker_thread, fn, *values)

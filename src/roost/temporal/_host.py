@@ -763,7 +763,7 @@ async def _open_workers(
         client,
         task_queue=app.name,
         workflows=[RoostWorkflow, NodeProbe],
-        activities=[activity_function(app, bridge, threads)],
+        activities=[activity_function(services, bridge, threads)],
         max_cached_workflows=max_cached,
     )
     loop = asyncio.get_running_loop()

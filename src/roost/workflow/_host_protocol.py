@@ -105,6 +105,14 @@ class NodeServices(Protocol):
             roost.Error: NotFound when ``dest`` is not alive.
         """
 
+    def bind_activity(self) -> None:
+        """Make the calling context an activity's on this node.
+
+        No process is current in it, and ``roost.state``, ``roost.enqueue``,
+        ``roost.publish`` and the node's clock reach this node from it and from the tasks
+        and threads it starts. A host calls it in each attempt's own context.
+        """
+
 
 class WorkflowHost(Protocol):
     """What a node asks of the host of its workflows (see the module docstring).

@@ -450,3 +450,20 @@ async def test_an_http_trigger_runs_its_workflow_and_answers_its_value(open_host
             answer = await trio.to_thread.run_sync(post)
     assert answer.status_code == 200
     assert answer.json() == {"quoted": "reserved lamp"}
+
+
+@app.activity
+def tenant_of(what):
+    return [what, roost.ctx.get("tenant")]
+
+
+@app.workflow
+async def tenant_workflow():
+    return [roost.ctx.get("tenant"), await funcs.call(tenant_of, "activity")]
+
+
+async def test_context_values_reach_the_workflow_and_its_activities(clock, open_host_node):
+    async with open_host_node():
+        with trio.fail_after(30):
+            got = await process.with_context({"tenant": "acme"}).exec(tenant_workflow)
+    assert got == ["acme", ["activity", "acme"]]

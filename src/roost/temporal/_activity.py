@@ -20,6 +20,8 @@ from typing import Any
 
 import temporalio.activity
 import temporalio.common
+import temporalio.worker
+import temporalio.workflow
 
 from roost._errors import Error, ErrorKind
 from roost.actors._app import EntryKind
@@ -27,6 +29,7 @@ from roost.actors._contain import in_worker_thread
 from roost.storage._codec import Codec
 from roost.temporal._bridge import Bridge
 from roost.temporal._failures import application_error
+from roost.temporal._options import CONTEXT_MEMO
 from roost.workflow._activity_info import ActivityInfo, ActivityPort, install_port
 from roost.workflow._host_protocol import NodeServices
 from roost.workflow._recorded import is_plain
@@ -45,8 +48,7 @@ class TemporalActivityPort(ActivityPort):
         self._temporal = info
         self._beat = beat
         self._info: ActivityInfo | None = None
-        # The workflow's ctx values do not reach activities on this host yet (docs/temporal.md).
-        self.context = None
+        self.context = _context.get()  # the workflow's ctx values, from the task's header
 
     def info(self) -> ActivityInfo:
         """The attempt's info; the idempotency key is ``workflow id/run id/seq``."""
@@ -144,3 +146,54 @@ def _run_sync(
     ctx.run(services.bind_activity)
     ctx.run(install_port, port)
     return ctx.run(in_worker_thread, fn, *values)
+
+
+# -- the workflow's ctx values, carried to its activities in a header --------------------------
+
+CONTEXT_HEADER = "roost-context"
+_context: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "roost_temporal_context", default=None
+)
+
+
+class ContextCarrier(temporalio.worker.Interceptor):
+    """Carries a workflow's ctx values to its activities, as on the embedded host.
+
+    The workflow side adds them (from the run's memo) as a header to each activity it
+    schedules; the activity side reads the header into the attempt's ``ctx.get``.
+    """
+
+    def intercept_activity(
+        self, inner: temporalio.worker.ActivityInboundInterceptor
+    ) -> temporalio.worker.ActivityInboundInterceptor:
+        return _ActivityContext(inner)
+
+    def workflow_interceptor_class(
+        self, workflow: temporalio.worker.WorkflowInterceptorClassInput
+    ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
+        return _WorkflowContext
+
+
+class _ActivityContext(temporalio.worker.ActivityInboundInterceptor):
+    async def execute_activity(self, attempt: temporalio.worker.ExecuteActivityInput) -> Any:
+        payload = attempt.headers.get(CONTEXT_HEADER)
+        if payload is not None:
+            converter = temporalio.activity.payload_converter()
+            _context.set(converter.from_payloads([payload])[0])
+        return await self.next.execute_activity(attempt)
+
+
+class _WorkflowContext(temporalio.worker.WorkflowInboundInterceptor):
+    def init(self, outbound: temporalio.worker.WorkflowOutboundInterceptor) -> None:
+        super().init(_ScheduleWithContext(outbound))
+
+
+class _ScheduleWithContext(temporalio.worker.WorkflowOutboundInterceptor):
+    def start_activity(
+        self, schedule: temporalio.worker.StartActivityInput
+    ) -> temporalio.workflow.ActivityHandle[Any]:
+        context = temporalio.workflow.memo_value(CONTEXT_MEMO, None)
+        if context:
+            payload = temporalio.workflow.payload_converter().to_payloads([context])[0]
+            schedule.headers = {**schedule.headers, CONTEXT_HEADER: payload}
+        return self.next.start_activity(schedule)

@@ -42,7 +42,7 @@ from roost.actors._contain import must_propagate
 from roost.actors._events import Exit, ExitResult
 from roost.actors._node_types import noproc_error
 from roost.storage._codec import Codec
-from roost.temporal._activity import activity_function
+from roost.temporal._activity import ContextCarrier, activity_function
 from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
 from roost.temporal._converter import data_converter
 from roost.temporal._failures import application_error, error_of, unsupported
@@ -764,6 +764,7 @@ async def _open_workers(
         task_queue=app.name,
         workflows=[RoostWorkflow, NodeProbe],
         activities=[activity_function(services, bridge, threads)],
+        interceptors=[ContextCarrier()],
         max_cached_workflows=max_cached,
     )
     loop = asyncio.get_running_loop()

@@ -187,3 +187,30 @@ async def test_sends_not_yet_committed_count_too():
             await receipt
         await node.wait_until_blocked()
         assert message_count(node, "deaf-3") == 3
+
+
+@app.workflow
+async def forwards_on_go(dest):
+    """Waits for "go", then sends one message to ``dest``."""
+    await process.listen("go").receive()
+    process.send(dest, "m", "from a sender")
+    return "sent"
+
+
+async def test_sends_planned_in_one_pass_share_the_room_left(caplog):
+    # Three senders activated by one signal each run in the same pass; the limit leaves
+    # room for two: each plan sees the messages the plans before it in the pass sent.
+    async with open_test_node(app, workflow_unread_limit=2) as node:
+        target = await process.with_options(id="deaf-3").spawn("bounds:deaf")
+        senders = [await process.spawn_monitored(forwards_on_go, target) for _ in range(3)]
+        await node.wait_until_blocked()
+        for pid in senders:
+            process.send(pid, "go")  # accepted together: their activations share a pass
+        for _ in senders:
+            assert (await process.events().receive()).value == "sent"
+        await node.wait_until_blocked()
+        assert message_count(node, "deaf-3") == 2
+        assert node.describe("deaf-3")["unread_messages"] == 2
+        refused = [r for r in caplog.records if "not delivered" in r.getMessage()]
+        assert len(refused) == 1 and "LimitExceeded" in refused[0].getMessage()
+        process.terminate(target)

@@ -542,6 +542,8 @@ def test_plans_reserved_one_after_another_never_share_a_key_and_release_gives_al
         keys += [k for k, _ in step.staged]
     assert len(keys) == len(set(keys))  # no two plans drew the same inbox key
     assert set(staged) == set(keys)
+    for name, target in targets.items():  # in flight, seen by the unread-message limit
+        assert target.arriving == sum(p.count(name) for p in plans)
     for step in steps:
         for child in step.children:
             assert runs.child_staged(child.record.workflow_id)
@@ -549,6 +551,7 @@ def test_plans_reserved_one_after_another_never_share_a_key_and_release_gives_al
     for step in steps:
         tasks.release(step)
     assert staged == {}
+    assert all(target.arriving == 0 for target in targets.values())
     for step in steps:
         for child in step.children:
             assert not runs.child_staged(child.record.workflow_id)

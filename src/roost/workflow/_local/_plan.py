@@ -5,9 +5,10 @@ recorded into a ``Step``, frozen data: the rows its commit writes (``writes``, w
 rows for other runs' inboxes in ``inbox``), the run's record after it, the effects to
 carry out once it is committed (one union, ``Effect``), and what it takes from the host
 before its commit (``numbers``: inbox numbers drawn for each run it sends to;
-``children`` and ``successor``: the runs it begins). It reads the run and, through
-``routes``, the host's open runs and names; it changes neither, and does no I/O: it
-neither commits, reads the store nor waits. The shell (``_task``) takes a step's
+``arriving``: the messages among them the unread-message limit counts, so that the next
+plan of the same pass sees them; ``children`` and ``successor``: the runs it begins). It
+reads the run and, through ``routes``, the host's open runs and names; it changes neither,
+and does no I/O: it neither commits, reads the store nor waits. The shell (``_task``) takes a step's
 reservations, commits its rows in a group transaction, then applies its effects with one
 ``match``, or gives the reservations back if the commit fails.
 
@@ -276,6 +277,7 @@ class Step(NamedTuple):
     effects: tuple[Effect, ...]
     # Taken from the host before the commit, given back if it fails (see _task):
     numbers: tuple[tuple[Run, int], ...]  # inbox numbers drawn, per run sent to
+    arriving: tuple[tuple[Run, int], ...]  # counted messages in flight, per open run sent to
     staged: tuple[tuple[bytes, bytes], ...]  # encoded events, by inbox key
     children: tuple[Run, ...]
     successor: Run | None
@@ -423,7 +425,8 @@ class _Planner:
         # Events for workflows (messages, cancels, a refused child's EXIT), committed in
         # this step.
         self.workflow_sends: list[tuple[Run, bytes, bytes, Any]] = []
-        self.sent_to: dict[int, int] = {}  # id(run) -> messages to it in this step
+        # id(run) -> [run, messages to it in this step the unread-message limit counts]
+        self.sent_to: dict[int, list[Any]] = {}
         self.numbers: dict[int, list[Any]] = {}  # id(run) -> [run, inbox numbers drawn]
         self.staged: list[tuple[bytes, bytes]] = []
         self.exits: list[Pid] = []
@@ -635,7 +638,8 @@ class _Planner:
         # Like any send from a workflow, a refused one does not raise: it is logged.
         if not counts(event):
             return True
-        sent = self.sent_to.get(id(target), 0)  # messages to it earlier in this step
+        counted = self.sent_to.get(id(target))  # messages to it earlier in this step
+        sent = counted[1] if counted is not None else 0
         refused = self.routes.room(target, 1 + sent)
         if refused is not None:
             log.warning(
@@ -646,7 +650,10 @@ class _Planner:
                 refused,
             )
             return False
-        self.sent_to[id(target)] = sent + 1
+        if counted is None:
+            self.sent_to[id(target)] = [target, 1]
+        else:
+            counted[1] += 1
         return True
 
     def _close(self, outcome: CloseOutcome) -> None:
@@ -756,12 +763,18 @@ class _Planner:
             inbox,
             self._effects(),
             tuple([(r, n) for r, n in self.numbers.values()]) if self.numbers else (),
+            self._arriving() if self.sent_to else (),
             tuple(self.staged) if self.staged else (),
             tuple(self.children) if self.children else (),
             self.continued[0] if self.continued is not None else None,
             tuple(self.exits) if self.exits else (),
             run.progress_row or (progress_only and not counters_only),
         )
+
+    def _arriving(self) -> tuple[tuple[Run, int], ...]:
+        """The counted messages this step sends to open runs (its own children are new)."""
+        children = {id(c) for c in self.children}
+        return tuple([(r, n) for r, n in self.sent_to.values() if id(r) not in children])
 
     def _rest(self, writes: list[Write], prefix: bytes) -> InboxRows | None:
         """The writes of a step beyond its history row and the run's row."""

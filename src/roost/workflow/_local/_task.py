@@ -262,6 +262,9 @@ class Tasks:
         if step.numbers:
             for target, count in step.numbers:
                 target.draw_inbox_numbers(count)
+        if step.arriving:  # counted by the unread-message limit until accepted
+            for target, count in step.arriving:
+                target.arrive(count)
         if step.staged:
             self._hold_staged(step.staged)
         if step.children:
@@ -276,6 +279,8 @@ class Tasks:
 
     def release(self, step: Step) -> None:
         """``step`` was not committed: give back what it reserved."""
+        for target, count in step.arriving:
+            target.arrived(count)
         if step.staged:
             self._drop_staged(k for k, _ in step.staged)
         for child in step.children:
@@ -364,6 +369,8 @@ class Tasks:
             )
             self.release(step)
             return
+        for target, count in step.arriving:  # stored: the accepts below make them pending
+            target.arrived(count)
         driver = run.driver
         run.step_committed(step.record, step.size, progress_row=step.progress_row)
         self._stats["activations"] += 1

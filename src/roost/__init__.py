@@ -7,7 +7,18 @@ from roost.actors import _app
 from roost.storage import _registry
 
 if _typing.TYPE_CHECKING:
-    from roost import channel, coroutine, ctx, funcs, http, process, state, supervisor, workflow
+    from roost import (
+        channel,
+        client,
+        coroutine,
+        ctx,
+        funcs,
+        http,
+        process,
+        state,
+        supervisor,
+        workflow,
+    )
     from roost._duration import Duration
     from roost._errors import ChannelClosed, Error, ErrorKind, NondeterminismError
     from roost._pid import Pid
@@ -17,6 +28,8 @@ if _typing.TYPE_CHECKING:
     from roost.actors._events import Cancel, Event, EventKind, Exit, LinkDown
     from roost.actors._open import NodeHandle, open_node, run
     from roost.actors._spawn import Spawner
+    from roost.client._async import AsyncClient, connect_async
+    from roost.client._sync import Client, connect
     from roost.mailbox._channel import Channel, Selected
     from roost.mailbox._mailbox import Message
     from roost.queues._api import enqueue, queue_info
@@ -32,9 +45,11 @@ if _typing.TYPE_CHECKING:
 _NAMES = {
     "ActivityInfo": "roost.workflow._activity_info",
     "App": "roost.actors._app",
+    "AsyncClient": "roost.client._async",
     "Cancel": "roost.actors._events",
     "Channel": "roost.mailbox._channel",
     "ChannelClosed": "roost._errors",
+    "Client": "roost.client._sync",
     "CronTick": "roost.queues._cron",
     "DeadLetter": "roost.queues._records",
     "Duration": "roost._duration",
@@ -57,6 +72,9 @@ _NAMES = {
     "activity_info": "roost.workflow._activity_info",
     "after": "roost.actors._chance",
     "channel": "roost.channel",
+    "client": "roost.client",
+    "connect": "roost.client._sync",
+    "connect_async": "roost.client._async",
     "coroutine": "roost.coroutine",
     "ctx": "roost.ctx",
     "enqueue": "roost.queues._api",
@@ -110,9 +128,11 @@ _registry.record_modules(
 __all__ = [
     "ActivityInfo",
     "App",
+    "AsyncClient",
     "Cancel",
     "Channel",
     "ChannelClosed",
+    "Client",
     "CronTick",
     "DeadLetter",
     "Duration",
@@ -135,6 +155,9 @@ __all__ = [
     "activity_info",
     "after",
     "channel",
+    "client",
+    "connect",
+    "connect_async",
     "coroutine",
     "ctx",
     "enqueue",

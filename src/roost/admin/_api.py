@@ -20,6 +20,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
@@ -232,11 +233,14 @@ async def result(request: Request) -> Any:
     wait = request.query_params.get("wait", "0")
     if wait not in ("0", "1", "true", "false"):
         raise invalid(f"wait is 1 or 0, got {wait!r}", wait=wait)
+    bound = _seconds_param(request, "timeout")
     described = node.describe(workflow_id)
     if wait in ("1", "true") and described["status"] == RunStatus.RUNNING.value:
         closing: Closing = request.app.state.closing
         with closing.scope() as waiting:
-            await in_process(node, lambda: _closed(node, workflow_id))
+            # A bounded wait answers with the run still open once ``timeout`` has passed.
+            with trio.move_on_after(math.inf if bound is None else bound):
+                await in_process(node, lambda: _closed(node, workflow_id))
         if waiting.cancelled_caught:
             raise Error(
                 f"the node stopped before workflow {workflow_id!r} closed; ask again once a "
@@ -261,7 +265,9 @@ async def _closed(node: NodeHandle, workflow_id: str) -> None:
             return
 
 
-_START_EXAMPLE: Final = '{"entry": "app:order", "args": [1], "id": null}'
+_START_EXAMPLE: Final = (
+    '{"entry": "app:order", "args": [1], "id": null, "options": {"task_queue": "orders"}}'
+)
 
 
 @_endpoint
@@ -269,12 +275,21 @@ async def start(request: Request) -> Any:
     from roost import process  # noqa: PLC0415
 
     node = _handle(request)
-    body = await _body(request, ("entry", "args", "id"), _START_EXAMPLE)
+    body = await _body(request, ("entry", "args", "id", "options"), _START_EXAMPLE)
     entry_id = _required_text(body, "entry", '"app:order"')
     args = body.get("args", [])
     if not isinstance(args, list):
         raise invalid(f"'args' must be a JSON list of arguments, got {shown(args)}", field="args")
     workflow_id = _optional_text(body, "id")
+    options = body.get("options") or {}
+    if not isinstance(options, dict):
+        raise invalid(
+            f"'options' must be a JSON object of workflow start options (e.g. "
+            f'{{"task_queue": "orders", "execution_timeout": 60}}), got {shown(options)}',
+            field="options",
+        )
+    if workflow_id is not None:
+        options = {**options, "id": workflow_id}
     entry = node.app.resolve(entry_id)
     if entry.kind is not EntryKind.WORKFLOW:
         raise invalid(
@@ -282,12 +297,11 @@ async def start(request: Request) -> Any:
             "with @app.workflow",
             entry=entry_id,
         )
-    # An explicit id must be free: starting is never taken as "the one already running".
-    spawner = (
-        process.with_options(id=workflow_id, id_conflict_policy="fail")
-        if workflow_id is not None
-        else process.with_options()
-    )
+    # An explicit id must be free unless the request names another policy: starting is
+    # never silently taken as "the one already running".
+    if "id" in options:
+        options = {"id_conflict_policy": "fail", **options}
+    spawner = process.with_options(options)
     pid = await in_process(node, lambda: spawner.spawn(entry.id, *args))
     return {"workflow_id": pid.id}
 
@@ -348,6 +362,36 @@ async def signal(request: Request) -> Any:
     return {"ok": True}
 
 
+_CALL_EXAMPLE: Final = '{"topic": "price", "payload": {}, "timeout": 5}'
+
+
+@_endpoint
+async def call(request: Request) -> Any:
+    from roost import process  # noqa: PLC0415
+
+    node = _handle(request)
+    workflow_id = request.path_params["id"]
+    body = await _body(request, ("topic", "payload", "timeout"), _CALL_EXAMPLE)
+    topic = _required_text(body, "topic", '"price"')
+    payload = body.get("payload")
+    timeout = body.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise invalid(
+            f"'timeout' is a number of seconds or null (process.call's default), got "
+            f"{shown(timeout)}",
+            field="timeout",
+        )
+    _running(node, workflow_id, "called")
+    pid = workflow_pid(node, workflow_id)
+
+    async def ask() -> Any:
+        if timeout is None:
+            return await process.call(pid, topic, payload)
+        return await process.call(pid, topic, payload, timeout=timeout)
+
+    return {"result": await in_process(node, ask)}
+
+
 @_endpoint
 async def cancel(request: Request) -> Any:
     from roost import process  # noqa: PLC0415
@@ -389,6 +433,35 @@ async def terminate(request: Request) -> Any:
 @_endpoint
 async def queues(request: Request) -> Any:
     return queue_stats(_handle(request))
+
+
+_ENQUEUE_EXAMPLE: Final = '{"entry": "app:charge", "payload": {"order": "o-1"}}'
+
+
+@_endpoint
+async def enqueue(request: Request) -> Any:
+    from roost.queues._api import enqueue as enqueue_message  # noqa: PLC0415
+
+    node = _handle(request)
+    queue = request.path_params["q"]
+    body = await _body(request, ("entry", "payload"), _ENQUEUE_EXAMPLE)
+    entry_id = _required_text(body, "entry", '"app:charge"')
+    payload = body.get("payload")
+    receipt = await in_process(node, lambda: enqueue_message(queue, entry_id, payload))
+    return {"receipt_id": receipt}
+
+
+def _seconds_param(request: Request, name: str) -> float | None:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise invalid(f"{name} is a number of seconds >= 0, got {text!r}", **{name: text})
+    return seconds
 
 
 def _int_param(request: Request, name: str, default: int) -> int:
@@ -456,6 +529,7 @@ _GETS: Final[dict[str, Callable[[Request], Awaitable[Response]]]] = {
 }
 _POSTS: Final[dict[str, Callable[[Request], Awaitable[Response]]]] = {
     "signal": signal,
+    "call": call,
     "cancel": cancel,
     "terminate": terminate,
 }
@@ -506,6 +580,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/api/workflows/{rest:path}", _workflow_get, methods=["GET"]),
         Route("/api/workflows/{rest:path}", _workflow_post, methods=["POST"]),
         Route("/api/queues", queues, methods=["GET"]),
+        Route("/api/queues/{q}/messages", enqueue, methods=["POST"]),
         Route("/api/queues/{q}/dlq", dlq_list, methods=["GET"]),
         Route("/api/queues/{q}/dlq/redrive", dlq_redrive, methods=["POST"]),
         Route("/api/queues/{q}/dlq/discard", dlq_discard, methods=["POST"]),

@@ -4,17 +4,21 @@
 (``queue_messages`` and ``dlq``); ``roost dlq redrive / discard`` on a stopped data directory
 write what ``node.dlq`` commits for the same request (the redriven message's row in place of
 the dead letter's, or the dead letter's row deleted). The next node's queue runtime recovers
-the redriven messages and delivers them.
+the redriven messages and delivers them. ``enqueue_offline`` stores a new message as
+``roost.enqueue`` commits it; the next node whose app declares the queue delivers it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 from roost._cron import parse_firing_cron
 from roost._errors import Error, invalid, not_found
+from roost.actors._app import _check_name as check_name
 from roost.queues._records import DeadLetter, QueueMessage, message_key, redriven, workflow_id_for
+from roost.queues._spec import make_spec
 from roost.storage import Codec, ReadTxn, WriteTxn, key, unpack_key
 from roost.storage._quarantine import read_quarantine
 from roost.workflow._local._inspect import run_key
@@ -25,6 +29,7 @@ __all__ = [
     "cron_triggers",
     "dead_letters",
     "discard_offline",
+    "enqueue_offline",
     "queue_stats",
     "redrive_offline",
 ]
@@ -153,6 +158,42 @@ def redrive_offline(txn: WriteTxn, codec: Codec, queue: str, receipt_id: str | N
         txn.delete("dlq", message_key(letter.queue, letter.seq))
         txn.put("queue_messages", message_key(message.queue, message.seq), codec.encode(message))
     return len(dead)
+
+
+def enqueue_offline(txn: WriteTxn, codec: Codec, queue: str, entry: str, payload: Any) -> str:
+    """Store a message for ``queue`` calling ``entry`` with ``payload``; its receipt id.
+
+    No app is at hand, so the queue's declaration is not checked here: the next node whose
+    app declares ``queue`` delivers the message (a FIFO queue takes its group from the
+    payload then), and one that does not keeps it stored.
+
+    Raises:
+        roost.Error: Invalid for a bad queue name, an entry that is not ``app:name``, or a
+            payload that cannot be encoded. Nothing is stored.
+    """
+    make_spec(queue, {})  # the queue-name rules of app.queue
+    app_name, _, name = entry.partition(":") if isinstance(entry, str) else ("", "", "")
+    if not app_name or not name:
+        raise invalid(f"a queue target is an entry id 'app:name', got {entry!r}", entry=entry)
+    check_name("app name", app_name)
+    check_name("entry name", name)
+    message = QueueMessage(
+        receipt_id=os.urandom(12).hex(),
+        queue=queue,
+        seq=_last_seq(txn, codec) + 1,
+        entry=entry,
+        payload=payload,
+        enqueued_at=dt.datetime.now(dt.UTC),
+    )
+    what = f"payload for queue {queue!r}"
+    codec.check(payload, what=what)
+    try:
+        data = codec.encode(message)
+    except Error:
+        codec.encode(payload, what=what)  # names where in the payload it fails
+        raise
+    txn.put("queue_messages", message_key(queue, message.seq), data)
+    return message.receipt_id
 
 
 def discard_offline(txn: WriteTxn, codec: Codec, queue: str, receipt_id: str) -> None:

@@ -124,8 +124,26 @@ class QueueRuntime:
                     message.queue,
                 )
                 continue
-            state.add(message)
+            state.add(self._grouped(message))
         telemetry.log_queues_recovered(len(messages), len(dead), len(bad))
+
+    def _grouped(self, message: QueueMessage) -> QueueMessage:
+        """``message`` with the group its FIFO queue takes from the payload, if it has none.
+
+        A message stored without a node (``roost.connect`` on a stopped data directory)
+        was stored before any app could say how its queue groups.
+        """
+        spec = self.specs[message.queue]
+        if message.group is not None or not spec.fifo or not isinstance(message.payload, dict):
+            return message
+        value = message.payload.get(spec.message_group_field)
+        if value is None:
+            return message
+        try:
+            group = str(value)
+        except Exception:  # noqa: BLE001 - a group value whose __str__ raises: ungrouped
+            return message
+        return attrs.evolve(message, group=group)
 
     async def transact(self, fn: Callable[[WriteTxn], Any]) -> Any:
         """Commit through the node's store (see ``Node.transact``)."""

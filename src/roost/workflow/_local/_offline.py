@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid, not_found
@@ -72,9 +73,15 @@ def _quarantined(txn: ReadTxn, workflow_id: str) -> bool:
 
 
 def check_start(
-    codec: Codec, entry: str, args: list[Any], workflow_id: str | None
+    codec: Codec,
+    entry: str,
+    args: list[Any],
+    workflow_id: str | None,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Check a start before anything is opened or stored; return its checked options.
+
+    ``options`` are further start options (``task_queue``, ``execution_timeout``, ...).
 
     Raises:
         roost.Error: Invalid for an entry that is not ``app:name`` (or whose names an app
@@ -91,9 +98,11 @@ def check_start(
     check_name("entry name", name)
     # An explicit id is refused if it runs already, with or without a node (the admin API's
     # policy): a start never silently returns a workflow someone else started.
-    opts = check_start_options(
-        {} if workflow_id is None else {"id": workflow_id, "id_conflict_policy": "fail"}
-    )
+    asked = dict(options or {})
+    if workflow_id is not None:
+        asked = {"id_conflict_policy": "fail", **asked, "id": workflow_id}
+    opts = check_start_options(asked)
+    workflow_id = opts.get("id", workflow_id)
     if workflow_id is not None and run_key(workflow_id) is None:
         raise invalid(f"workflow id {workflow_id!r} cannot be stored: use 1 to 511 UTF-8 bytes")
     check_input(codec, entry, tuple(args), opts, ())
@@ -107,19 +116,22 @@ def start_offline(
     args: list[Any],
     *,
     workflow_id: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> str:
     """Store a start of ``entry`` with ``args``; return the workflow id (the next node runs it).
 
     The id policies are the admin API's: an explicit id of an open run is refused
-    (``id_conflict_policy="fail"``); a closed one is started again.
+    (``id_conflict_policy="fail"``, unless ``options`` name another); a closed one is
+    started again. ``options`` are further start options, checked as a spawn checks them.
 
     Raises:
         roost.Error: Invalid for an entry that is not ``app:name`` or input that cannot be
             stored; AlreadyExists for the id of a running workflow; InvalidState for a
             quarantined id.
     """
-    opts = check_start(codec, entry, args, workflow_id)
+    opts = check_start(codec, entry, args, workflow_id, options)
     app_name = entry.partition(":")[0]
+    workflow_id = opts.get("id", workflow_id)
     explicit = workflow_id is not None
     if workflow_id is None:
         workflow_id = check_workflow_id(f"{app_name}-{os.urandom(8).hex()}")

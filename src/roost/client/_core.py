@@ -289,6 +289,7 @@ class Core:
 
         A file left by a killed node names a URL nobody (or another program) answers.
         """
+        assert self._dir is not None
         try:
             node = yield Http(admin, "GET", "/api/node", timeout=PROBE_TIMEOUT)
         except Error:

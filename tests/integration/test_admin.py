@@ -278,6 +278,68 @@ async def test_workflow_errors_map_to_status_codes_and_bad_bodies_store_nothing(
         assert not any(type(e).__name__ in ("MessageArrived", "CancelRequested") for e in history)
 
 
+async def test_start_options_bounded_result_waits_calls_and_enqueues():
+    async with admin_node() as (node, client):
+        started = await client.post(
+            "/api/workflows",
+            json={"entry": "adm:waiter", "args": ["o"], "id": "w", "options": {"memo": {"k": 1}}},
+        )
+        assert started.json() == {"workflow_id": "w"}
+        assert node.describe("w")["memo"] == {"k": 1}
+        again = await client.post(
+            "/api/workflows",
+            json={
+                "entry": "adm:waiter",
+                "args": ["x"],
+                "id": "w",
+                "options": {"id_conflict_policy": "use_existing"},
+            },
+        )
+        assert again.json() == {"workflow_id": "w"}  # the running one, as asked
+        for options, says in (
+            ([1], "'options' must be a JSON object"),
+            ({"bogus": 1}, "unknown workflow start option 'bogus'"),
+        ):
+            refused = await client.post(
+                "/api/workflows", json={"entry": "adm:waiter", "args": ["y"], "options": options}
+            )
+            assert says in error_of(refused, 400, ErrorKind.INVALID)["message"]
+
+        waited = await client.get("/api/workflows/w/result", params={"wait": "1", "timeout": "0"})
+        assert waited.json() == {"status": "running", "result": None, "error": None}
+        bad = await client.get("/api/workflows/w/result", params={"wait": "1", "timeout": "-1"})
+        error_of(bad, 400, ErrorKind.INVALID)
+
+        # The waiter never replies to a call: no reply within the timeout is 504 Timeout.
+        silent = await client.post("/api/workflows/w/call", json={"topic": "q", "timeout": 0.01})
+        error_of(silent, 504, ErrorKind.TIMEOUT)
+        bad_timeout = await client.post(
+            "/api/workflows/w/call", json={"topic": "q", "timeout": "1s"}
+        )
+        error_of(bad_timeout, 400, ErrorKind.INVALID)
+        error_of(
+            await client.post("/api/workflows/nope/call", json={"topic": "q"}),
+            404,
+            ErrorKind.NOT_FOUND,
+        )
+
+        EVENTS["marker"] = trio.Event()
+        queued = await client.post(
+            "/api/queues/slow/messages", json={"entry": "adm:marker", "payload": {"n": 1}}
+        )
+        assert queued.status_code == 200 and queued.json()["receipt_id"]
+        await EVENTS["marker"].wait()
+        undeclared = await client.post(
+            "/api/queues/nope/messages", json={"entry": "adm:marker", "payload": {}}
+        )
+        assert "not declared" in error_of(undeclared, 400, ErrorKind.INVALID)["message"]
+        error_of(
+            await client.post("/api/queues/slow/messages", json={"entry": "adm:nothing"}),
+            404,
+            ErrorKind.NOT_FOUND,
+        )
+
+
 # -- queues, cron, processes, node -----------------------------------------------------
 
 

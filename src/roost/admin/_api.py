@@ -43,6 +43,7 @@ from roost.admin._views import (
     workflow_pid,
 )
 from roost.workflow._local._inspect import with_status
+from roost.workflow._options import check_start_options
 from roost.workflow._status import RunStatus
 
 if TYPE_CHECKING:
@@ -290,6 +291,7 @@ async def start(request: Request) -> Any:
         )
     if workflow_id is not None:
         options = {**options, "id": workflow_id}
+    check_start_options(options)  # workflow start options only, each checked
     entry = node.app.resolve(entry_id)
     if entry.kind is not EntryKind.WORKFLOW:
         raise invalid(

@@ -8,6 +8,9 @@ node, which acts on them. The async client runs the same scenario under asyncio 
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import client_app
@@ -254,3 +257,34 @@ def test_bad_targets_and_values_are_refused_and_store_nothing(tmp_path, monkeypa
     with roost.connect("http://127.0.0.1:9", token="t") as client:
         unreachable = raises(ErrorKind.UNAVAILABLE, client.describe, "x")
         assert "did not answer" in unreachable.message
+
+
+def test_beside_a_node_in_another_process_without_an_admin_server(tmp_path):
+    """Reads come from its store (``result`` looks again until the run closes); changes
+    are refused, naming ``--admin``."""
+    data = tmp_path / "data"
+    with roost.connect(data) as client:
+        client.start("shop:greet", "beside", id="g")  # stored: the node below runs it
+        client.start("shop:order", "o", 1, id="o")
+    node = subprocess.Popen(
+        [sys.executable, "-m", "roost", "run", "client_app:app", "--data-dir", str(data)],
+        cwd=Path(__file__).parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in node.stderr:  # its log, until it serves
+            if "stop it with Ctrl-C or SIGTERM" in line:
+                break
+        with roost.connect(data) as client:
+            assert client.result("g", timeout="60s") == "hello beside"
+            assert client.describe("o")["status"] == "running"
+            refused = raises(ErrorKind.UNAVAILABLE, client.signal, "o", "approve", "x")
+            assert f"OS pid {node.pid}" in refused.message and "--admin" in refused.message
+            raises(ErrorKind.UNAVAILABLE, client.call, "o", "price")
+            raises(ErrorKind.TIMEOUT, client.result, "o", timeout=0)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.communicate(timeout=60)
+    assert node.returncode == 0

@@ -273,12 +273,11 @@ class Core:
         if holder is None:
             self._found = None
             return _Route(None, None)
-        found = self._found
-        if found is not None and found.pid == holder:
-            return _Route(found, holder)
         admin = _local.read_admin_file(self._dir, self._token)
         if admin is None or admin.pid != holder:
             return _Route(None, holder)
+        if admin == self._found:  # the node checked before, still advertising the same API
+            return _Route(admin, holder)
         if not (yield from self._answers_for(admin, holder)):
             return _Route(None, holder)
         self._found = admin

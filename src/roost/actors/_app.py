@@ -13,6 +13,7 @@ import attrs
 
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._text import check_text
+from roost.storage._values import add_converter, entry_types, wrap_entry
 
 __all__ = ["App", "Entry", "EntryKind", "HostSpec"]
 
@@ -356,12 +357,37 @@ class App:
                 kind=ErrorKind.ALREADY_EXISTS,
                 details={"entry": entry_id},
             )
-        entry = Entry(id=entry_id, kind=kind, fn=fn, is_async=is_async, options=options or {})
+        # Its annotations register the value classes it takes and returns; ``run`` converts
+        # arguments that arrive as plain data (from the store or the CLI) to those types.
+        run = wrap_entry(entry_id, fn)
+        entry = Entry(id=entry_id, kind=kind, fn=run, is_async=is_async, options=options or {})
         self._entries[entry_id] = entry
         # Builtins and some callables take no attributes; the id still works for them.
-        with contextlib.suppress(AttributeError, TypeError):
-            setattr(fn, ENTRY_ATTR, entry_id)
+        for target in {id(fn): fn, id(run): run}.values():
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(target, ENTRY_ATTR, entry_id)
         return entry
+
+    def converter(
+        self,
+        cls: type,
+        encode: Callable[[Any], Any],
+        decode: Callable[[Any], Any],
+        *,
+        tag: str | None = None,
+    ) -> None:
+        """Store instances of ``cls`` as ``encode(obj)`` and read them back with ``decode``.
+
+        For a class the codec does not take as it is (``Decimal``, a class of your own):
+        ``app.converter(Decimal, str, Decimal)``. ``encode`` returns any payload; the value
+        is stored under ``tag`` (default ``"<module>:<qualname>"``). A converter applies to
+        every codec of the process, as ``@roost.storage.record`` does.
+
+        Raises:
+            roost.Error: kind Invalid for a non-class, hooks that are not callable, or a
+                class already stored as another record.
+        """
+        add_converter(cls, encode, decode, tag)
 
     def resolve(self, ref: object) -> Entry:
         """Find an entry by id (``"app:name"``) or by its decorated function.
@@ -392,6 +418,7 @@ class App:
             roost.Error: kind Invalid naming the first bad declaration.
         """
         for entry in list(self._entries.values()):
+            entry_types(entry.fn)  # annotations naming classes defined after the entry
             check = entry.options.get("validate")
             if check is not None:
                 check(self)

@@ -13,6 +13,7 @@ from roost.actors._app import ENTRY_ATTR, extension_or_none
 from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._current import current_any, maybe_current_process
 from roost.actors._process import Process
+from roost.storage._values import EntryTypes, entry_types, result_of
 
 __all__ = ["ActivityHandle", "Executor", "funcs_call", "funcs_new", "funcs_start"]
 
@@ -49,9 +50,12 @@ async def funcs_call(entry: Any, *args: Any) -> Any:
             resolved = node.app.resolve(entry)
             if resolved.kind == "activity":
                 options = (resolved.options, _NO_OPTIONS)
-                return await proc.workflow.start_activity(resolved.id, args, options)
+                value = await proc.workflow.start_activity(resolved.id, args, options)
+                types = entry_types(resolved.fn)
+                return value if types is None else types.value(value)
         entry_id, defaults = _activity_id(proc, entry)  # its refusal, or no node (a replay)
-        return await proc.workflow.start_activity(entry_id, args, (defaults, _NO_OPTIONS))
+        value = await proc.workflow.start_activity(entry_id, args, (defaults, _NO_OPTIONS))
+        return result_of(entry, value) if callable(entry) else value
     return await _call_activity(entry, args, {})
 
 
@@ -179,8 +183,24 @@ def _call_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) -
     if proc.workflow is not None:
         entry_id, defaults = _activity_id(proc, entry)
         handle: Awaitable[Any] = proc.workflow.start_activity(entry_id, args, (defaults, options))
+        fn = _entry_fn(proc, entry)
+        types = entry_types(fn) if fn is not None else None
+        if types is not None and types.result is not None:
+            return _typed_result(handle, types)
         return handle
     return _call_local(proc, entry, args)
+
+
+def _entry_fn(proc: Any, entry: Any) -> Any:
+    """The function behind ``entry`` (for its annotations), or None if unknown here."""
+    node = proc.node
+    if node is not None:
+        return node.app.resolve(entry).fn
+    return entry if callable(entry) else None
+
+
+async def _typed_result(handle: Awaitable[Any], types: EntryTypes) -> Any:
+    return types.value(await handle)
 
 
 async def _call_local(proc: Process, entry: Any, args: tuple[Any, ...]) -> Any:

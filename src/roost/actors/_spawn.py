@@ -16,6 +16,7 @@ from roost.actors._node import SpawnRequest, terminated_error
 from roost.actors._process import Process
 from roost.actors._registry import check_name
 from roost.mailbox._mailbox import check_topic
+from roost.storage._values import result_of
 
 __all__ = [
     "PROCESS_OPTIONS",
@@ -165,7 +166,9 @@ class Spawner:
             resolved_entry = caller.node.app.resolve(entry) if caller.node else None
             if resolved_entry is None or resolved_entry.kind is not EntryKind.WORKFLOW:
                 raise invalid("inside a workflow, process.exec runs a child workflow entry")
-            return await caller.workflow.exec_child(resolved_entry.id, args, self._child_options())
+            options = self._child_options()
+            value = await caller.workflow.exec_child(resolved_entry.id, args, options)
+            return result_of(resolved_entry.fn, value)
         parent = current_process("process.exec")
         await trio.lowlevel.checkpoint()
         node = parent.node
@@ -175,7 +178,7 @@ class Spawner:
             outcome = await node.require_workflows().wait_exit(pid)
             if outcome.error is not None:
                 raise outcome.error.clone()
-            return outcome.value
+            return result_of(resolved.fn, outcome.value)
         child = self._spawn_now(parent, resolved, args, host, link=False, monitor=False)
         pid = child.pid
         if not child.alive:  # it ended before we could watch it (cannot happen in one step)

@@ -54,6 +54,7 @@ from roost.storage._registry import (
     load_record_modules,
     record,
 )
+from roost.storage._values import NATIVE_COUNT, auto_value_type, value_type_for_tag
 from roost.storage._walk import KNOWN_ERRORS, Refused, TooDeep, Unencodable, Walk, find_surrogate
 
 __all__ = [
@@ -183,7 +184,9 @@ class Codec:
         """
         rtype = self._record_type(type(value))
         found = rtype.schema() if rtype is not None and rtype.envelope else None
-        if rtype is not None and found is not None:
+        # A payload may hold a value cbor2 writes natively (a NamedTuple): only the walk
+        # sees those, so with such classes registered every record is walked.
+        if rtype is not None and found is not None and not NATIVE_COUNT[0]:
             try:
                 fields = rtype.unstructure(value)
                 if found.check(fields):
@@ -214,7 +217,7 @@ class Codec:
     def _encode_walked(self, value: Any, what: str, limit: int) -> bytes:
         walk = self._walk(value, what, limit)
         try:
-            return cbor2.dumps(value, default=walk)
+            return cbor2.dumps(walk.rewrite(value) if walk.native else value, default=walk)
         except UnicodeEncodeError:
             found = find_surrogate(walk, value)
             if found is None:
@@ -283,7 +286,8 @@ class Codec:
             ) from exc
 
     def _lookup_class(self, cls: type) -> _RecordType | None:
-        return self._local.by_class.get(cls) or _DEFAULT_REGISTRY.by_class.get(cls)
+        found = self._local.by_class.get(cls) or _DEFAULT_REGISTRY.by_class.get(cls)
+        return found if found is not None else auto_value_type(cls)
 
     def _lookup_tag(self, tag: Any) -> _RecordType | None:
         if not isinstance(tag, str):
@@ -291,7 +295,7 @@ class Codec:
         found = self._local.by_tag.get(tag) or _DEFAULT_REGISTRY.by_tag.get(tag)
         if found is None and load_record_modules():
             found = _DEFAULT_REGISTRY.by_tag.get(tag)
-        return found
+        return found if found is not None else value_type_for_tag(tag)
 
     def _record_type(self, cls: type) -> _RecordType | None:
         if self._types_gen != _REGISTRATIONS[0]:
@@ -350,6 +354,8 @@ def _dump_typed(value: Any, walk: Walk, payloads: Iterable[Any], limit: int) -> 
             # A payload at exactly the limit may hold a bignum: the full walk decides.
             if walk.depth(v, limit) >= limit:
                 return None
+        if walk.native:  # a value cbor2 would write natively: the full walk rewrites it
+            return None
         return cbor2.dumps(value, default=walk)
     except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001 - any refusal, or a value's own method raising: the full walk names it
         return None

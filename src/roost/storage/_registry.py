@@ -107,6 +107,9 @@ class _RecordType:
     def __init__(self, cls: type, tag: str, version: int, migrate: Migrate | None) -> None:
         if not isinstance(cls, type) or not attrs.has(cls):
             raise invalid(f"only attrs classes can be records, got {cls!r}")
+        self._setup(cls, tag, version, migrate)
+
+    def _setup(self, cls: type, tag: str, version: int, migrate: Migrate | None) -> None:
         if not isinstance(tag, str) or not tag:
             raise invalid(f"a record tag must be a non-empty string, got {tag!r}")
         if type(version) is not int or version < 1:

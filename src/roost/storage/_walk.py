@@ -105,7 +105,7 @@ class Walk:
         strict: count ints outside ``[-2**64, 2**64)`` as the tag they are written as.
     """
 
-    __slots__ = ("flat", "lookup", "records")
+    __slots__ = ("flat", "lookup", "native", "records")
 
     def __init__(
         self, lookup: Callable[[type], _RecordType | None], *, strict: bool = False
@@ -113,6 +113,9 @@ class Walk:
         self.lookup = lookup
         self.flat = _FLAT_STRICT if strict else _FLAT
         self.records: dict[int, tuple[_RecordType, dict[str, Any]]] = {}
+        # Whether a record is of a class cbor2 writes natively (a NamedTuple, an IntEnum):
+        # cbor2 never hands those to the hook, so ``rewrite`` boxes them first.
+        self.native = False
 
     def __call__(self, encoder: cbor2.CBOREncoder, value: Any) -> None:
         """cbor2's ``default`` hook, for what cbor2 does not know: records, Pids, Errors.
@@ -124,6 +127,9 @@ class Walk:
         if found is not None:
             encoder.write(found[0].header)
             encoder.encode_map(found[1])
+        elif type(value) is _Boxed:
+            encoder.write(value.rtype.header)
+            encoder.encode_map(value.fields)
         elif isinstance(value, Pid):
             encoder.write(_PID_HEADER)
             encoder.encode_array([value.node, value.host, value.id])
@@ -269,6 +275,8 @@ class Walk:
                 f"cannot unstructure {name!r}: {type(exc).__name__}: {exc}", name
             ) from None
         self.records[id(value)] = (rtype, fields)
+        if isinstance(value, _NATIVE):
+            self.native = True
         if not fields:
             return _tagged(left, 2)
         if left < 3:
@@ -285,6 +293,46 @@ class Walk:
                 raise _step(exc, f".{field_name}", value) from None
             deepest = max(deepest, d)
         return deepest + 3
+
+    def rewrite(self, value: Any) -> Any:
+        """A copy of the walked ``value`` in which records cbor2 writes natively are boxed.
+
+        Containers on the way are copied (a tuple becomes a list, as cbor2 writes it);
+        records' field maps are rewritten in place (they are the walk's own dicts).
+        """
+        found = self.records.get(id(value))
+        if found is not None:
+            rtype, fields = found
+            for name, v in fields.items():
+                fields[name] = self.rewrite(v)
+            return _Boxed(rtype, fields) if isinstance(value, _NATIVE) else value
+        tp = type(value)
+        if tp in self.flat or tp is int:
+            return value
+        if isinstance(value, list | tuple):
+            return [self.rewrite(v) for v in value]
+        if isinstance(value, dict):
+            # A key that is no record stays as it is (a tuple key must stay hashable).
+            records = self.records
+            return {
+                (self.rewrite(k) if id(k) in records else k): self.rewrite(v)
+                for k, v in value.items()
+            }
+        return value
+
+
+class _Boxed:
+    """A record cbor2 would write natively (a NamedTuple, an IntEnum), for the hook."""
+
+    __slots__ = ("fields", "rtype")
+
+    def __init__(self, rtype: _RecordType, fields: dict[str, Any]) -> None:
+        self.rtype = rtype
+        self.fields = fields
+
+
+# Builtin types cbor2 writes natively, without calling the hook for their subclasses.
+_NATIVE: Final = (tuple, list, dict, int, float, str, bytes)
 
 
 def _tagged(left: int, levels: int) -> int:

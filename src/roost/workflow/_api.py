@@ -9,6 +9,7 @@ import attrs as _attrs
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._current import maybe_current_process
+from roost.storage._values import result_of
 from roost.workflow._options import check_attributes
 
 __all__ = [
@@ -153,4 +154,6 @@ async def exec(entry: Any, *args: Any, **options: Any) -> Any:  # noqa: A001 - A
     entry_id = resolved.id if resolved is not None else str(entry)
     if resolved is not None and resolved.kind.value != "workflow":
         raise invalid(f"workflow.exec runs workflow entries; {entry_id!r} is not one")
-    return await driver.exec_child(entry_id, args, options)
+    value = await driver.exec_child(entry_id, args, options)
+    fn = resolved.fn if resolved is not None else entry if callable(entry) else None
+    return value if fn is None else result_of(fn, value)

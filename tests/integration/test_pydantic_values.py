@@ -1,4 +1,4 @@
-"""pydantic models as workflow inputs, results, signals and activity values (pydantic is optional)."""
+"""pydantic models as workflow inputs, results, signals and activity values (optional)."""
 
 from __future__ import annotations
 

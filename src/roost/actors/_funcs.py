@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import types
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, TypeVarTuple, overload
 
 import trio
 
 from roost._errors import Error, ErrorKind, invalid
-from roost.actors._app import ENTRY_ATTR, extension_or_none
+from roost.actors._app import ENTRY_ATTR, Entry, extension_or_none
 from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._current import current_any, maybe_current_process
 from roost.actors._process import Process
@@ -18,6 +18,9 @@ from roost.storage._values import EntryTypes, entry_types, result_of
 __all__ = ["ActivityHandle", "Executor", "funcs_call", "funcs_new", "funcs_start"]
 
 _get_current = maybe_current_process
+# An entry's arguments and result, for type checkers (see docs/values.md, "Typed calls").
+_Ts = TypeVarTuple("_Ts")
+_R = TypeVar("_R")
 _NO_OPTIONS: Mapping[str, Any] = types.MappingProxyType({})  # funcs.call's own: none
 
 
@@ -34,7 +37,16 @@ def _activity_id(proc: Any, entry: Any) -> tuple[str, Mapping[str, Any]]:
     return entry_id, {}
 
 
-async def funcs_call(entry: Any, *args: Any) -> Any:
+@overload
+async def funcs_call(entry: Callable[[*_Ts], Awaitable[_R]], *args: *_Ts) -> _R: ...
+@overload
+async def funcs_call(entry: Callable[[*_Ts], _R], *args: *_Ts) -> _R: ...
+@overload
+async def funcs_call(entry: str | Entry, *args: Any) -> Any: ...
+
+
+# mypy cannot match ``*args: Any`` against the TypeVarTuple overloads' ``*args``.
+async def funcs_call(entry: Any, *args: Any) -> Any:  # type: ignore[misc]
     """Call an activity: durable and retried inside a workflow, a direct call elsewhere.
 
     Raises:
@@ -75,7 +87,14 @@ class Executor:
             check(merged)
         return Executor(merged)
 
-    async def call(self, entry: Any, *args: Any) -> Any:
+    @overload
+    async def call(self, entry: Callable[[*_Ts], Awaitable[_R]], *args: *_Ts) -> _R: ...
+    @overload
+    async def call(self, entry: Callable[[*_Ts], _R], *args: *_Ts) -> _R: ...
+    @overload
+    async def call(self, entry: str | Entry, *args: Any) -> Any: ...
+
+    async def call(self, entry: Any, *args: Any) -> Any:  # type: ignore[misc]
         """Call ``entry`` with these options (see ``funcs.call``)."""
         return await _call_activity(entry, args, self._options)
 

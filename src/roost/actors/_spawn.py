@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeVar, TypeVarTuple, overload
 
 import attrs
 import trio
@@ -17,6 +17,11 @@ from roost.actors._process import Process
 from roost.actors._registry import check_name
 from roost.mailbox._mailbox import check_topic
 from roost.storage._values import result_of
+
+# An entry's arguments and result, for type checkers. mypy cannot match the implementations'
+# ``*args: Any`` against the overloads' ``*args: *_Ts`` (hence their ``type: ignore[misc]``).
+_Ts = TypeVarTuple("_Ts")
+_R = TypeVar("_R")
 
 __all__ = [
     "PROCESS_OPTIONS",
@@ -140,23 +145,68 @@ class Spawner:
         check_topic(topic)
         return attrs.evolve(self, messages=(*self.messages, (topic, payload)))
 
-    async def spawn(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+    @overload
+    async def spawn(
+        self, entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None
+    ) -> Pid: ...
+    @overload
+    async def spawn(self, entry: str | Entry, *args: Any, host: str | None = None) -> Pid: ...
+
+    async def spawn(self, entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
         """Start ``entry`` with ``args``; returns its PID."""
         return await self._start(entry, args, host, link=False, monitor=False)
 
-    async def spawn_monitored(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+    @overload
+    async def spawn_monitored(
+        self, entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None
+    ) -> Pid: ...
+    @overload
+    async def spawn_monitored(
+        self, entry: str | Entry, *args: Any, host: str | None = None
+    ) -> Pid: ...
+
+    async def spawn_monitored(self, entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
         """Start ``entry`` and monitor it (its EXIT arrives on ``events()``)."""
         return await self._start(entry, args, host, link=False, monitor=True)
 
-    async def spawn_linked(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+    @overload
+    async def spawn_linked(
+        self, entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None
+    ) -> Pid: ...
+    @overload
+    async def spawn_linked(
+        self, entry: str | Entry, *args: Any, host: str | None = None
+    ) -> Pid: ...
+
+    async def spawn_linked(self, entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
         """Start ``entry`` linked to the caller."""
         return await self._start(entry, args, host, link=True, monitor=False)
 
-    async def spawn_linked_monitored(self, entry: Any, *args: Any, host: str | None = None) -> Pid:
+    @overload
+    async def spawn_linked_monitored(
+        self, entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None
+    ) -> Pid: ...
+    @overload
+    async def spawn_linked_monitored(
+        self, entry: str | Entry, *args: Any, host: str | None = None
+    ) -> Pid: ...
+
+    async def spawn_linked_monitored(self, entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
         """Start ``entry`` linked to and monitored by the caller."""
         return await self._start(entry, args, host, link=True, monitor=True)
 
-    async def exec(self, entry: Any, *args: Any, host: str | None = None) -> Any:
+    @overload
+    async def exec(
+        self, entry: Callable[[*_Ts], Awaitable[_R]], *args: *_Ts, host: str | None = None
+    ) -> _R: ...
+    @overload
+    async def exec(
+        self, entry: Callable[[*_Ts], _R], *args: *_Ts, host: str | None = None
+    ) -> _R: ...
+    @overload
+    async def exec(self, entry: str | Entry, *args: Any, host: str | None = None) -> Any: ...
+
+    async def exec(self, entry: Any, *args: Any, host: str | None = None) -> Any:  # type: ignore[misc]
         """Start ``entry``, wait for it to end, and return its value or raise its error.
 
         If the caller is cancelled while waiting, the child is terminated.
@@ -321,27 +371,71 @@ _PLAIN = {
 # The module-level calls go straight to _start: one coroutine frame less per spawn.
 
 
-async def spawn(entry: Any, *args: Any, host: str | None = None) -> Pid:
+@overload
+async def spawn(entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None) -> Pid: ...
+@overload
+async def spawn(entry: str | Entry, *args: Any, host: str | None = None) -> Pid: ...
+
+
+async def spawn(entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
     """Start a process; returns its PID."""
     return await _DEFAULT._start(entry, args, host, link=False, monitor=False)
 
 
-async def spawn_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:
+@overload
+async def spawn_monitored(
+    entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None
+) -> Pid: ...
+@overload
+async def spawn_monitored(entry: str | Entry, *args: Any, host: str | None = None) -> Pid: ...
+
+
+async def spawn_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
     """Start a process and monitor it."""
     return await _DEFAULT._start(entry, args, host, link=False, monitor=True)
 
 
-async def spawn_linked(entry: Any, *args: Any, host: str | None = None) -> Pid:
+@overload
+async def spawn_linked(
+    entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None
+) -> Pid: ...
+@overload
+async def spawn_linked(entry: str | Entry, *args: Any, host: str | None = None) -> Pid: ...
+
+
+async def spawn_linked(entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
     """Start a process linked to the caller."""
     return await _DEFAULT._start(entry, args, host, link=True, monitor=False)
 
 
-async def spawn_linked_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:
+@overload
+async def spawn_linked_monitored(
+    entry: Callable[[*_Ts], object], *args: *_Ts, host: str | None = None
+) -> Pid: ...
+@overload
+async def spawn_linked_monitored(
+    entry: str | Entry, *args: Any, host: str | None = None
+) -> Pid: ...
+
+
+async def spawn_linked_monitored(entry: Any, *args: Any, host: str | None = None) -> Pid:  # type: ignore[misc]
     """Start a process linked to and monitored by the caller."""
     return await _DEFAULT._start(entry, args, host, link=True, monitor=True)
 
 
-async def exec(entry: Any, *args: Any, host: str | None = None) -> Any:  # noqa: A001 - API name
+@overload
+async def exec(  # noqa: A001 - API name
+    entry: Callable[[*_Ts], Awaitable[_R]], *args: *_Ts, host: str | None = None
+) -> _R: ...
+@overload
+async def exec(  # noqa: A001 - API name
+    entry: Callable[[*_Ts], _R], *args: *_Ts, host: str | None = None
+) -> _R: ...
+@overload
+async def exec(entry: str | Entry, *args: Any, host: str | None = None) -> Any: ...  # noqa: A001 - API name
+
+
+async def exec(entry: Any, *args: Any, host: str | None = None) -> Any:  # type: ignore[misc]  # noqa: A001 - API name
     """Start a process, wait for it, return its value or raise its error."""
     return await _DEFAULT.exec(entry, *args, host=host)
 

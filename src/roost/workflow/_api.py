@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, TypeVarTuple, overload
 
 import attrs as _attrs
 
 from roost._errors import Error, ErrorKind, invalid
+from roost.actors._app import Entry
 from roost.actors._current import maybe_current_process
 from roost.storage._values import result_of
 from roost.workflow._options import check_attributes
+
+# A child's arguments and result, for type checkers.
+_Ts = TypeVarTuple("_Ts")
+_R = TypeVar("_R")
 
 __all__ = [
     "CONTINUE_AS_NEW_SUGGESTED_AT",
@@ -129,7 +134,14 @@ def attrs(search: Mapping[str, Any] | None = None, memo: Mapping[str, Any] | Non
     return True
 
 
-async def exec(entry: Any, *args: Any, **options: Any) -> Any:  # noqa: A001 - API name
+@overload
+async def exec(entry: Callable[[*_Ts], Awaitable[_R]], *args: *_Ts, **options: Any) -> _R: ...  # noqa: A001 - API name
+@overload
+async def exec(entry: str | Entry, *args: Any, **options: Any) -> Any: ...  # noqa: A001 - API name
+
+
+# mypy cannot match ``*args: Any`` against the TypeVarTuple overload's ``*args``.
+async def exec(entry: Any, *args: Any, **options: Any) -> Any:  # type: ignore[misc]  # noqa: A001 - API name
     """Run a child workflow and wait for it: its result, or its error raised here.
 
     Options: ``id`` (default: derived from the parent's id), ``parent_close_policy``

@@ -96,6 +96,7 @@ class _RecordType:
         "_schema_built",
         "_structure",
         "_unstructure",
+        "boxed",
         "cls",
         "envelope",
         "header",
@@ -117,6 +118,9 @@ class _RecordType:
         if migrate is not None and not callable(migrate):
             raise invalid(f"migrate must be callable(version, fields) -> fields, got {migrate!r}")
         self.cls = cls
+        # Whether cbor2 may write instances natively, never asking the codec's hook (a
+        # NamedTuple, an IntEnum, a Decimal with a converter): the codec boxes them first.
+        self.boxed = False
         # roost's own records carry payloads into the store: a top-level one may hold a
         # payload of the full payload depth (see the codec's ENVELOPE_DEPTH).
         self.envelope = cls.__module__.split(".", 1)[0] == "roost"

@@ -57,9 +57,9 @@ __all__ = [
 ]
 
 # Builtin types cbor2 writes natively: a value class deriving from one of them (a NamedTuple,
-# an IntEnum) is never handed to the codec's hook, so the codec rewrites it (see _walk).
+# an IntEnum) is never handed to the codec's hook, so the codec boxes it (see _walk).
 NATIVE_BASES: Final = (tuple, list, dict, int, float, str, bytes)
-# How many registered value classes derive from a native base (see Codec.encode_checked).
+# How many registered value classes are boxed (see Codec.encode_checked).
 NATIVE_COUNT: Final = [0]
 
 
@@ -122,6 +122,9 @@ class _ValueType(_RecordType):
     ) -> None:
         self._setup(cls, tag or tag_of(cls), 1, None)
         self.kind = kind
+        # cbor2 knows no dataclass or pydantic model, but many other classes (tuples,
+        # ints, Decimal, sets, ...): those are boxed for the hook (see _walk.Walk.rewrite).
+        self.boxed = kind not in ("dataclass", "pydantic") or issubclass(cls, NATIVE_BASES)
         self._to_fields = to_fields
         self._from_fields = from_fields
         self._from_data = from_data
@@ -276,7 +279,7 @@ def _add(rtype: _RecordType) -> None:
     if isinstance(rtype, _ValueType):
         # Instances rebuilt by the decoder pass through; plain data is built into one.
         _CONVERTER.register_structure_hook(rtype.cls, lambda value, _tp: rtype.from_data(value))
-        if issubclass(rtype.cls, NATIVE_BASES):
+        if rtype.boxed:
             NATIVE_COUNT[0] += 1
 
 

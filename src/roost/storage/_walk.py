@@ -113,8 +113,9 @@ class Walk:
         self.lookup = lookup
         self.flat = _FLAT_STRICT if strict else _FLAT
         self.records: dict[int, tuple[_RecordType, dict[str, Any]]] = {}
-        # Whether a record is of a class cbor2 writes natively (a NamedTuple, an IntEnum):
-        # cbor2 never hands those to the hook, so ``rewrite`` boxes them first.
+        # Whether a record is of a class cbor2 writes natively (a NamedTuple, an IntEnum,
+        # a Decimal with a converter): cbor2 never hands those to the hook, so ``rewrite``
+        # boxes them first.
         self.native = False
 
     def __call__(self, encoder: cbor2.CBOREncoder, value: Any) -> None:
@@ -275,7 +276,7 @@ class Walk:
                 f"cannot unstructure {name!r}: {type(exc).__name__}: {exc}", name
             ) from None
         self.records[id(value)] = (rtype, fields)
-        if isinstance(value, _NATIVE):
+        if rtype.boxed:
             self.native = True
         if not fields:
             return _tagged(left, 2)
@@ -305,7 +306,7 @@ class Walk:
             rtype, fields = found
             for name, v in fields.items():
                 fields[name] = self.rewrite(v)
-            return _Boxed(rtype, fields) if isinstance(value, _NATIVE) else value
+            return _Boxed(rtype, fields) if rtype.boxed else value
         tp = type(value)
         if tp in self.flat or tp is int:
             return value
@@ -329,10 +330,6 @@ class _Boxed:
     def __init__(self, rtype: _RecordType, fields: dict[str, Any]) -> None:
         self.rtype = rtype
         self.fields = fields
-
-
-# Builtin types cbor2 writes natively, without calling the hook for their subclasses.
-_NATIVE: Final = (tuple, list, dict, int, float, str, bytes)
 
 
 def _tagged(left: int, levels: int) -> int:

@@ -1,11 +1,13 @@
 """``roost.admin._json``: any stored value as strict JSON, errors as {kind, message, details}."""
 
+import dataclasses
 import datetime as dt
 import enum
 import json
 import uuid
 
 import attrs
+import pytest
 
 import roost
 from roost.admin._json import error_json, to_jsonable
@@ -100,3 +102,18 @@ def test_history_to_json_is_the_same_renderer_strict_and_never_nan():
     assert rows[0]["type"] == "ActivityResolved"
     assert history_to_json(history, indent=None) == json.dumps(rows, sort_keys=True)
     assert "\n" in text and "NaN" not in text and "Infinity" not in text
+
+
+def test_dataclasses_and_pydantic_models_render_as_their_fields() -> None:
+    @dataclasses.dataclass
+    class Line:
+        sku: str
+        qty: int
+
+    assert to_jsonable({"l": Line("a", 2)}) == {"l": {"type": "Line", "sku": "a", "qty": 2}}
+    pydantic = pytest.importorskip("pydantic")
+
+    class Cart(pydantic.BaseModel):
+        owner: str
+
+    assert to_jsonable(Cart(owner="ann")) == {"type": "Cart", "owner": "ann"}

@@ -7,6 +7,8 @@ value reads the same everywhere.
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import datetime as dt
 import enum
 import json
@@ -40,10 +42,10 @@ def to_jsonable(value: Any) -> Any:
 
     Datetimes and dates become ISO 8601 text, a timedelta its seconds, PIDs and UUIDs their
     text, bytes ``{"base64": ...}``, enums their value, sets and tuples lists (a set
-    sorted by its items' text), an attrs record a dict of its fields with its class name
-    under ``"type"``, a ``roost.Error`` ``{"kind", "message", "details", "retryable"}``,
-    non-finite floats their text (``"nan"``, ``"inf"``); mapping keys become text.
-    Anything else becomes its ``repr``.
+    sorted by its items' text), an attrs record, a dataclass or a pydantic model a dict of
+    its fields with its class name under ``"type"``, a NamedTuple a list, a ``roost.Error``
+    ``{"kind", "message", "details", "retryable"}``, non-finite floats their text
+    (``"nan"``, ``"inf"``); mapping keys become text. Anything else becomes its ``repr``.
     """
     return _jsonable(value, 0)
 
@@ -85,6 +87,15 @@ def _jsonable(value: Any, depth: int) -> Any:  # noqa: PLR0911, PLR0912 - one ar
             f.name: _jsonable(getattr(value, f.name), nested) for f in attrs.fields(type(value))
         }
         return {"type": type(value).__name__, **fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {
+            f.name: _jsonable(getattr(value, f.name), nested) for f in dataclasses.fields(value)
+        }
+        return {"type": type(value).__name__, **fields}
+    dump = getattr(value, "model_dump", None)  # a pydantic model
+    if callable(dump) and type(value).__module__ != "builtins":
+        with contextlib.suppress(Exception):
+            return {"type": type(value).__name__, **_jsonable(dump(mode="json"), nested)}
     return repr(value)
 
 

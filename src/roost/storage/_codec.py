@@ -1,13 +1,16 @@
 """The CBOR codec for payloads and stored records: cbor2 plus one dedicated cattrs converter.
 
 What round-trips exactly: None, bool, int (any size), float, str, bytes, list, dict (keys of
-any encodable, hashable type), aware datetimes, ``uuid.UUID``, ``roost.Pid``, ``roost.Error``
-and attrs classes registered with :func:`record` or :meth:`Codec.register`. Deliberate
+any encodable, hashable type), aware datetimes, ``uuid.UUID``, ``roost.Pid``, ``roost.Error``,
+attrs classes registered with :func:`record` or :meth:`Codec.register`, and dataclasses,
+enums, NamedTuples, pydantic models and classes with a converter (``roost.storage._values``).
+Deliberate
 conversions, all documented here rather than surprising later:
 
 - tuples come back as lists (a tuple used as a dict key comes back as a tuple);
 - subclasses of str, int, float, bytes, dict and list come back as the base type (a
-  ``StrEnum`` member comes back as its plain ``str`` value);
+  ``StrEnum`` member comes back as its plain ``str`` value, unless an entry's annotation
+  names its class);
 - an aware datetime comes back with a fixed UTC offset (``timezone(offset)``): the same
   instant, but a ``ZoneInfo`` zone name is not kept (an offset that is not a whole number of
   minutes, such as a historical local mean time, is refused: convert to UTC first);

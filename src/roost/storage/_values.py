@@ -385,6 +385,8 @@ def needs_structure(tp: Any) -> bool:
     if isinstance(tp, type):
         if tp in (tuple, set, frozenset):
             return True
+        if _is_roosts(tp):
+            return False  # roost's own values (a Request, a CronTick) arrive as themselves
         return _kind(tp) is not None or tp in _DEFAULT_REGISTRY.by_class
     origin = typing.get_origin(tp)
     if origin is None:

@@ -380,7 +380,7 @@ def add_converter(
     _add(rtype)
 
 
-def needs_structure(tp: Any) -> bool:
+def needs_structure(tp: Any) -> bool:  # noqa: PLR0911 - one arm per kind
     """Whether a decoded value of type ``tp`` may need converting into it."""
     if isinstance(tp, type):
         if tp in (tuple, set, frozenset):

@@ -187,12 +187,10 @@ class Codec:
         """
         rtype = self._record_type(type(value))
         found = rtype.schema() if rtype is not None and rtype.envelope else None
-        # A payload may hold a value cbor2 writes natively (a NamedTuple): only the walk
-        # sees those, so with such classes registered every record is walked.
-        if rtype is not None and found is not None and not NATIVE_COUNT[0]:
+        if rtype is not None and found is not None:
             try:
                 fields = rtype.unstructure(value)
-                if found.check(fields):
+                if found.check(fields) and not (NATIVE_COUNT[0] and _holds_data(fields, found)):
                     return rtype.header + cbor2.dumps(fields, default=Walk(self._record_type))
             except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001, S110 - as the value's own methods may raise; the full encode below names the problem
                 pass
@@ -344,6 +342,18 @@ class Codec:
         fast = rtype.fast_structure()
         if fast is not None:
             self._fast_tags[rtype.tag] = (rtype.version, fast)
+
+
+def _holds_data(fields: Mapping[str, Any], found: Any) -> bool:
+    """Whether a payload field holds more than a scalar (it may hold a boxed value then).
+
+    With a class cbor2 writes natively registered (a NamedTuple, an IntEnum), only a walk
+    finds its instances, which cbor2 alone would write as plain lists or ints.
+    """
+    return any(type(fields[name]) not in _SCALARS for name in found.walked)
+
+
+_SCALARS: Final = frozenset({str, bytes, float, bool, int, type(None)})
 
 
 def _dump_typed(value: Any, walk: Walk, payloads: Iterable[Any], limit: int) -> bytes | None:

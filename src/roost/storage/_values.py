@@ -36,7 +36,7 @@ from typing import Any, Final
 import attrs
 import cattrs
 
-from roost._errors import Error, ErrorKind, invalid, safe_text
+from roost._errors import Error, ErrorKind, invalid, safe_text, shown
 from roost.storage._registry import (
     _CONVERTER,
     _DEFAULT_REGISTRY,
@@ -445,7 +445,7 @@ class EntryTypes:
                 out[i] = structure(value, tp)
             except Exception as exc:
                 raise invalid(
-                    f"{entry}: argument {name!r} ({value!r:.80}) is not a "
+                    f"{entry}: argument {name!r} ({shown(value)[:80]}) is not a "
                     f"{_type_text(tp)}: {_reason(exc)}",
                     entry=entry,
                     parameter=name,

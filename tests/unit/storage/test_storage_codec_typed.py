@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import pytest
@@ -15,6 +15,7 @@ import roost
 from roost.storage import Codec
 from roost.storage._codec import MAX_DEPTH, STORED_DEPTH
 from roost.storage._schema import leaf_types, schema
+from roost.storage._values import NATIVE_COUNT, register_annotation
 from roost.storage._walk import Walk
 from roost.workflow._history import (
     Activation,
@@ -248,11 +249,27 @@ def test_a_checked_record_does_not_walk_its_payloads_again(
         return depth(self, value, left)
 
     monkeypatch.setattr(Walk, "depth", counting)
+    # As in a process with no class cbor2 writes natively registered (a NamedTuple, an
+    # IntEnum, a converter's): with one, a payload may hold it, and only a walk finds it.
+    saved, NATIVE_COUNT[0] = NATIVE_COUNT[0], 0
     rec = record(result={"total": [1, 2]}, memo={"note": ["x"]}, closed_at=AT)
-    CODEC.encode_checked(rec)
+    try:
+        CODEC.encode_checked(rec)
+    finally:
+        NATIVE_COUNT[0] = saved
     assert walked == []
     CODEC.encode(rec)
     assert walked  # the ordinary encode walks them
+
+
+def test_a_checked_record_walks_payloads_once_a_boxed_class_is_registered() -> None:
+    class Pair(NamedTuple):
+        a: int
+        b: int
+
+    register_annotation(Pair)
+    rec = record(result={"pair": Pair(1, 2)}, closed_at=AT)
+    assert type(CODEC.decode(CODEC.encode_checked(rec)).result["pair"]) is Pair
 
 
 def test_a_checked_record_with_a_bad_leaf_field_is_refused_as_by_encode() -> None:

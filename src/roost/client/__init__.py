@@ -6,6 +6,7 @@ with its token, and work offline on a stopped data directory as the command line
 """
 
 from roost.client._async import AsyncClient, connect_async
+from roost.client._core import WorkflowId
 from roost.client._sync import Client, connect
 
-__all__ = ["AsyncClient", "Client", "connect", "connect_async"]
+__all__ = ["AsyncClient", "Client", "WorkflowId", "connect", "connect_async"]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple, overload
 
 import anyio
 import anyio.to_thread
@@ -13,12 +13,16 @@ import httpx
 
 from roost._duration import Duration
 from roost._errors import Error
-from roost.client._core import Blocking, Core, Http, Plan, Step
+from roost.client._core import Blocking, Core, Http, Plan, Step, WorkflowId
 from roost.client._target import core_for
 
 __all__ = ["AsyncClient", "connect_async"]
 
 T = TypeVar("T")
+# A workflow entry's arguments and result, for type checkers. mypy cannot match the
+# implementations' ``*args: Any`` against the overloads' ``*args: *_Ts``.
+_Ts = TypeVarTuple("_Ts")
+_R = TypeVar("_R")
 
 
 def connect_async(target: str | os.PathLike[str], *, token: str | None = None) -> AsyncClient:
@@ -93,7 +97,16 @@ class AsyncClient:
         await anyio.sleep(step.seconds)
         return None
 
-    async def start(self, entry: str | Callable[..., Any], /, *args: Any, **options: Any) -> str:
+    @overload
+    async def start(
+        self, entry: Callable[[*_Ts], Awaitable[_R]], /, *args: *_Ts, **options: Any
+    ) -> WorkflowId[_R]: ...
+    @overload
+    async def start(self, entry: str, /, *args: Any, **options: Any) -> WorkflowId[Any]: ...
+
+    async def start(  # type: ignore[misc]  # see _Ts
+        self, entry: str | Callable[..., Any], /, *args: Any, **options: Any
+    ) -> WorkflowId[Any]:
         """Start workflow ``entry`` with ``args`` and start ``options``; the workflow id."""
         return await self._run(self._core.start(entry, args, options))
 
@@ -110,6 +123,19 @@ class AsyncClient:
     ) -> Any:
         """Send a request to workflow ``id`` and return its reply (``process.call``)."""
         return await self._run(self._core.call(id, topic, payload, timeout))
+
+    @overload
+    async def result(
+        self,
+        id: WorkflowId[_R],
+        timeout: Duration | None = None,  # noqa: ASYNC109 - API.md names this keyword
+    ) -> _R: ...
+    @overload
+    async def result(
+        self,
+        id: str,
+        timeout: Duration | None = None,  # noqa: ASYNC109 - API.md names this keyword
+    ) -> Any: ...
 
     async def result(
         self,

@@ -30,7 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Generator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
@@ -42,12 +42,42 @@ from roost.client import _local
 from roost.client._local import Admin
 from roost.queues import _offline as queue_offline
 from roost.storage import Codec
+from roost.storage._values import plain_data, result_of
 from roost.workflow._local import _inspect
 from roost.workflow._local import _offline as workflow_offline
 
-__all__ = ["Admin", "Blocking", "Core", "Http", "Plan", "Sleep", "Step", "error_from_json"]
+__all__ = [
+    "Admin",
+    "Blocking",
+    "Core",
+    "Http",
+    "Plan",
+    "Sleep",
+    "Step",
+    "WorkflowId",
+    "error_from_json",
+]
 
 T = TypeVar("T")
+_R_co = TypeVar("_R_co", covariant=True)
+
+
+class WorkflowId(str, Generic[_R_co]):
+    """A started workflow's id (a ``str``), carrying its entry's result type.
+
+    ``client.start(order, ...)`` returns one; ``client.result(wid)`` then returns the
+    entry's annotated result type, to type checkers and at run time (the JSON the admin API
+    carries is converted from the entry's annotations).
+    """
+
+    entry: Callable[..., Any] | None
+
+    def __new__(cls, value: str, entry: Callable[..., Any] | None = None) -> WorkflowId[_R_co]:
+        """The id ``value`` of a workflow of ``entry`` (a function, or None for an id)."""
+        made = super().__new__(cls, value)
+        made.entry = entry
+        return made
+
 
 REQUEST_TIMEOUT: Final = 60.0  # seconds a plain request may take to be answered
 PROBE_TIMEOUT: Final = 5.0  # seconds a node gets to answer "who are you" (GET /api/node)
@@ -366,10 +396,14 @@ class Core:
 
     # -- workflows -----------------------------------------------------------------------
 
-    def start(self, entry: object, args: tuple[Any, ...], options: dict[str, Any]) -> Plan[str]:
+    def start(
+        self, entry: object, args: tuple[Any, ...], options: dict[str, Any]
+    ) -> Plan[WorkflowId[Any]]:
         """Start workflow ``entry`` with ``args``; the workflow id."""
         entry_id = _entry_id(entry)
-        values = _json(list(args), f"the arguments of {entry_id!r}")
+        # Dataclasses, enums, NamedTuples and pydantic models travel as their plain data;
+        # the entry's annotations rebuild them in the workflow.
+        values = _json(plain_data(list(args)), f"the arguments of {entry_id!r}")
         asked = dict(options)
         workflow_id = asked.pop("id", None)
         if workflow_id is not None and not isinstance(workflow_id, str):
@@ -389,7 +423,8 @@ class Core:
             )
 
         answer = yield from self._change(online, offline, f"start {entry_id}", create=True)
-        return str(answer["workflow_id"]) if isinstance(answer, dict) else str(answer)
+        started = str(answer["workflow_id"]) if isinstance(answer, dict) else str(answer)
+        return WorkflowId(started, entry if callable(entry) else None)
 
     def signal(self, workflow_id: str, topic: str, payload: Any) -> Plan[None]:
         """Send ``topic`` with ``payload`` to a running workflow (durable once returned)."""
@@ -459,7 +494,9 @@ class Core:
                     lambda admin: Http(admin, "GET", path), _local.describe_of(workflow_id)
                 )
             if not isinstance(found, dict) or found.get("status") != "running":
-                return _outcome(workflow_id, found if isinstance(found, dict) else {})
+                value = _outcome(workflow_id, found if isinstance(found, dict) else {})
+                entry = workflow_id.entry if isinstance(workflow_id, WorkflowId) else None
+                return value if entry is None else result_of(entry, value)
             left = math.inf if deadline is None else deadline - time.monotonic()
             if route.admin is None and route.holder is None:
                 raise self._open_timeout(workflow_id, "no node runs on its data directory")

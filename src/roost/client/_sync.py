@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple, overload
 
 import httpx
 
 from roost._duration import Duration
 from roost._errors import Error
-from roost.client._core import Blocking, Core, Http, Plan, Step
+from roost.client._core import Blocking, Core, Http, Plan, Step, WorkflowId
 from roost.client._target import core_for
 
 __all__ = ["Client", "connect"]
 
 T = TypeVar("T")
+# A workflow entry's arguments and result, for type checkers. mypy cannot match the
+# implementations' ``*args: Any`` against the overloads' ``*args: *_Ts``.
+_Ts = TypeVarTuple("_Ts")
+_R = TypeVar("_R")
 
 
 def connect(target: str | os.PathLike[str], *, token: str | None = None) -> Client:
@@ -93,7 +97,16 @@ class Client:
         time.sleep(step.seconds)
         return None
 
-    def start(self, entry: str | Callable[..., Any], /, *args: Any, **options: Any) -> str:
+    @overload
+    def start(
+        self, entry: Callable[[*_Ts], Awaitable[_R]], /, *args: *_Ts, **options: Any
+    ) -> WorkflowId[_R]: ...
+    @overload
+    def start(self, entry: str, /, *args: Any, **options: Any) -> WorkflowId[Any]: ...
+
+    def start(  # type: ignore[misc]  # see _Ts
+        self, entry: str | Callable[..., Any], /, *args: Any, **options: Any
+    ) -> WorkflowId[Any]:
         """Start workflow ``entry`` with ``args`` and start ``options``; the workflow id.
 
         ``options`` are the workflow start options (``id``, ``task_queue``,
@@ -115,6 +128,11 @@ class Client:
     ) -> Any:
         """Send a request to workflow ``id`` and return its reply (``process.call``)."""
         return self._run(self._core.call(id, topic, payload, timeout))
+
+    @overload
+    def result(self, id: WorkflowId[_R], timeout: Duration | None = None) -> _R: ...
+    @overload
+    def result(self, id: str, timeout: Duration | None = None) -> Any: ...
 
     def result(self, id: str, timeout: Duration | None = None) -> Any:  # noqa: A002 - API name
         """Wait for workflow ``id`` to close: its result, or its error raised.

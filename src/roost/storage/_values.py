@@ -49,6 +49,7 @@ __all__ = [
     "auto_value_type",
     "entry_types",
     "needs_structure",
+    "plain_data",
     "register_annotation",
     "result_of",
     "structure",
@@ -411,6 +412,36 @@ def structure(value: Any, tp: Any) -> Any:
         if isinstance(rtype, _ValueType):
             return rtype.from_data(value)
     return _CONVERTER.structure(value, tp)
+
+
+def plain_data(value: Any) -> Any:
+    """``value`` with its dataclasses, NamedTuples, enums and pydantic models as plain data.
+
+    For a channel that carries JSON (a client's start arguments): a dataclass or NamedTuple
+    becomes a dict of its fields, an enum member its value, a pydantic model its
+    ``model_dump(mode="json")``; the entry's annotations turn them back on arrival.
+    """
+    return _plain(value, inside=False)
+
+
+def _plain(value: Any, *, inside: bool) -> Any:  # noqa: PLR0911 - one arm per kind
+    kind = _kind(type(value))
+    if kind == "enum":
+        return _plain(value.value, inside=inside)
+    if kind == "pydantic":
+        return value.model_dump(mode="json")
+    if kind == "namedtuple":
+        return {k: _plain(v, inside=True) for k, v in value._asdict().items()}
+    if kind == "dataclass":
+        fields = dataclasses.fields(value)
+        return {f.name: _plain(getattr(value, f.name), inside=True) for f in fields}
+    if isinstance(value, list | tuple):
+        return [_plain(v, inside=inside) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v, inside=inside) for k, v in value.items()}
+    if inside and isinstance(value, set | frozenset):  # a field declared as a set
+        return [_plain(v, inside=inside) for v in value]
+    return value
 
 
 @attrs.frozen

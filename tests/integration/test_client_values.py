@@ -1,0 +1,80 @@
+"""Plain Python types through ``roost.connect`` / ``connect_async``: arguments and results.
+
+The admin API carries JSON: a client sends a dataclass, enum or NamedTuple argument as its
+plain data, the workflow's annotations rebuild it, and ``result`` of the id ``start``
+returned converts the JSON result back to the entry's annotated result type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from pathlib import Path
+from typing import NamedTuple
+
+from client_node import NodeThread
+
+import roost
+
+app = roost.App("typedshop")
+
+
+class Tier(enum.Enum):
+    BASIC = "basic"
+    GOLD = "gold"
+
+
+class Money(NamedTuple):
+    amount: int
+    currency: str
+
+
+@dataclasses.dataclass
+class Order:
+    id: str
+    tier: Tier
+    price: Money
+
+
+@dataclasses.dataclass
+class Invoice:
+    order: Order
+    total: Money
+    types: list[str]
+
+
+@app.workflow
+async def invoice(order: Order, discount: int) -> Invoice:
+    types = [type(order).__name__, type(order.tier).__name__, type(order.price).__name__]
+    total = Money(order.price.amount - discount, order.price.currency)
+    return Invoice(order, total, types)
+
+
+ORDER = Order("o-1", Tier.GOLD, Money(100, "EUR"))
+EXPECTED = Invoice(ORDER, Money(90, "EUR"), ["Order", "Tier", "Money"])
+
+
+def test_the_sync_client_sends_and_gets_back_typed_values(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with NodeThread(app, data), roost.connect(data) as client:
+        wid = client.start(invoice, ORDER, 10, id="inv-1")
+        assert wid == "inv-1"
+        got = client.result(wid, timeout="30s")
+        assert got == EXPECTED
+        assert type(got.total) is Money and got.order.tier is Tier.GOLD
+        # By a plain id, the result is the JSON the admin API gives.
+        plain = client.result("inv-1")
+        assert plain["total"] == [90, "EUR"] and plain["order"]["tier"] == "gold"
+
+
+def test_the_async_client_under_asyncio(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+
+    async def main() -> Invoice:
+        async with roost.connect_async(data) as client:
+            wid = await client.start(invoice, ORDER, 10)
+            return await client.result(wid, timeout="30s")
+
+    with NodeThread(app, data):
+        assert asyncio.run(main()) == EXPECTED

@@ -67,3 +67,19 @@ async def worker(name: str, count: int) -> None:
     await process.spawn(worker, count, name)  # E: Argument 1 to "spawn"
     await process.spawn_linked(worker, name)  # E: Argument 1 to "spawn_linked"
     await named.spawn(order, 1, 2)  # E: Argument 1 to "spawn" of "Spawner"
+
+
+def client_calls(path: str) -> None:
+    with roost.connect(path) as client:
+        wid = client.start(order, "o-1", 3, id="o-1")
+        reveal_type(wid)  # R: roost.client._core.WorkflowId[typed_calls.Receipt]
+        reveal_type(client.result(wid))  # R: typed_calls.Receipt
+        reveal_type(client.result("o-1"))  # R: Any
+        client.start(order, "o-1")  # E: Argument 1 to "start" of "Client"
+
+
+async def async_client_calls(url: str) -> None:
+    async with roost.connect_async(url, token="t") as client:
+        wid = await client.start(child, 2)
+        reveal_type(await client.result(wid, timeout="5s"))  # R: tuple[int, str]
+        await client.start(child, "two")  # E: Argument 1 to "start" of "AsyncClient"

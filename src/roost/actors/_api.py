@@ -10,6 +10,7 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, Actor, Scope, actor_of, scope_of, visible
 from roost.actors._current import (
     activity_context,
     current_any,
@@ -428,6 +429,8 @@ def coroutine_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
 
 def ctx_get(key: str, default: Any = None) -> Any:
     """A context value set with ``with_context`` by this process or an ancestor."""
+    if key == SECURITY_KEY:  # the security context is read with roost.security
+        return default
     values = _context_values()
     return values.get(key, default) if values is not None else default
 
@@ -435,7 +438,17 @@ def ctx_get(key: str, default: Any = None) -> Any:
 def ctx_all() -> dict[str, Any]:
     """Every context value visible to the caller."""
     values = _context_values()
-    return dict(values) if values is not None else {}
+    return visible(values) if values is not None else {}
+
+
+def security_actor() -> Actor | None:
+    """The caller's actor (``roost.security.actor()``), None without one or outside roost."""
+    return actor_of(_context_values())
+
+
+def security_scope() -> Scope | None:
+    """The caller's scope (``roost.security.scope()``), None without a security context."""
+    return scope_of(_context_values())
 
 
 def _context_values() -> Mapping[str, Any] | None:

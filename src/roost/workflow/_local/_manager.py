@@ -150,6 +150,7 @@ class WorkflowManager:
             unloadable=self.unloadable,
             input_of=commits.input_of,
             timer_rows=self.timers.rows,
+            keyring=node.settings.get("keyring"),
         )
         self.closing = Closing(
             runs=runs,

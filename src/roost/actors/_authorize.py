@@ -1,0 +1,67 @@
+"""Authorization inside the runtime: may the calling process take this action?
+
+The runtime asks before it acts (docs/security.md, "Authorization"): a process with a
+security context may take an action when one of its scope's policies returns True for
+``(actor, action, resource)``; a denial raises PermissionDenied before anything changes. A
+process without a context is not checked, unless its app is ``secure``; the code of the
+``open_node`` block (the program that opened the node) is never checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from roost._security import SECURITY_KEY, actor_of, denied
+
+__all__ = ["authorize", "is_secured"]
+
+log = logging.getLogger("roost.security")
+
+
+def is_secured(proc: Any) -> bool:
+    """Whether ``proc`` is checked at all (it has a context, or its app is secure)."""
+    context = proc.context
+    if context and SECURITY_KEY in context:
+        return True
+    return bool(proc.node is not None and proc.node.app.secure and proc.entry is not None)
+
+
+def authorize(proc: Any, action: str, resource: str) -> None:
+    """Raise PermissionDenied unless ``proc`` may take ``action`` on ``resource``."""
+    context = proc.context
+    sec = context.get(SECURITY_KEY) if context else None
+    if sec is None:
+        node = proc.node
+        if node is not None and node.app.secure and proc.entry is not None:
+            raise denied(
+                f"app {node.app.name!r} is secure and {proc.pid} has no security context: "
+                f"it may not {action} {resource!r}; start it with Spawner.with_actor / "
+                "with_scope",
+                action=action,
+                resource=resource,
+            )
+        return
+    actor = actor_of(context)
+    names = list(sec.get("policies") or ())
+    policies = proc.node.app.policies if proc.node is not None else {}
+    for name in names:
+        fn = policies.get(name)
+        if fn is None:
+            continue
+        try:
+            allowed = fn(actor, action, resource)
+        except Exception as exc:  # noqa: BLE001 - a policy that fails denies
+            log.warning("policy %r raised on %s %r: %r; denied", name, action, resource, exc)
+            allowed = False
+        if allowed is True:
+            return
+    who = actor.id if actor is not None else "a process without an actor"
+    raise denied(
+        f"{who} may not {action} {resource!r}: no policy of its scope "
+        f"({', '.join(names) or 'empty'}) allows it",
+        action=action,
+        resource=resource,
+        actor=who,
+    )
+

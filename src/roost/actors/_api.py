@@ -10,7 +10,16 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, Actor, Scope, actor_of, scope_of, visible
+from roost._security import (
+    SECURITY_KEY,
+    Actor,
+    Scope,
+    actor_of,
+    make_ticket,
+    scope_of,
+    visible,
+)
+from roost.actors._authorize import authorize, is_secured
 from roost.actors._current import (
     activity_context,
     current_any,
@@ -128,21 +137,37 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     if topic.__class__ is not str or not topic or topic[0] == "@":
         check_topic(topic)
     if proc.workflow is not None:
+        if proc.context:
+            authorize(proc, "process.send", str(dest))
         proc.workflow.send(_workflow_dest(dest), topic, payload)
         return _RECORDED
     node = proc.node
     target = node.procs.get(dest) if dest.__class__ is Pid else None
     if target is None:
         pid_ = node.resolve(dest)
+        if proc.context or node.app.secure:
+            authorize(proc, "process.send", str(pid_))
         host = node.workflow_host_of(pid_)
         if host is not None:
-            return DurableReceipt(host.signal(proc.pid, pid_, topic, payload))
+            ticket = _ticket(proc, pid_, topic)
+            return DurableReceipt(host.signal(proc.pid, pid_, topic, payload, ticket))
         target = node.live(pid_)
+    elif proc.context or node.app.secure:
+        authorize(proc, "process.send", str(target.pid))
     box = target.mailbox
     if box is None:
         box = target.get_mailbox()
     box.deliver(topic, payload, proc.pid)
     return _ACCEPTED
+
+
+def _ticket(proc: Any, dest: Pid, topic: str) -> dict[str, Any] | None:
+    """The relay ticket a send from ``proc`` to the workflow ``dest`` carries (None: no ring)."""
+    ring = proc.node.settings.get("keyring")
+    if ring is None:
+        return None
+    actor = actor_of(proc.context)
+    return make_ticket(ring, dest.id, topic, actor.id if actor is not None else None)
 
 
 def _workflow_dest(dest: object) -> Pid | str:
@@ -179,18 +204,23 @@ async def call(
     seconds = parse_duration(timeout, what="call timeout", allow_zero=False)
     caller = current_any("process.call")
     if caller.workflow is not None:  # durable: the request and replies are recorded
+        if caller.context:
+            authorize(caller, "process.call", str(dest))
         reply = await caller.workflow.call(_workflow_dest(dest), topic, payload, seconds)
         if reply is None:
             raise _call_timeout(dest, topic, seconds)
         return _reply_value(dest, topic, reply)
     proc = current_process("process.call")
     node = proc.node
+    if proc.context or node.app.secure:
+        authorize(proc, "process.call", str(node.resolve(dest)))
     alias = node.attach(proc.context)  # a mailbox-only process: the reply address
     try:
         target = node.resolve(dest)
         host = node.workflow_host_of(target)
         if host is not None:
-            await DurableReceipt(host.signal(alias.pid, target, topic, payload))
+            ticket = _ticket(proc, target, topic)
+            await DurableReceipt(host.signal(alias.pid, target, topic, payload, ticket))
         else:
             node.live(target).get_mailbox().deliver(topic, payload, alias.pid)
         replies = alias.get_mailbox().subscribe(INBOX, message=True)
@@ -266,6 +296,8 @@ def events() -> Channel[Event]:
 def monitor(dest: Pid | str) -> None:
     """Get one EXIT event when ``dest`` ends (at once, with a "noproc" error, if dead)."""
     proc = current_process("process.monitor")
+    if proc.context or proc.node.app.secure:
+        authorize(proc, "process.monitor", str(proc.node.resolve(dest)))
     proc.node.monitor(proc, dest)
 
 
@@ -278,6 +310,8 @@ def unmonitor(dest: Pid | str) -> None:
 def link(dest: Pid | str) -> None:
     """Link to ``dest``: if either ends with an error, the other gets LINK_DOWN."""
     proc = current_process("process.link")
+    if proc.context or proc.node.app.secure:
+        authorize(proc, "process.link", str(proc.node.resolve(dest)))
     proc.node.link(proc, dest)
 
 
@@ -294,6 +328,8 @@ def terminate(dest: Pid | str) -> None:
         roost.Error: NotFound when ``dest`` is not alive.
     """
     proc = current_any("process.terminate")
+    if proc.context or (proc.node is not None and proc.node.app.secure):
+        authorize(proc, "process.terminate", _resource(proc, dest))
     if proc.workflow is not None:
         proc.workflow.stop(_workflow_dest(dest), None, hard=True)
         return
@@ -309,10 +345,19 @@ def cancel(dest: Pid | str, reason: str | None = None) -> None:
     if reason is not None and not isinstance(reason, str):
         raise invalid(f"cancel reason must be a string or None, got {reason!r}")
     proc = current_any("process.cancel")
+    if proc.context or (proc.node is not None and proc.node.app.secure):
+        authorize(proc, "process.cancel", _resource(proc, dest))
     if proc.workflow is not None:
         proc.workflow.stop(_workflow_dest(dest), reason, hard=False)
         return
     proc.node.stop(dest, reason, hard=False)
+
+
+def _resource(proc: Any, dest: object) -> str:
+    """``dest`` as a policy sees it: a PID string (a name is resolved, outside workflows)."""
+    if proc.workflow is not None or isinstance(dest, Pid):
+        return str(dest)
+    return str(proc.node.resolve(dest))
 
 
 _OPTION_KEYS = frozenset({"trap_links"})
@@ -383,6 +428,8 @@ class Registry:
         proc = current_process("process.registry.register")
         check_name(name)
         node = proc.node
+        if proc.context or node.app.secure:
+            authorize(proc, "registry.register", name)
         target = proc.pid if pid is None else node.resolve(pid)
         if not node.alive(target):
             raise not_found(f"process {target} is not alive", pid=str(target))
@@ -406,7 +453,15 @@ class Registry:
     def unregister(name: str) -> bool:
         """Drop ``name``; True if it was registered."""
         proc = current_process("process.registry.unregister")
-        return proc.node.registry.unregister(check_name(name))
+        check_name(name)
+        node = proc.node
+        if is_secured(proc):
+            authorize(proc, "registry.unregister", name)
+            holder = node.registry.lookup(name)
+            # Only the holder gives up a name: another live process's stays its own.
+            if holder is not None and holder != proc.pid and node.alive(holder):
+                return False
+        return node.registry.unregister(name)
 
 
 registry = Registry()

@@ -10,11 +10,15 @@ process without a context is not checked, unless its app is ``secure``; the code
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-from roost._security import SECURITY_KEY, actor_of, denied
+import attrs
 
-__all__ = ["authorize", "is_secured"]
+from roost._security import SECURITY_KEY, actor_of, denied, ticket_error
+from roost.actors._current import activity_context, bound_node, maybe_current_process
+
+__all__ = ["authorize", "authorize_caller", "check_relay", "is_secured"]
 
 log = logging.getLogger("roost.security")
 
@@ -65,3 +69,45 @@ def authorize(proc: Any, action: str, resource: str) -> None:
         actor=who,
     )
 
+
+
+def check_relay(node: Any, pid: Any, topic: str, ticket: object) -> None:
+    """Raise PermissionDenied unless ``ticket`` admits ``topic`` to ``pid``, if it is secured.
+
+    For messages that enter from outside the node's processes (the admin API): a process's
+    own sends are signed by the node.
+    """
+    host = node.workflow_host_of(pid)
+    secured = getattr(host, "secured", None)  # the embedded host; Temporal's checks none yet
+    if secured is None or not secured(pid):
+        return
+    refused = ticket_error(ticket, pid.id, topic, node.settings.get("keyring"))
+    if refused is not None:
+        raise refused
+
+
+@attrs.frozen
+class _ActivityCaller:
+    """An activity as ``authorize`` sees it: its workflow's context, on its node."""
+
+    context: Mapping[str, Any]
+    node: Any
+    entry: str = "activity"
+    pid: str = "an activity"
+
+
+def authorize_caller(action: str, resource: str) -> None:
+    """``authorize`` for whoever calls: a process, or an activity run by a workflow.
+
+    Outside both (a queue runtime's own delivery, a test with a bound node) nothing is
+    checked: the caller is the runtime itself.
+    """
+    proc = maybe_current_process()
+    if proc is not None:
+        if proc.context or (proc.node is not None and proc.node.app.secure):
+            authorize(proc, action, resource)
+        return
+    port = activity_context.get()
+    context = port.context if port is not None else None
+    if context and SECURITY_KEY in context:
+        authorize(_ActivityCaller(context, bound_node()), action, resource)

@@ -21,7 +21,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, Final
 
 import attrs
@@ -269,8 +269,18 @@ class TemporalHost:
 
     # -- messages, cancel, terminate -------------------------------------------------------
 
-    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> _Accepted:
-        """Signal the workflow: the RPC's success is the durable receipt."""
+    def signal(
+        self,
+        sender: Pid | None,
+        pid: Pid,
+        topic: str,
+        payload: Any,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> _Accepted:
+        """Signal the workflow: the RPC's success is the durable receipt.
+
+        ``ticket`` is not checked on this host yet (docs/security.md, "Temporal host").
+        """
         _check(payload, f"payload of message {topic!r}")
         return self._signal(pid.id, topic, [payload, sender])
 

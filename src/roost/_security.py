@@ -172,7 +172,9 @@ class KeyRing:
         ring: dict[str, bytes] = {}
         for key_id, secret in keys.items():
             if not isinstance(key_id, str) or not key_id or any(c in key_id for c in ":,"):
-                raise invalid(f"a signing key id is a non-empty string without ':' or ','; got {key_id!r}")
+                raise invalid(
+                    f"a signing key id is a non-empty string without ':' or ','; got {key_id!r}"
+                )
             if not isinstance(secret, bytes) or len(secret) < _MIN_KEY_BYTES:
                 raise invalid(
                     f"signing key {key_id!r} must be bytes of at least {_MIN_KEY_BYTES} "
@@ -261,7 +263,13 @@ def seal(sec: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> dict[s
     if actor is None and policies:
         raise invalid(f"a scope needs an actor: set with_actor as well as with_scope ({policies})")
     key_id, sig = ring.sign(_envelope_payload(actor, policies, addressee))
-    return {"actor": actor, "policies": policies, "addressee": addressee, "key_id": key_id, "sig": sig}
+    return {
+        "actor": actor,
+        "policies": policies,
+        "addressee": addressee,
+        "key_id": key_id,
+        "sig": sig,
+    }
 
 
 def reseal(context: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> Mapping[str, Any]:
@@ -295,42 +303,45 @@ def check_envelope(
             f"signing keys to verify it; open the node with its ring ({ENV_KEYS})",
             addressee=addressee,
         )
+    problem = _shape_problem(sec) or _signature_problem(sec, ring)
+    problem = problem or _binding_problem(sec, addressee, policies)
+    if problem is None:
+        return None
+    return denied(f"the security envelope of {addressee!r} {problem}", addressee=addressee)
+
+
+def _shape_problem(sec: object) -> str | None:
     if not isinstance(sec, Mapping) or set(sec) != _ENVELOPE_FIELDS:
-        return denied(f"the security envelope of {addressee!r} is malformed", addressee=addressee)
+        return "is malformed (it is not a sealed envelope)"
     actor, named = sec["actor"], sec["policies"]
-    if (
-        not isinstance(named, list)
-        or not all(isinstance(n, str) for n in named)
-        or (actor is None and named)
-        or (actor is not None and not (isinstance(actor, Mapping) and isinstance(actor.get("id"), str)))
-    ):
-        return denied(
-            f"the security envelope of {addressee!r} is inconsistent (an actor needs a scope, "
-            "a scope an actor)",
-            addressee=addressee,
-        )
+    actor_ok = actor is None or (isinstance(actor, Mapping) and isinstance(actor.get("id"), str))
+    names_ok = isinstance(named, list) and all(isinstance(n, str) for n in named)
+    if not actor_ok or not names_ok or (actor is None and named):
+        return "is inconsistent (an actor needs a scope, a scope an actor)"
+    return None
+
+
+def _signature_problem(sec: Mapping[str, Any], ring: KeyRing) -> str | None:
     key_id = sec["key_id"]
     if not isinstance(key_id, str) or key_id not in ring.keys:
-        return denied(
-            f"the security envelope of {addressee!r} is signed with key {key_id!r}, which is "
-            f"not in this node's ring ({', '.join(ring.keys)}); keep retired keys in the ring",
-            addressee=addressee,
-            key_id=str(key_id),
+        return (
+            f"is signed with key {key_id!r}, which is not in this node's ring "
+            f"({', '.join(ring.keys)}); keep retired keys in the ring while runs use them"
         )
-    if not ring.verify(key_id, _envelope_payload(actor, named, sec["addressee"]), sec["sig"]):
-        return denied(f"the security envelope of {addressee!r} has a bad signature", addressee=addressee)
+    payload = _envelope_payload(sec["actor"], sec["policies"], sec["addressee"])
+    if not ring.verify(key_id, payload, sec["sig"]):
+        return "has a bad signature (it was changed after it was signed)"
+    return None
+
+
+def _binding_problem(
+    sec: Mapping[str, Any], addressee: str, policies: Collection[str]
+) -> str | None:
     if sec["addressee"] != addressee:
-        return denied(
-            f"the security envelope of {addressee!r} is bound to {sec['addressee']!r}",
-            addressee=addressee,
-        )
-    missing = [n for n in named if n not in policies]
+        return f"is bound to {sec['addressee']!r}, not to this execution"
+    missing = [n for n in sec["policies"] if n not in policies]
     if missing:
-        return denied(
-            f"the security envelope of {addressee!r} names policies this app does not "
-            f"register: {', '.join(missing)}",
-            addressee=addressee,
-        )
+        return f"names policies this app does not register: {', '.join(missing)}"
     return None
 
 

@@ -70,7 +70,6 @@ def authorize(proc: Any, action: str, resource: str) -> None:
     )
 
 
-
 def check_relay(node: Any, pid: Any, topic: str, ticket: object) -> None:
     """Raise PermissionDenied unless ``ticket`` admits ``topic`` to ``pid``, if it is secured.
 

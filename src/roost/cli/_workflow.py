@@ -12,7 +12,6 @@ import click
 from roost._errors import Error, ErrorKind
 from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
-from roost.cli._signing import key_file_option, operator_ring, operator_ticket
 from roost.cli._common import (
     Failed,
     data_dir_option,
@@ -23,6 +22,7 @@ from roost.cli._common import (
     reading,
     table,
 )
+from roost.cli._signing import key_file_option, operator_ring, operator_ticket
 from roost.storage import Codec, WriteTxn
 from roost.testing import history_to_json
 from roost.workflow._local import _inspect, _offline

@@ -30,9 +30,9 @@ import trio
 from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
-from roost.actors._authorize import authorize_caller
 from roost._pid import Pid
 from roost.actors._app import EntryKind, register_extension, register_node_service
+from roost.actors._authorize import authorize_caller
 from roost.actors._current import reset_current, set_current
 from roost.actors._funcs import funcs_call
 from roost.actors._node import Node

@@ -10,14 +10,12 @@ of the body runs (docs/security.md).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from roost._security import KeyRing, check_envelope, reseal
-
 from roost._errors import Error
+from roost._security import KeyRing, check_envelope, reseal
 
 if TYPE_CHECKING:
     from roost.workflow._history import Started

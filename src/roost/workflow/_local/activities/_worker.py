@@ -321,22 +321,19 @@ class ActivityWorker:
         wall = self._node.now() if "schedule_to_close_timeout" in options else None
         set_limits(work, trio.current_time(), wall)
         failure = faults.take(task.entry) if faults is not None else None
-        if failure is not None:
-            work.finish(None, failed(failure))
-            outcomes.append(work)
-            return None
+        refused = failed(failure) if failure is not None else None
         context: Mapping[str, Any] = run.context
-        if SECURITY_KEY in context:  # its own envelope, bound to its id, checked first
+        if refused is None and SECURITY_KEY in context:  # its own envelope, checked first
             context, refused = activity_context(
                 context,
                 task.workflow_id,
                 activity_id(task.workflow_id, task.run_id, task.seq),
                 self._trust(),
             )
-            if refused is not None:
-                work.finish(None, refused)
-                outcomes.append(work)
-                return None
+        if refused is not None:
+            work.finish(None, refused)
+            outcomes.append(work)
+            return None
         # An activity is a function, not a process: it sees its workflow's context values
         # (ctx.get) and its own info (roost.activity_info()), and no current process.
         # The run's context values are shared, never copied: nothing changes them in place

@@ -21,9 +21,8 @@ import roost
 from roost import funcs, process, security
 from roost._security import SECURITY_KEY
 from roost.storage import Codec, open_lmdb_store
-from roost.workflow._history import Started
+from roost.workflow._history import Started, new_activation
 from roost.workflow._history_format import encode_activation, read_activation
-from roost.workflow._history import new_activation
 from roost.workflow._local._records import history_key
 
 K1 = b"k1-secret-0123456789abcdef-32byt"

@@ -104,9 +104,8 @@ def test_a_tampered_signature_does_not_verify():
 
 def test_an_activity_gets_its_own_envelope_bound_to_its_id():
     addressee = activity_id("wf-1", "r1", 3)
-    context, refused = activity_context(
-        sealed_for("wf-1"), "wf-1", addressee, Trust(RING, POLICIES)
-    )
+    trust = Trust(RING, POLICIES)
+    context, refused = activity_context(sealed_for("wf-1"), "wf-1", addressee, trust)
     assert refused is None
     assert context[SECURITY_KEY]["addressee"] == addressee
     _, refused = activity_context(sealed_for("wf-9"), "wf-1", addressee, trust)

@@ -21,7 +21,7 @@ import roost
 from roost import funcs, process, security
 from roost._security import SECURITY_KEY
 from roost.storage import Codec, open_lmdb_store
-from roost.workflow._history import Started, new_activation
+from roost.workflow._history import MessageArrived, Started, new_activation
 from roost.workflow._history_format import encode_activation, read_activation
 from roost.workflow._local._records import history_key
 
@@ -140,6 +140,10 @@ def actor_spawner(actor: str = "user:42", *policies: str, **options: object) -> 
 
 def started_of(node: roost.NodeHandle, workflow_id: str) -> Started:
     return next(e for e in node.history(workflow_id) if isinstance(e, Started))
+
+
+def messages_of(node: roost.NodeHandle, workflow_id: str) -> list[MessageArrived]:
+    return [e for e in node.history(workflow_id) if isinstance(e, MessageArrived)]
 
 
 async def wait_exit(pid: roost.Pid) -> roost.Exit:
@@ -415,7 +419,7 @@ async def test_unsigned_cli_signal_is_refused_and_a_signed_one_lands(
     async with roost.open_node(app, data, signing_keys=RING) as node:
         await trio.testing.wait_all_tasks_blocked()
         assert node.describe("o-1")["status"] == "running"
-        assert not any(type(e).__name__ == "MessageArrived" for e in node.history("o-1"))
+        assert not messages_of(node, "o-1")
     key_file = tmp_path / "ring.keys"
     key_file.write_text(f"k1:{K1.hex()}\n")
     signed = cli(
@@ -466,3 +470,33 @@ async def test_history_exports_are_private_whatever_the_umask(autojump_clock, tm
     assert stat.S_IMODE(many.stat().st_mode) == 0o700
     files = list(many.iterdir())
     assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+
+
+async def test_the_admin_api_takes_only_a_signed_signal_for_a_secured_workflow():
+    import json  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from roost.cli._signing import operator_ticket  # noqa: PLC0415
+
+    ran.clear()
+    async with roost.open_node(app, admin="127.0.0.1:0", signing_keys=RING) as node:
+        token = json.loads((node.data_dir / "admin.json").read_text())["token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        pid = await actor_spawner(id="o-1").spawn(order, 1)
+        async with httpx.AsyncClient(base_url=node.admin_url, headers=headers) as client:
+            url = "/api/workflows/o-1/signal"
+            refused = await client.post(url, json={"topic": "go", "payload": "admin"})
+            assert refused.status_code == 403
+            assert refused.json()["error"]["kind"] == "PermissionDenied"
+            assert not messages_of(node, "o-1")  # nothing stored
+            other_topic = operator_ticket(roost._security.KeyRing.build(RING), "o-1", "stop")
+            misaddressed = await client.post(
+                url, json={"topic": "go", "payload": "admin", "ticket": other_topic}
+            )
+            assert misaddressed.status_code == 403
+            ticket = operator_ticket(roost._security.KeyRing.build(RING), "o-1", "go")
+            signed = await client.post(url, json={"topic": "go", "payload": "ok", "ticket": ticket})
+            assert signed.status_code == 200, signed.text
+        done = await wait_exit(pid)
+        assert done.value["go"] == "ok"

@@ -360,7 +360,7 @@ async def signal(request: Request) -> Any:
     _running(node, workflow_id, "signaled")
     pid = workflow_pid(node, workflow_id)
     # A secured workflow takes the operator's signed ticket, not the node's own signature.
-    check_relay(node, pid, topic, body.get("ticket"))
+    check_relay(node_of(node), pid, topic, body.get("ticket"))
 
     async def send() -> None:
         await process.send(pid, topic, payload)  # durable: in its history on return

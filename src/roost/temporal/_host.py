@@ -37,6 +37,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
+from roost._security import SECURITY_KEY
 from roost.actors._app import Entry
 from roost.actors._contain import must_propagate
 from roost.actors._events import Exit, ExitResult
@@ -236,6 +237,8 @@ class TemporalHost:
         """
         if self._health.failed is not None:
             raise self._health.failed.clone()
+        if SECURITY_KEY in context:  # no unverified run: envelopes are not checked here yet
+            raise unsupported("a workflow started under a security context (docs/security.md)")
         opts = check_start_options(options)
         workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None

@@ -33,7 +33,7 @@ from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
 
 if TYPE_CHECKING:
-    from roost.workflow._host_protocol import Durable
+    from roost.workflow._host_protocol import Durable, WorkflowHost
 
 __all__ = [
     "Receipt",
@@ -138,7 +138,7 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
         check_topic(topic)
     if proc.workflow is not None:
         if proc.context:
-            authorize(proc, "process.send", str(dest))
+            authorize(proc, "process.send", dest)
         proc.workflow.send(_workflow_dest(dest), topic, payload)
         return _RECORDED
     node = proc.node
@@ -146,14 +146,13 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     if target is None:
         pid_ = node.resolve(dest)
         if proc.context or node.app.secure:
-            authorize(proc, "process.send", str(pid_))
+            authorize(proc, "process.send", pid_)
         host = node.workflow_host_of(pid_)
         if host is not None:
-            ticket = _ticket(proc, pid_, topic)
-            return DurableReceipt(host.signal(proc.pid, pid_, topic, payload, ticket))
+            return DurableReceipt(_signal(host, proc, proc.pid, pid_, (topic, payload)))
         target = node.live(pid_)
     elif proc.context or node.app.secure:
-        authorize(proc, "process.send", str(target.pid))
+        authorize(proc, "process.send", target.pid)
     box = target.mailbox
     if box is None:
         box = target.get_mailbox()
@@ -161,13 +160,20 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     return _ACCEPTED
 
 
-def _ticket(proc: Any, dest: Pid, topic: str) -> dict[str, Any] | None:
-    """The relay ticket a send from ``proc`` to the workflow ``dest`` carries (None: no ring)."""
+def _signal(
+    host: WorkflowHost, proc: Any, sender: Pid, dest: Pid, message: tuple[str, Any]
+) -> Durable:
+    """``host.signal``, with the relay ticket of ``proc``'s actor when the node has a ring.
+
+    Without a ring no ticket is passed: a host written before tickets keeps working.
+    """
+    topic, payload = message
     ring = proc.node.settings.get("keyring")
     if ring is None:
-        return None
+        return host.signal(sender, dest, topic, payload)
     actor = actor_of(proc.context)
-    return make_ticket(ring, dest.id, topic, actor.id if actor is not None else None)
+    ticket = make_ticket(ring, dest.id, topic, actor.id if actor is not None else None)
+    return host.signal(sender, dest, topic, payload, ticket=ticket)
 
 
 def _workflow_dest(dest: object) -> Pid | str:
@@ -205,7 +211,7 @@ async def call(
     caller = current_any("process.call")
     if caller.workflow is not None:  # durable: the request and replies are recorded
         if caller.context:
-            authorize(caller, "process.call", str(dest))
+            authorize(caller, "process.call", dest)
         reply = await caller.workflow.call(_workflow_dest(dest), topic, payload, seconds)
         if reply is None:
             raise _call_timeout(dest, topic, seconds)
@@ -213,14 +219,13 @@ async def call(
     proc = current_process("process.call")
     node = proc.node
     if proc.context or node.app.secure:
-        authorize(proc, "process.call", str(node.resolve(dest)))
+        authorize(proc, "process.call", node.resolve(dest))
     alias = node.attach(proc.context)  # a mailbox-only process: the reply address
     try:
         target = node.resolve(dest)
         host = node.workflow_host_of(target)
         if host is not None:
-            ticket = _ticket(proc, target, topic)
-            await DurableReceipt(host.signal(alias.pid, target, topic, payload, ticket))
+            await DurableReceipt(_signal(host, proc, alias.pid, target, (topic, payload)))
         else:
             node.live(target).get_mailbox().deliver(topic, payload, alias.pid)
         replies = alias.get_mailbox().subscribe(INBOX, message=True)
@@ -297,7 +302,7 @@ def monitor(dest: Pid | str) -> None:
     """Get one EXIT event when ``dest`` ends (at once, with a "noproc" error, if dead)."""
     proc = current_process("process.monitor")
     if proc.context or proc.node.app.secure:
-        authorize(proc, "process.monitor", str(proc.node.resolve(dest)))
+        authorize(proc, "process.monitor", proc.node.resolve(dest))
     proc.node.monitor(proc, dest)
 
 
@@ -311,7 +316,7 @@ def link(dest: Pid | str) -> None:
     """Link to ``dest``: if either ends with an error, the other gets LINK_DOWN."""
     proc = current_process("process.link")
     if proc.context or proc.node.app.secure:
-        authorize(proc, "process.link", str(proc.node.resolve(dest)))
+        authorize(proc, "process.link", proc.node.resolve(dest))
     proc.node.link(proc, dest)
 
 
@@ -353,11 +358,11 @@ def cancel(dest: Pid | str, reason: str | None = None) -> None:
     proc.node.stop(dest, reason, hard=False)
 
 
-def _resource(proc: Any, dest: object) -> str:
-    """``dest`` as a policy sees it: a PID string (a name is resolved, outside workflows)."""
+def _resource(proc: Any, dest: object) -> object:
+    """``dest`` as a policy sees it: a PID (a name is resolved, outside workflows)."""
     if proc.workflow is not None or isinstance(dest, Pid):
-        return str(dest)
-    return str(proc.node.resolve(dest))
+        return dest
+    return proc.node.resolve(dest)
 
 
 _OPTION_KEYS = frozenset({"trap_links"})

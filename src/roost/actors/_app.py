@@ -199,6 +199,10 @@ class App:
         """Every registered policy, by name."""
         return dict(self._policies)
 
+    def find_policy(self, name: str) -> Callable[[Any, str, str], bool] | None:
+        """The policy registered as ``name``, if any (no copy: asked on every checked call)."""
+        return self._policies.get(name)
+
     def policy(self, name: str) -> Callable[[_PolicyFn], _PolicyFn]:
         """Register a policy ``fn(actor, action, resource) -> bool`` under ``name``.
 

@@ -15,10 +15,12 @@ from typing import Any
 
 import attrs
 
+from roost._errors import shown
+from roost._pid import Pid
 from roost._security import SECURITY_KEY, actor_of, denied, ticket_error
 from roost.actors._current import activity_context, bound_node, maybe_current_process
 
-__all__ = ["authorize", "authorize_caller", "check_relay", "is_secured"]
+__all__ = ["authorize", "authorize_caller", "check_relay", "is_secured", "resource_text"]
 
 log = logging.getLogger("roost.security")
 
@@ -31,8 +33,22 @@ def is_secured(proc: Any) -> bool:
     return bool(proc.node is not None and proc.node.app.secure and proc.entry is not None)
 
 
-def authorize(proc: Any, action: str, resource: str) -> None:
+def resource_text(value: object) -> str:
+    """``value`` as a policy's resource: a str as is, anything else shown safely.
+
+    The value is the caller's input, checked after the policies are asked: its own
+    ``__str__`` is never called (it may raise, or lie).
+    """
+    if type(value) is str:
+        return value
+    if type(value) is Pid:
+        return str(value)
+    return shown(value)
+
+
+def authorize(proc: Any, action: str, resource: object) -> None:
     """Raise PermissionDenied unless ``proc`` may take ``action`` on ``resource``."""
+    resource = resource_text(resource)
     context = proc.context
     sec = context.get(SECURITY_KEY) if context else None
     if sec is None:
@@ -48,9 +64,9 @@ def authorize(proc: Any, action: str, resource: str) -> None:
         return
     actor = actor_of(context)
     names = list(sec.get("policies") or ())
-    policies = proc.node.app.policies if proc.node is not None else {}
+    app = proc.node.app if proc.node is not None else None
     for name in names:
-        fn = policies.get(name)
+        fn = app.find_policy(name) if app is not None else None
         if fn is None:
             continue
         try:
@@ -95,18 +111,20 @@ class _ActivityCaller:
     pid: str = "an activity"
 
 
-def authorize_caller(action: str, resource: str) -> None:
+def authorize_caller(action: str, *parts: object) -> None:
     """``authorize`` for whoever calls: a process, or an activity run by a workflow.
 
-    Outside both (a queue runtime's own delivery, a test with a bound node) nothing is
-    checked: the caller is the runtime itself.
+    The resource is ``parts`` joined by ``/`` (``"<scope>/<key>"``). Outside both (a
+    queue runtime's own delivery, a test with a bound node) nothing is checked: the
+    caller is the runtime itself.
     """
     proc = maybe_current_process()
     if proc is not None:
         if proc.context or (proc.node is not None and proc.node.app.secure):
-            authorize(proc, action, resource)
+            authorize(proc, action, "/".join(resource_text(p) for p in parts))
         return
     port = activity_context.get()
     context = port.context if port is not None else None
     if context and SECURITY_KEY in context:
+        resource = "/".join(resource_text(p) for p in parts)
         authorize(_ActivityCaller(context, bound_node()), action, resource)

@@ -57,7 +57,7 @@ async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
             that cannot be encoded; NotFound for an unknown entry. Nothing is stored.
     """
     runtime = _runtime()
-    authorize_caller("queue.enqueue", str(queue))
+    authorize_caller("queue.enqueue", queue)
     resolved = runtime.node.app.resolve(entry)
     if resolved.kind not in _TARGETS:
         raise invalid(

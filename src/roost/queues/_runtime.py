@@ -507,19 +507,19 @@ class DeadLetters:
         Raises:
             roost.Error: NotFound for an unknown receipt id (or one redriven meanwhile).
         """
-        authorize_caller("dlq.change", str(queue))
+        authorize_caller("dlq.change", queue)
         if not await self._redrive([self._find(queue, receipt_id)]):
             raise not_found(f"dead letter {receipt_id!r} of queue {queue!r} is gone")
 
     async def redrive_all(self, queue: str) -> int:
         """Redrive every dead letter of ``queue``; returns how many."""
-        authorize_caller("dlq.change", str(queue))
+        authorize_caller("dlq.change", queue)
         self._check(queue)
         return await self._redrive(self._all(queue))
 
     async def discard(self, queue: str, receipt_id: str) -> None:
         """Delete a dead letter for good."""
-        authorize_caller("dlq.change", str(queue))
+        authorize_caller("dlq.change", queue)
         dead = self._find(queue, receipt_id)
         row = message_key(dead.queue, dead.seq)
         if not await self._rt.transact(lambda txn: txn.delete("dlq", row)):

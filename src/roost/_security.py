@@ -1,7 +1,8 @@
 """The security context: actors, scopes, the node's key ring, envelopes and relay tickets.
 
 Pure code (hmac and json only, no trio): the workflow hosts, the process API and the command
-line all build and check the same signed values here (docs/security.md).
+line all build the same signed values here, and check tickets (docs/security.md). A workflow's
+envelope is checked by the backend-neutral workflow core, ``roost.workflow._trust``.
 
 A process's context values hold its security context under ``SECURITY_KEY``, a key
 ``with_context`` refuses and ``ctx.get`` / ``ctx.all`` never show: it travels with what
@@ -16,7 +17,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -25,15 +26,16 @@ import attrs
 from roost._errors import Error, ErrorKind, invalid
 
 __all__ = [
+    "ENVELOPE_FIELDS",
     "ENV_KEYS",
     "SECURITY_KEY",
     "Actor",
     "KeyRing",
     "Scope",
     "actor_of",
-    "check_envelope",
     "claim",
     "denied",
+    "envelope_payload",
     "make_ticket",
     "reseal",
     "scope_of",
@@ -47,7 +49,8 @@ SECURITY_KEY: Final = "roost.security"
 ENV_KEYS: Final = "ROOST_SIGNING_KEYS"
 """``id1:hex,id2:hex``: the key ring when ``open_node`` gets none; the first one signs."""
 _MIN_KEY_BYTES: Final = 16
-_ENVELOPE_FIELDS: Final = frozenset({"actor", "policies", "addressee", "key_id", "sig"})
+ENVELOPE_FIELDS: Final = frozenset({"actor", "policies", "addressee", "key_id", "sig"})
+"""The fields of a sealed envelope."""
 
 
 def denied(message: str, **details: Any) -> Error:
@@ -241,7 +244,8 @@ class KeyRing:
         return hmac.compare_digest(mac, sig)
 
 
-def _envelope_payload(actor: Any, policies: Any, addressee: str) -> dict[str, Any]:
+def envelope_payload(actor: Any, policies: Any, addressee: str) -> dict[str, Any]:
+    """What an envelope's HMAC covers: its claim and its addressee."""
     return {"v": 1, "kind": "context", "actor": actor, "policies": policies, "to": addressee}
 
 
@@ -262,7 +266,7 @@ def seal(sec: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> dict[s
     actor, policies = sec.get("actor"), list(sec.get("policies") or ())
     if actor is None and policies:
         raise invalid(f"a scope needs an actor: set with_actor as well as with_scope ({policies})")
-    key_id, sig = ring.sign(_envelope_payload(actor, policies, addressee))
+    key_id, sig = ring.sign(envelope_payload(actor, policies, addressee))
     return {
         "actor": actor,
         "policies": policies,
@@ -280,69 +284,6 @@ def reseal(context: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> 
     if isinstance(sec, Mapping) and sec.get("addressee") == addressee and "sig" in sec:
         return context
     return {**context, SECURITY_KEY: seal(sec, addressee, ring)}
-
-
-def check_envelope(
-    context: Mapping[str, Any] | None,
-    addressee: str,
-    ring: KeyRing | None,
-    policies: Collection[str],
-) -> Error | None:
-    """Why the envelope in ``context`` may not run as ``addressee``; None if it may (or none).
-
-    Checked: a ring to verify with, the envelope's shape (an actor with a scope, no
-    policies without an actor), the key id (in the ring), the signature, the addressee,
-    and that every named policy is registered (``policies``).
-    """
-    sec = context.get(SECURITY_KEY) if context else None
-    if sec is None:
-        return None
-    if ring is None:
-        return denied(
-            f"{addressee!r} runs under a signed security context, but this node has no "
-            f"signing keys to verify it; open the node with its ring ({ENV_KEYS})",
-            addressee=addressee,
-        )
-    problem = _shape_problem(sec) or _signature_problem(sec, ring)
-    problem = problem or _binding_problem(sec, addressee, policies)
-    if problem is None:
-        return None
-    return denied(f"the security envelope of {addressee!r} {problem}", addressee=addressee)
-
-
-def _shape_problem(sec: object) -> str | None:
-    if not isinstance(sec, Mapping) or set(sec) != _ENVELOPE_FIELDS:
-        return "is malformed (it is not a sealed envelope)"
-    actor, named = sec["actor"], sec["policies"]
-    actor_ok = actor is None or (isinstance(actor, Mapping) and isinstance(actor.get("id"), str))
-    names_ok = isinstance(named, list) and all(isinstance(n, str) for n in named)
-    if not actor_ok or not names_ok or (actor is None and named):
-        return "is inconsistent (an actor needs a scope, a scope an actor)"
-    return None
-
-
-def _signature_problem(sec: Mapping[str, Any], ring: KeyRing) -> str | None:
-    key_id = sec["key_id"]
-    if not isinstance(key_id, str) or key_id not in ring.keys:
-        return (
-            f"is signed with key {key_id!r}, which is not in this node's ring "
-            f"({', '.join(ring.keys)}); keep retired keys in the ring while runs use them"
-        )
-    payload = _envelope_payload(sec["actor"], sec["policies"], sec["addressee"])
-    if not ring.verify(key_id, payload, sec["sig"]):
-        return "has a bad signature (it was changed after it was signed)"
-    return None
-
-
-def _binding_problem(
-    sec: Mapping[str, Any], addressee: str, policies: Collection[str]
-) -> str | None:
-    if sec["addressee"] != addressee:
-        return f"is bound to {sec['addressee']!r}, not to this execution"
-    missing = [n for n in sec["policies"] if n not in policies]
-    if missing:
-        return f"names policies this app does not register: {', '.join(missing)}"
-    return None
 
 
 def _ticket_payload(workflow_id: str, topic: str, actor: str | None) -> dict[str, Any]:

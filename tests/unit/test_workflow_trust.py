@@ -15,7 +15,6 @@ from roost._security import (
     Actor,
     KeyRing,
     Scope,
-    check_envelope,
     claim,
     make_ticket,
     seal,
@@ -23,7 +22,7 @@ from roost._security import (
 )
 from roost.workflow._driver import Driver, Status
 from roost.workflow._history import Fail, Started, StartTimer
-from roost.workflow._trust import Trust, activity_context, activity_id
+from roost.workflow._trust import Trust, activity_context, activity_id, check_envelope
 
 RING = KeyRing.build({"k1": b"a" * 32})
 POLICIES = frozenset({"orders.write"})

@@ -30,6 +30,7 @@ K2 = b"k2-secret-0123456789abcdef-32byt"
 RING = {"k1": K1}
 
 app = roost.App("shop")
+app.queue("jobs")
 ran: list[str] = []  # what bodies ran past their first wait (module-level: tests reset it)
 
 
@@ -46,6 +47,11 @@ def orders_write(actor: security.Actor, action: str, resource: str) -> bool:
         "process.cancel",
         "process.terminate",
     }
+
+
+@app.policy("flaky")
+def flaky(actor: security.Actor, action: str, resource: str) -> bool:
+    raise RuntimeError("a policy that fails denies")
 
 
 @app.policy("read.public")
@@ -125,6 +131,16 @@ async def attempt(what: str, target: str, out: trio.MemorySendChannel) -> None:
                 return
             case "write":
                 await roost.state.set("secrets", target, "overwritten")
+            case "monitor":
+                process.monitor(target)
+            case "link":
+                process.link(target)
+            case "spawn":
+                await process.spawn(target)
+            case "enqueue":
+                await roost.enqueue(target, "shop:note", "queued")
+            case "call":
+                await process.call(target, "go", "intruder", timeout="1s")
     except roost.Error as exc:
         await out.send(("raised", exc.kind))
         return
@@ -244,6 +260,32 @@ async def test_an_intruder_cannot_unregister_or_take_a_name(autojump_clock):
         )
         assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
         assert process.registry.lookup("payments") == owner
+
+
+@pytest.mark.parametrize("what", ["monitor", "link", "call"])
+async def test_an_intruder_cannot_watch_link_or_call_a_process(autojump_clock, what):
+    ready_send, ready = trio.open_memory_channel(1)
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app):
+        owner = await process.spawn(holder, ready_send)
+        await ready.receive()
+        await actor_spawner("intruder", "read.public").spawn(attempt, what, str(owner), out_send)
+        assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+
+
+@pytest.mark.parametrize(("what", "target"), [("spawn", "shop:order"), ("enqueue", "jobs")])
+async def test_an_intruder_cannot_start_or_enqueue_work(autojump_clock, what, target):
+    ran.clear()
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app, signing_keys=RING) as node:
+        await actor_spawner("intruder", "flaky", "read.public").spawn(
+            attempt, what, target, out_send
+        )
+        assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        await trio.testing.wait_all_tasks_blocked()
+        assert node.list_workflows() == []
+        assert node.dlq.list("jobs") == []
+        assert ran == []
 
 
 @pytest.mark.parametrize("what", ["read", "write"])

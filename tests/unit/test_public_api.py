@@ -59,6 +59,7 @@ TOP_LEVEL = {
     "random",
     "random_bytes",
     "run",
+    "security",
     "sleep",
     "state",
     "supervisor",
@@ -123,6 +124,7 @@ def test_process_module_surface():
 def test_other_namespaces():
     assert set(roost.channel.__all__) >= {"new", "select", "Channel", "Selected"}
     assert set(roost.ctx.__all__) == {"get", "all"}
+    assert set(roost.security.__all__) == {"Actor", "Scope", "actor", "scope"}
     assert set(roost.coroutine.__all__) == {"spawn"}
     assert set(roost.funcs.__all__) == {"call", "new", "start", "Executor", "ActivityHandle"}
     assert set(roost.state.__all__) == {"get", "set", "delete", "list", "update"}

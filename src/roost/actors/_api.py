@@ -10,6 +10,16 @@ import trio
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
+from roost._security import (
+    SECURITY_KEY,
+    Actor,
+    Scope,
+    actor_of,
+    make_ticket,
+    scope_of,
+    visible,
+)
+from roost.actors._authorize import authorize, is_secured
 from roost.actors._current import (
     activity_context,
     current_any,
@@ -23,7 +33,7 @@ from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
 
 if TYPE_CHECKING:
-    from roost.workflow._host_protocol import Durable
+    from roost.workflow._host_protocol import Durable, WorkflowHost
 
 __all__ = [
     "Receipt",
@@ -127,21 +137,43 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     if topic.__class__ is not str or not topic or topic[0] == "@":
         check_topic(topic)
     if proc.workflow is not None:
+        if proc.context:
+            authorize(proc, "process.send", dest)
         proc.workflow.send(_workflow_dest(dest), topic, payload)
         return _RECORDED
     node = proc.node
     target = node.procs.get(dest) if dest.__class__ is Pid else None
     if target is None:
         pid_ = node.resolve(dest)
+        if proc.context or node.app.secure:
+            authorize(proc, "process.send", pid_)
         host = node.workflow_host_of(pid_)
         if host is not None:
-            return DurableReceipt(host.signal(proc.pid, pid_, topic, payload))
+            return DurableReceipt(_signal(host, proc, proc.pid, pid_, (topic, payload)))
         target = node.live(pid_)
+    elif proc.context or node.app.secure:
+        authorize(proc, "process.send", target.pid)
     box = target.mailbox
     if box is None:
         box = target.get_mailbox()
     box.deliver(topic, payload, proc.pid)
     return _ACCEPTED
+
+
+def _signal(
+    host: WorkflowHost, proc: Any, sender: Pid, dest: Pid, message: tuple[str, Any]
+) -> Durable:
+    """``host.signal``, with the relay ticket of ``proc``'s actor when the node has a ring.
+
+    Without a ring no ticket is passed: a host written before tickets keeps working.
+    """
+    topic, payload = message
+    ring = proc.node.settings.get("keyring")
+    if ring is None:
+        return host.signal(sender, dest, topic, payload)
+    actor = actor_of(proc.context)
+    ticket = make_ticket(ring, dest.id, topic, actor.id if actor is not None else None)
+    return host.signal(sender, dest, topic, payload, ticket=ticket)
 
 
 def _workflow_dest(dest: object) -> Pid | str:
@@ -178,18 +210,22 @@ async def call(
     seconds = parse_duration(timeout, what="call timeout", allow_zero=False)
     caller = current_any("process.call")
     if caller.workflow is not None:  # durable: the request and replies are recorded
+        if caller.context:
+            authorize(caller, "process.call", dest)
         reply = await caller.workflow.call(_workflow_dest(dest), topic, payload, seconds)
         if reply is None:
             raise _call_timeout(dest, topic, seconds)
         return _reply_value(dest, topic, reply)
     proc = current_process("process.call")
     node = proc.node
+    if proc.context or node.app.secure:
+        authorize(proc, "process.call", node.resolve(dest))
     alias = node.attach(proc.context)  # a mailbox-only process: the reply address
     try:
         target = node.resolve(dest)
         host = node.workflow_host_of(target)
         if host is not None:
-            await DurableReceipt(host.signal(alias.pid, target, topic, payload))
+            await DurableReceipt(_signal(host, proc, alias.pid, target, (topic, payload)))
         else:
             node.live(target).get_mailbox().deliver(topic, payload, alias.pid)
         replies = alias.get_mailbox().subscribe(INBOX, message=True)
@@ -265,6 +301,8 @@ def events() -> Channel[Event]:
 def monitor(dest: Pid | str) -> None:
     """Get one EXIT event when ``dest`` ends (at once, with a "noproc" error, if dead)."""
     proc = current_process("process.monitor")
+    if proc.context or proc.node.app.secure:
+        authorize(proc, "process.monitor", proc.node.resolve(dest))
     proc.node.monitor(proc, dest)
 
 
@@ -277,6 +315,8 @@ def unmonitor(dest: Pid | str) -> None:
 def link(dest: Pid | str) -> None:
     """Link to ``dest``: if either ends with an error, the other gets LINK_DOWN."""
     proc = current_process("process.link")
+    if proc.context or proc.node.app.secure:
+        authorize(proc, "process.link", proc.node.resolve(dest))
     proc.node.link(proc, dest)
 
 
@@ -293,6 +333,8 @@ def terminate(dest: Pid | str) -> None:
         roost.Error: NotFound when ``dest`` is not alive.
     """
     proc = current_any("process.terminate")
+    if proc.context or (proc.node is not None and proc.node.app.secure):
+        authorize(proc, "process.terminate", _resource(proc, dest))
     if proc.workflow is not None:
         proc.workflow.stop(_workflow_dest(dest), None, hard=True)
         return
@@ -308,10 +350,19 @@ def cancel(dest: Pid | str, reason: str | None = None) -> None:
     if reason is not None and not isinstance(reason, str):
         raise invalid(f"cancel reason must be a string or None, got {reason!r}")
     proc = current_any("process.cancel")
+    if proc.context or (proc.node is not None and proc.node.app.secure):
+        authorize(proc, "process.cancel", _resource(proc, dest))
     if proc.workflow is not None:
         proc.workflow.stop(_workflow_dest(dest), reason, hard=False)
         return
     proc.node.stop(dest, reason, hard=False)
+
+
+def _resource(proc: Any, dest: object) -> object:
+    """``dest`` as a policy sees it: a PID (a name is resolved, outside workflows)."""
+    if proc.workflow is not None or isinstance(dest, Pid):
+        return dest
+    return proc.node.resolve(dest)
 
 
 _OPTION_KEYS = frozenset({"trap_links"})
@@ -382,6 +433,8 @@ class Registry:
         proc = current_process("process.registry.register")
         check_name(name)
         node = proc.node
+        if proc.context or node.app.secure:
+            authorize(proc, "registry.register", name)
         target = proc.pid if pid is None else node.resolve(pid)
         if not node.alive(target):
             raise not_found(f"process {target} is not alive", pid=str(target))
@@ -405,7 +458,15 @@ class Registry:
     def unregister(name: str) -> bool:
         """Drop ``name``; True if it was registered."""
         proc = current_process("process.registry.unregister")
-        return proc.node.registry.unregister(check_name(name))
+        check_name(name)
+        node = proc.node
+        if is_secured(proc):
+            authorize(proc, "registry.unregister", name)
+            holder = node.registry.lookup(name)
+            # Only the holder gives up a name: another live process's stays its own.
+            if holder is not None and holder != proc.pid and node.alive(holder):
+                return False
+        return node.registry.unregister(name)
 
 
 registry = Registry()
@@ -428,6 +489,8 @@ def coroutine_spawn(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
 
 def ctx_get(key: str, default: Any = None) -> Any:
     """A context value set with ``with_context`` by this process or an ancestor."""
+    if key == SECURITY_KEY:  # the security context is read with roost.security
+        return default
     values = _context_values()
     return values.get(key, default) if values is not None else default
 
@@ -435,7 +498,17 @@ def ctx_get(key: str, default: Any = None) -> Any:
 def ctx_all() -> dict[str, Any]:
     """Every context value visible to the caller."""
     values = _context_values()
-    return dict(values) if values is not None else {}
+    return visible(values) if values is not None else {}
+
+
+def security_actor() -> Actor | None:
+    """The caller's actor (``roost.security.actor()``), None without one or outside roost."""
+    return actor_of(_context_values())
+
+
+def security_scope() -> Scope | None:
+    """The caller's scope (``roost.security.scope()``), None without a security context."""
+    return scope_of(_context_values())
 
 
 def _context_values() -> Mapping[str, Any] | None:

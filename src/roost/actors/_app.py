@@ -24,6 +24,7 @@ ENTRY_ATTR = "__roost_entry__"
 # (signature, return type, name) back to type checkers.
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 _AsyncFn = TypeVar("_AsyncFn", bound=Callable[..., Coroutine[Any, Any, Any]])
+_PolicyFn = TypeVar("_PolicyFn", bound=Callable[..., bool])
 
 
 class EntryKind(enum.StrEnum):
@@ -141,10 +142,17 @@ class App:
 
     Args:
         name: the namespace of this app's entries and hosts, e.g. "app".
+        secure: deny every checked action of a process without a security context
+            (docs/security.md); False: such processes are not checked.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, secure: bool = False) -> None:
         self.name = _check_name("app name", name)
+        if not isinstance(secure, bool):
+            raise invalid(f"secure must be a bool, got {secure!r}")
+        self.secure = secure
+        # Authorization policies by name: (actor, action, resource) -> bool.
+        self._policies: dict[str, Callable[[Any, str, str], bool]] = {}
         self._default_host = f"{self.name}:processes"
         self._entries: dict[str, Entry] = {}
         self._hosts: dict[str, HostSpec] = {}
@@ -186,6 +194,37 @@ class App:
         spec = HostSpec(id=f"{self.name}:{name}", max_processes=max_processes)
         self._hosts[spec.id] = spec
         return spec
+
+    @property
+    def policies(self) -> Mapping[str, Callable[[Any, str, str], bool]]:
+        """Every registered policy, by name."""
+        return dict(self._policies)
+
+    def find_policy(self, name: str) -> Callable[[Any, str, str], bool] | None:
+        """The policy registered as ``name``, if any (no copy: asked on every checked call)."""
+        return self._policies.get(name)
+
+    def policy(self, name: str) -> Callable[[_PolicyFn], _PolicyFn]:
+        """Register a policy ``fn(actor, action, resource) -> bool`` under ``name``.
+
+        A process whose scope names the policy may take an action when one of its scope's
+        policies returns True for it (docs/security.md).
+
+        Raises:
+            roost.Error: Invalid for an empty name or one already registered.
+        """
+        if not isinstance(name, str) or not name:
+            raise invalid(f"a policy name is a non-empty string, got {name!r}")
+        if name in self._policies:
+            raise invalid(f"policy {name!r} is already registered on app {self.name!r}")
+
+        def register(fn: _PolicyFn) -> _PolicyFn:
+            if not callable(fn) or inspect.iscoroutinefunction(fn):
+                raise invalid(f"policy {name!r} must be a plain function, got {fn!r}")
+            self._policies[name] = fn
+            return fn
+
+        return register
 
     @overload
     def process(self, fn: _AsyncFn, /, *, name: str | None = None) -> _AsyncFn: ...

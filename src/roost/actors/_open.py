@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ from roost import _telemetry as telemetry
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
+from roost._security import KeyRing
 from roost._text import check_text
 from roost.actors._app import App, Entry, _extension, node_services
 from roost.actors._current import reset_current, set_current
@@ -186,6 +187,8 @@ async def open_node(
     workflow_host: WorkflowHostFactory | None = None,
     temporal: str | None = None,
     temporal_namespace: str = "default",
+    signing_keys: Mapping[str, bytes] | None = None,
+    signing_key: str | None = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -221,6 +224,10 @@ async def open_node(
             (``roost.temporal.temporal_host``; needs ``roost[temporal]``, see
             docs/temporal.md). ``name`` must then be unique among the cluster's live nodes.
         temporal_namespace: the Temporal namespace, with ``temporal``.
+        signing_keys: the key ring that signs and verifies security contexts and relay
+            tickets, ``{key_id: bytes}`` (docs/security.md); None: ``ROOST_SIGNING_KEYS``
+            (``id1:hex,id2:hex``), or no ring. Verification accepts any key of the ring.
+        signing_key: the id of the key that signs (default: the first).
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -238,6 +245,7 @@ async def open_node(
     if workflow_cache < 1:
         raise invalid(f"workflow_cache must be >= 1, got {workflow_cache}")
     _check_positive_int(workflow_unread_limit, "workflow_unread_limit")
+    keyring = _keyring(signing_keys, signing_key)
     if workflow_host is not None and not callable(workflow_host):
         raise invalid(
             "workflow_host must be a factory (a callable given the node's services that "
@@ -270,6 +278,7 @@ async def open_node(
                     "admin": admin_bind,
                     "data_dir": path,
                     "workflow_host": workflow_host,
+                    "keyring": keyring,
                 },
             }
             async with _running(
@@ -284,6 +293,15 @@ async def open_node(
     finally:
         if temp:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _keyring(keys: Mapping[str, bytes] | None, active: str | None) -> KeyRing | None:
+    """The node's key ring: the given keys, else ``ROOST_SIGNING_KEYS``, else none."""
+    if keys is None:
+        if active is not None:
+            raise invalid("signing_key names a key of signing_keys; give signing_keys too")
+        return KeyRing.from_env()
+    return KeyRing.build(keys, active)
 
 
 def _temporal_host(

@@ -10,7 +10,9 @@ import trio
 
 from roost._errors import invalid
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, Actor, Scope, actor_of, claim, scope_of
 from roost.actors._app import ENTRY_ATTR, Entry, EntryKind
+from roost.actors._authorize import authorize
 from roost.actors._current import current_any, current_process, maybe_current_process
 from roost.actors._node import SpawnRequest, terminated_error
 from roost.actors._process import Process
@@ -105,6 +107,8 @@ class Spawner:
     messages: tuple[tuple[str, Any], ...] = ()
     # The options whose value came from a legacy "temporal.workflow.*" key.
     legacy: frozenset[str] = attrs.field(factory=frozenset, repr=False)
+    actor: Actor | None = None
+    scope: Scope | None = None
 
     def with_options(self, mapping: Mapping[str, Any] | None = None, **opts: Any) -> Spawner:
         """Merge spawn options (later keys win); Wippy-style prefixed keys are accepted.
@@ -134,7 +138,35 @@ class Spawner:
         for key in mapping:
             if not isinstance(key, str):
                 raise invalid(f"context keys must be strings, got {key!r}")
+            if key == SECURITY_KEY:
+                raise invalid(
+                    f"context key {SECURITY_KEY!r} is reserved for the security context: "
+                    "use with_actor / with_scope"
+                )
         return attrs.evolve(self, context={**self.context, **mapping})
+
+    def with_actor(self, actor: Actor) -> Spawner:
+        """Run what this Spawner starts as ``actor`` (a ``roost.security.Actor``)."""
+        if not isinstance(actor, Actor):
+            raise invalid(f"with_actor takes a roost.security.Actor, got {type(actor).__name__}")
+        return attrs.evolve(self, actor=actor)
+
+    def with_scope(self, scope: Scope) -> Spawner:
+        """Run what this Spawner starts under ``scope`` (a ``roost.security.Scope``)."""
+        if not isinstance(scope, Scope):
+            raise invalid(f"with_scope takes a roost.security.Scope, got {type(scope).__name__}")
+        return attrs.evolve(self, scope=scope)
+
+    def _own_context(self, inherited: Mapping[str, Any]) -> Mapping[str, Any]:
+        """This Spawner's context values, with the security context when it sets one.
+
+        An actor or scope set here replaces the inherited one; the other is inherited.
+        """
+        if self.actor is None and self.scope is None:
+            return self.context
+        actor = self.actor if self.actor is not None else actor_of(inherited)
+        scope = self.scope if self.scope is not None else scope_of(inherited)
+        return {**self.context, SECURITY_KEY: claim(actor, scope)}
 
     def with_name(self, name: str) -> Spawner:
         """Spawn-or-signal under ``name``: if it is taken, the holder gets the messages."""
@@ -216,6 +248,7 @@ class Spawner:
             resolved_entry = caller.node.app.resolve(entry) if caller.node else None
             if resolved_entry is None or resolved_entry.kind is not EntryKind.WORKFLOW:
                 raise invalid("inside a workflow, process.exec runs a child workflow entry")
+            authorize(caller, "process.spawn", resolved_entry.id)
             options = self._child_options()
             value = await caller.workflow.exec_child(resolved_entry.id, args, options)
             return result_of(resolved_entry.fn, value)
@@ -223,6 +256,8 @@ class Spawner:
         await trio.lowlevel.checkpoint()
         node = parent.node
         resolved = node.app.resolve(entry)
+        if parent.context or node.app.secure:
+            authorize(parent, "process.spawn", resolved.id)
         if resolved.kind is EntryKind.WORKFLOW:
             pid = await self._start_workflow(parent, resolved, args, link=False, monitor=False)
             outcome = await node.require_workflows().wait_exit(pid)
@@ -255,6 +290,8 @@ class Spawner:
         await trio.lowlevel.checkpoint()
         node = caller.node
         resolved = node.app.resolve(entry)
+        if caller.context or node.app.secure:
+            authorize(caller, "process.spawn", resolved.id)
         if resolved.kind is EntryKind.WORKFLOW:
             if host is not None:
                 raise invalid("host= places plain processes; workflows run on the node itself")
@@ -276,10 +313,19 @@ class Spawner:
             )
         node = caller.node
         resolved = node.app.resolve(entry) if node is not None else None
+        if resolved is not None:
+            authorize(caller, "process.spawn", resolved.id)
         if resolved is not None and resolved.kind is EntryKind.WORKFLOW:
             child: Pid = caller.workflow.start_child(resolved.id, args, self._child_options())
             return child
-        if self.options or self.name is not None or self.messages or self.context:
+        if (
+            self.options
+            or self.name is not None
+            or self.messages
+            or self.context
+            or self.actor is not None
+            or self.scope is not None
+        ):
             raise invalid("spawn options are not supported for processes spawned by workflows")
         if resolved is not None and resolved.kind not in (
             EntryKind.PROCESS,
@@ -294,10 +340,10 @@ class Spawner:
         return pid
 
     def _child_options(self) -> dict[str, Any]:
-        if self.messages or self.context:
+        if self.messages or self.context or self.actor is not None or self.scope is not None:
             raise invalid(
-                "child workflows take start options, not start messages or context "
-                "(they inherit the parent's context)"
+                "child workflows take start options, not start messages, context, actor or "
+                "scope (they inherit the parent's context and security context)"
             )
         options = dict(self.options)
         if self.name is not None:
@@ -321,7 +367,7 @@ class Spawner:
             args=args,
             options=options,
             messages=self.messages,
-            context={**parent.context, **self.context},
+            context={**parent.context, **self._own_context(parent.context)},
         )
         if link:
             node.link(parent, pid)
@@ -348,7 +394,7 @@ class Spawner:
             host=host if host is not None else opts.get("host"),
             name=self.name if self.name is not None else opts.get("name"),
             messages=self.messages,
-            context=self.context,
+            context=self._own_context(parent.context),
             link=link,
             monitor=monitor,
             mailbox_limit=opts.get("mailbox_limit"),

@@ -29,6 +29,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid, shown
 from roost.actors._app import EntryKind
+from roost.actors._authorize import check_relay
 from roost.actors._current import reset_current, set_current
 from roost.actors._events import Exit
 from roost.admin._json import error_json, to_jsonable
@@ -351,11 +352,15 @@ async def signal(request: Request) -> Any:
 
     node = _handle(request)
     workflow_id = request.path_params["id"]
-    body = await _body(request, ("topic", "payload"), '{"topic": "approve", "payload": {}}')
+    body = await _body(
+        request, ("topic", "payload", "ticket"), '{"topic": "approve", "payload": {}}'
+    )
     topic = _required_text(body, "topic", '"approve"')
     payload = body.get("payload")
     _running(node, workflow_id, "signaled")
     pid = workflow_pid(node, workflow_id)
+    # A secured workflow takes the operator's signed ticket, not the node's own signature.
+    check_relay(node_of(node), pid, topic, body.get("ticket"))
 
     async def send() -> None:
         await process.send(pid, topic, payload)  # durable: in its history on return

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 import click
 
+from roost._files import private_dir
 from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
 from roost.cli._common import (
@@ -221,7 +222,7 @@ def export_all(directory: Path, query: str | None, status: str | None, data_dir:
             for row in _inspect.list_workflows(store, _CODEC, query)
             if row["status"] != "quarantined"
         ]
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         for workflow_id in progress(ids, "exporting histories"):
             events = _inspect.history(store, _CODEC, workflow_id)
             save_history(events, directory / f"{quote(workflow_id)}.cbor")

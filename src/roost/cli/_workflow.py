@@ -22,6 +22,7 @@ from roost.cli._common import (
     reading,
     table,
 )
+from roost.cli._signing import key_file_option, operator_ring, operator_ticket
 from roost.storage import Codec, WriteTxn
 from roost.testing import history_to_json
 from roost.workflow._local import _inspect, _offline
@@ -221,17 +222,28 @@ def _post(path: str, body: dict[str, Any]) -> Any:
 @click.argument("topic")
 @click.argument("payload", required=False)
 @data_dir_option
-def signal(workflow_id: str, topic: str, payload: str | None, data_dir: Path) -> None:
-    """Send a message with TOPIC and PAYLOAD (JSON; default null) to a running workflow."""
+@key_file_option
+def signal(
+    workflow_id: str, topic: str, payload: str | None, data_dir: Path, key_file: Path | None
+) -> None:
+    """Send a message with TOPIC and PAYLOAD (JSON; default null) to a running workflow.
+
+    A workflow running under a security context takes only signed messages: give the
+    node's key ring (--key-file or ROOST_SIGNING_KEYS); the message is signed as the
+    actor operator:<your user name>.
+    """
     value = parse_json(payload, "PAYLOAD")
     with failures():
+        ring = operator_ring(key_file)
+        ticket = operator_ticket(ring, workflow_id, topic)
+        body: dict[str, Any] = {"topic": topic, "payload": value}
+        if ticket is not None:
+            body["ticket"] = ticket
         change(
             data_dir,
-            admin=_post(
-                f"/api/workflows/{quote(workflow_id)}/signal", {"topic": topic, "payload": value}
-            ),
+            admin=_post(f"/api/workflows/{quote(workflow_id)}/signal", body),
             offline=lambda txn, codec: _offline.signal_offline(
-                txn, codec, workflow_id, topic, value
+                txn, codec, workflow_id, topic, value, ticket=ticket, ring=ring
             ),
         )
     click.echo(f"signalled {workflow_id} with {topic!r}")

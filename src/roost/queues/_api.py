@@ -6,6 +6,7 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import EntryKind
+from roost.actors._authorize import authorize_caller
 from roost.actors._current import bound_node, maybe_current_process
 from roost.queues._records import QueueInfo
 from roost.queues._runtime import DELIVERY, QueueRuntime
@@ -56,6 +57,7 @@ async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
             that cannot be encoded; NotFound for an unknown entry. Nothing is stored.
     """
     runtime = _runtime()
+    authorize_caller("queue.enqueue", queue)
     resolved = runtime.node.app.resolve(entry)
     if resolved.kind not in _TARGETS:
         raise invalid(

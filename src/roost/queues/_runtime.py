@@ -32,6 +32,7 @@ from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
 from roost.actors._app import EntryKind, register_extension, register_node_service
+from roost.actors._authorize import authorize_caller
 from roost.actors._current import reset_current, set_current
 from roost.actors._funcs import funcs_call
 from roost.actors._node import Node
@@ -506,16 +507,19 @@ class DeadLetters:
         Raises:
             roost.Error: NotFound for an unknown receipt id (or one redriven meanwhile).
         """
+        authorize_caller("dlq.change", queue)
         if not await self._redrive([self._find(queue, receipt_id)]):
             raise not_found(f"dead letter {receipt_id!r} of queue {queue!r} is gone")
 
     async def redrive_all(self, queue: str) -> int:
         """Redrive every dead letter of ``queue``; returns how many."""
+        authorize_caller("dlq.change", queue)
         self._check(queue)
         return await self._redrive(self._all(queue))
 
     async def discard(self, queue: str, receipt_id: str) -> None:
         """Delete a dead letter for good."""
+        authorize_caller("dlq.change", queue)
         dead = self._find(queue, receipt_id)
         row = message_key(dead.queue, dead.seq)
         if not await self._rt.transact(lambda txn: txn.delete("dlq", row)):

@@ -22,6 +22,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid, shown
 from roost._text import check_text
+from roost.actors._authorize import authorize_caller
 from roost.actors._current import bound_node, current_any, maybe_current_process
 from roost.queues._state_ops import apply_ops, parse_ops
 from roost.storage import MAX_KEY_SIZE, Codec, Store, WriteTxn, key, unpack_key
@@ -95,6 +96,7 @@ async def get(scope: str, key: str) -> Any:
             outside a node.
     """
     what = "roost.state.get"
+    authorize_caller("state.read", scope, key)
     _node, store = _store(what)
     row = _row(scope, key, what)
     await trio.lowlevel.checkpoint()
@@ -111,6 +113,7 @@ async def set(scope: str, key: str, value: Any) -> None:  # noqa: A001 - API nam
             message names the offending part), or inside a workflow; nothing is stored.
     """
     what = "roost.state.set"
+    authorize_caller("state.write", scope, key)
     node, store = _store(what)
     row = _row(scope, key, what)
     data = _CODEC.encode(value, what=f"state {scope}/{key} value")
@@ -124,6 +127,7 @@ async def delete(scope: str, key: str) -> bool:
         roost.Error: Invalid for a bad scope or key, or inside a workflow.
     """
     what = "roost.state.delete"
+    authorize_caller("state.write", scope, key)
     node, store = _store(what)
     row = _row(scope, key, what)
     return await _transact(node, store, lambda txn: txn.delete(TABLE, row))
@@ -136,6 +140,7 @@ async def list(scope: str) -> dict[str, Any]:  # noqa: A001 - API name
         roost.Error: Invalid for a bad scope, or inside a workflow.
     """
     what = "roost.state.list"
+    authorize_caller("state.read", scope, "")
     _node, store = _store(what)
     prefix = key(_check_name(scope, "scope", what))
     await trio.lowlevel.checkpoint()
@@ -160,6 +165,7 @@ async def update(scope: str, key: str, ops: Any) -> Any:
             cannot encode, or inside a workflow; in every case nothing is stored.
     """
     what = "roost.state.update"
+    authorize_caller("state.write", scope, key)
     node, store = _store(what)
     row = _row(scope, key, what)
     parsed = parse_ops(ops)

@@ -21,7 +21,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, Final
 
 import attrs
@@ -37,6 +37,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
+from roost._security import SECURITY_KEY
 from roost.actors._app import Entry
 from roost.actors._contain import must_propagate
 from roost.actors._events import Exit, ExitResult
@@ -236,6 +237,8 @@ class TemporalHost:
         """
         if self._health.failed is not None:
             raise self._health.failed.clone()
+        if SECURITY_KEY in context:  # no unverified run: envelopes are not checked here yet
+            raise unsupported("a workflow started under a security context (docs/security.md)")
         opts = check_start_options(options)
         workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None
@@ -269,8 +272,18 @@ class TemporalHost:
 
     # -- messages, cancel, terminate -------------------------------------------------------
 
-    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> _Accepted:
-        """Signal the workflow: the RPC's success is the durable receipt."""
+    def signal(
+        self,
+        sender: Pid | None,
+        pid: Pid,
+        topic: str,
+        payload: Any,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> _Accepted:
+        """Signal the workflow: the RPC's success is the durable receipt.
+
+        ``ticket`` is not checked on this host yet (docs/security.md, "Temporal host").
+        """
         _check(payload, f"payload of message {topic!r}")
         return self._signal(pid.id, topic, [payload, sender])
 

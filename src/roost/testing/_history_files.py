@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from roost._errors import Error, invalid
+from roost._files import write_private
 from roost.admin._json import dumps
 from roost.storage import Codec
 
@@ -17,11 +18,12 @@ _CODEC = Codec()
 
 
 def save_history(history: Iterable[Any], path: str | os.PathLike[str]) -> Path:
-    """Write a history (from ``node.history``) to a portable CBOR file."""
-    target = Path(path)
+    """Write a history (from ``node.history``) to a portable CBOR file (mode 0600).
+
+    It holds the workflow's inputs, results and messages: private whatever the umask.
+    """
     # A list of roost's own records: it gets their depth, as the store does.
-    target.write_bytes(_CODEC.encode(list(history), what="history", envelope=True))
-    return target
+    return write_private(path, _CODEC.encode(list(history), what="history", envelope=True))
 
 
 def history_to_json(history: Iterable[Any], *, indent: int | None = 2) -> str:

@@ -240,6 +240,8 @@ async def open_test_node(
     workflow_cache: int = 10_000,
     data_dir: str | Path | None = None,
     workflow_unread_limit: int = 10_000,
+    signing_keys: Mapping[str, bytes] | None = None,
+    signing_key: str | None = None,
 ) -> AsyncIterator[TestNode]:
     """A node for tests: a temporary LMDB store and a clock that skips idle time.
 
@@ -253,6 +255,8 @@ async def open_test_node(
         workflow_cache: as for ``open_node`` (1 makes every step rebuild by replay).
         data_dir: keep the store there instead of a temporary directory (not removed).
         workflow_unread_limit: as for ``open_node``.
+        signing_keys: as for ``open_node`` (the key ring; docs/security.md).
+        signing_key: as for ``open_node``.
 
     Example::
 
@@ -272,6 +276,8 @@ async def open_test_node(
         "name": name,
         "workflow_cache": workflow_cache,
         "workflow_unread_limit": workflow_unread_limit,
+        "signing_keys": signing_keys,
+        "signing_key": signing_key,
     }
     try:
         async with trio.open_nursery() as nursery:

@@ -24,6 +24,7 @@ from typing import Any, SupportsIndex
 from roost._errors import Error, ErrorKind, NondeterminismError, invalid
 from roost._interrupt import is_ctrl_c
 from roost._pid import Pid
+from roost._security import SECURITY_KEY
 from roost.actors._events import Cancel, Exit
 from roost.actors._upgrade import Upgrade
 from roost.mailbox._backend import Waiter
@@ -68,6 +69,7 @@ from roost.workflow._misuse import (
 from roost.workflow._options import check_child_id, check_child_options
 from roost.workflow._ports import Ports
 from roost.workflow._retry import activity_options
+from roost.workflow._trust import envelope_error
 
 __all__ = ["DEFAULT_VERSION", "Driver", "Ports", "Status", "WorkflowActivity"]
 
@@ -291,6 +293,12 @@ class Driver:
                     waiting.resolve(event.value, event.error)
             else:
                 self._apply(event)
+        started = self.started
+        if started is not None and SECURITY_KEY in started.context and self.status == RUNNING:
+            trust = self._ports.trust()
+            refused = envelope_error(started, trust) if trust is not None else None
+            if refused is not None:
+                return self._refuse(refused, expected)
         ready, taken, step = self._ready, 0, self._step
         try:
             while taken < len(ready) and self.status == RUNNING:
@@ -303,6 +311,24 @@ class Driver:
             del ready[:taken]
         if expected is not None and self._expected_at < len(expected):
             self._diverged(None, expected[self._expected_at], "<the workflow blocked instead>")
+        commands, self._commands = self._commands, _BETWEEN_ACTIVATIONS
+        self._length_base = self.history_length = self.history_length + len(commands)
+        return commands
+
+    def _refuse(self, error: Error, expected: Sequence[Command] | None) -> list[Command]:
+        """The envelope failed its check: none of the body runs, the execution fails.
+
+        Replaying, the recorded commands came from a body that ran when the envelope
+        still verified: they are passed over (the seq counter follows them), and the live
+        activation that follows records the failure.
+        """
+        if expected is not None:
+            for command in expected:
+                self._seq = max(self._seq, command.seq)
+        else:
+            self._issue(Fail(seq=self._next_seq(), error=error))
+            self.status, self.error = Status.FAILED, error
+            self.close()
         commands, self._commands = self._commands, _BETWEEN_ACTIVATIONS
         self._length_base = self.history_length = self.history_length + len(commands)
         return commands

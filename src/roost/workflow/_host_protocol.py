@@ -152,17 +152,27 @@ class WorkflowHost(Protocol):
                 option or input that cannot be encoded (nothing is stored).
         """
 
-    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> Durable:
+    def signal(
+        self,
+        sender: Pid | None,
+        pid: Pid,
+        topic: str,
+        payload: Any,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> Durable:
         """Accept a message for the workflow (or the reply address) ``pid``.
 
         Messages from one sender reach the workflow in the order they were accepted. A
         ``process.call`` to a workflow is a signal whose sender is the caller's reply
         address; a reply to a workflow's own call is a signal to one of its reply addresses.
+        ``ticket``: the relay ticket a workflow running under a security context needs,
+        bound to (its id, ``topic``) (``roost._security.make_ticket``).
 
         Raises:
             roost.Error: NotFound when ``pid`` is no open workflow; Invalid for a payload
-                that cannot be recorded; LimitExceeded at the workflow's unread limit
-                (nothing is stored).
+                that cannot be recorded; LimitExceeded at the workflow's unread limit;
+                PermissionDenied for a secured workflow without a valid ticket (nothing
+                is stored).
         """
 
     def cancel(self, pid: Pid, reason: str | None) -> Durable:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from roost._pid import Pid
     from roost.workflow._awaitables import DriverView
     from roost.workflow._history import Started
+    from roost.workflow._trust import Trust
 
 __all__ = ["Ports"]
 
@@ -61,6 +62,15 @@ class Ports(abc.ABC):
         history predates the change. The driver records a ``VersionMarker`` for any other
         answer, as for its own, and checks the answer against the supported range (a
         version outside it stops the run's replay). Asked once per change per run.
+        """
+        return None
+
+    def trust(self) -> Trust | None:
+        """What a secured run's envelope is checked against at every activation.
+
+        None (the default): this driver does not check envelopes (a replay that only
+        checks code against a history). A host that runs workflows returns its key ring
+        and the app's policy names (a ring of None denies every secured run).
         """
         return None
 

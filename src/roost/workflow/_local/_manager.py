@@ -19,6 +19,7 @@ import trio
 from roost._counters import RuntimeCounters
 from roost._errors import Error, not_found
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, ticket_error
 from roost.actors._app import Entry
 from roost.actors._events import Exit
 from roost.actors._node import ExitResult, Node, noproc_error, terminated_error
@@ -150,6 +151,7 @@ class WorkflowManager:
             unloadable=self.unloadable,
             input_of=commits.input_of,
             timer_rows=self.timers.rows,
+            keyring=node.settings.get("keyring"),
         )
         self.closing = Closing(
             runs=runs,
@@ -323,7 +325,14 @@ class WorkflowManager:
 
     # -- messages and cancels from outside -------------------------------------------------
 
-    def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
+    def signal(
+        self,
+        sender: Pid | None,
+        pid: Pid,
+        topic: str,
+        payload: Any,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> trio.Event:
         """Append a message to a running workflow's history; the event is set once durable.
 
         A message to a reply address is the reply to that workflow's call (see ``ReplyHost``).
@@ -338,11 +347,20 @@ class WorkflowManager:
         run = self.runs.get(pid.id)
         if run is None:
             raise not_found(f"workflow {pid.id!r} is not running", pid=str(pid))
+        if SECURITY_KEY in run.context:
+            refused = ticket_error(ticket, pid.id, topic, self.node.settings.get("keyring"))
+            if refused is not None:
+                raise refused
         self.codec.encode(payload, what=f"payload of message {topic!r}")
         check_room(self.unread_limit, run)
         return self.incoming.from_outside(
             run, MessageArrived(topic=topic, payload=payload, sender=sender)
         )
+
+    def secured(self, pid: Pid) -> bool:
+        """Whether ``pid`` is an open workflow running under a security context."""
+        run = self.runs.get(pid.id) if pid.host == self.host else None
+        return run is not None and SECURITY_KEY in run.context
 
     def cancel(self, pid: Pid, reason: str | None) -> trio.Event:
         """Deliver a CANCEL request to a running workflow (it decides what to do)."""

@@ -20,10 +20,12 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, KeyRing, ticket_error
 from roost.actors._app import _check_name as check_name
 from roost.storage import Codec, ReadTxn, WriteTxn, key, unpack_key
 from roost.storage._quarantine import QUARANTINE_TABLE, quarantine_key
 from roost.workflow._history import CancelRequested, MessageArrived, Started
+from roost.workflow._history_format import read_activation
 from roost.workflow._local._inspect import run_key
 from roost.workflow._local._records import (
     InboxItem,
@@ -31,6 +33,7 @@ from roost.workflow._local._records import (
     RunStatus,
     TerminateRequest,
     TimerTask,
+    history_key,
     inbox_key,
     timer_key,
 )
@@ -199,6 +202,20 @@ def _open_run(txn: ReadTxn, codec: Codec, workflow_id: str) -> RunRecord:
     return record
 
 
+def _start_context(txn: ReadTxn, codec: Codec, record: RunRecord) -> dict[str, Any]:
+    """The context values of ``record``'s run, from its ``Started`` event (stored or pending)."""
+    data = txn.get("histories", history_key(record.run_id, 1))
+    if data is not None:
+        events = read_activation(codec, data)[2]
+        if events and isinstance(events[0], Started):
+            return events[0].context
+    for _, raw in txn.prefix("inbox", key(record.run_id), limit=1):
+        event = codec.decode(raw)
+        if isinstance(event, Started):
+            return event.context
+    return {}
+
+
 def _append(txn: WriteTxn, codec: Codec, record: RunRecord, event: InboxItem) -> None:
     # After the run's last pending row, as the runtime numbers them (recovery resumes
     # its count from the highest stored one).
@@ -208,16 +225,33 @@ def _append(txn: WriteTxn, codec: Codec, record: RunRecord, event: InboxItem) ->
     txn.put("inbox", inbox_key(record.run_id, last + 1), codec.encode(event))
 
 
-def signal_offline(txn: WriteTxn, codec: Codec, workflow_id: str, topic: str, payload: Any) -> None:
+def signal_offline(
+    txn: WriteTxn,
+    codec: Codec,
+    workflow_id: str,
+    topic: str,
+    payload: Any,
+    *,
+    ticket: Mapping[str, Any] | None = None,
+    ring: KeyRing | None = None,
+) -> None:
     """Store a message for an open workflow (it reads it once a node runs it).
+
+    A workflow running under a security context takes it only with a relay ticket that
+    ``ring`` verifies (the command line signs with the ring it was given).
 
     Raises:
         roost.Error: NotFound if no run of that id is open; Invalid for a bad topic or a
-            payload that cannot be encoded.
+            payload that cannot be encoded; PermissionDenied for a secured workflow
+            without a valid ticket (nothing is stored).
     """
     if not isinstance(topic, str) or not topic:
         raise invalid(f"a message topic is a non-empty string, got {topic!r}")
     record = _open_run(txn, codec, workflow_id)
+    if SECURITY_KEY in _start_context(txn, codec, record):
+        refused = ticket_error(ticket, workflow_id, topic, ring)
+        if refused is not None:
+            raise refused
     codec.encode(payload, what=f"payload of message {topic!r}")
     _append(txn, codec, record, MessageArrived(topic=topic, payload=payload, sender=None))
 

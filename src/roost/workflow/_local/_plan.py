@@ -30,6 +30,7 @@ from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, reseal
 from roost.mailbox._mailbox import EVENTS
 from roost.storage import key, u64
 from roost.workflow._history import (
@@ -79,6 +80,7 @@ from roost.workflow._planner import (
 )
 
 if TYPE_CHECKING:
+    from roost._security import KeyRing
     from roost.actors._app import Entry
     from roost.storage import Codec
 
@@ -150,6 +152,11 @@ class Routes(Protocol):
 
     def room(self, run: Run, count: int) -> Error | None:
         """The error that refuses ``count`` more messages for ``run``, or None."""
+        ...
+
+    @property
+    def keyring(self) -> KeyRing | None:
+        """The node's signing keys: a child's security context is sealed for its id."""
         ...
 
     def child_refusal(self, workflow_id: str, *, taken: bool) -> Error | None:
@@ -545,11 +552,17 @@ class _Planner:
             at=self.at,
         )
         fields["name"] = None  # a child's name option is its id, not a registered name
+        context = parent.context
+        if SECURITY_KEY in context:  # bound to the child: its id is the addressee
+            try:
+                context = dict(reseal(context, command.workflow_id, routes.keyring))
+            except Error as exc:
+                return exc
         child, started = build_run(
             entry=routes.resolve(command.entry),
             pid=Pid.trusted(routes.node_name, routes.host, command.workflow_id),
             args=command.args,
-            context=parent.context,
+            context=context,
             at=self.at,
             rand=routes.entropy(),
             tracing=routes.tracing,

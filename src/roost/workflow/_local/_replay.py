@@ -19,6 +19,7 @@ from roost.workflow._local._quarantine import RunQuarantined
 from roost.workflow._local._records import history_key
 from roost.workflow._local._run import Run
 from roost.workflow._recorded import is_plain
+from roost.workflow._trust import Trust
 
 if TYPE_CHECKING:
     from roost.actors._process import NodeOps
@@ -91,6 +92,10 @@ class RunPorts(Ports):
         """Bytes ``value`` takes in the history, by the node's codec."""
         return len(self.drivers.codec.encode(value))
 
+    def trust(self) -> Trust:
+        """The node's key ring and the app's policy names."""
+        return self.drivers.trust
+
     def kept_start(self, started: Started) -> Started:
         """``started`` with the run record's own strings, PID and context where equal.
 
@@ -137,7 +142,17 @@ Stored = list[tuple[bytes, bytes]]  # the history rows of a run, in activation o
 class Drivers:
     """Builds runs' drivers, rebuilds them by replay, and keeps the driver cache in order."""
 
-    __slots__ = ("_replies", "_runs", "_stats", "_store", "base_context", "codec", "host", "node")
+    __slots__ = (
+        "_replies",
+        "_runs",
+        "_stats",
+        "_store",
+        "base_context",
+        "codec",
+        "host",
+        "node",
+        "trust",
+    )
 
     def __init__(
         self,
@@ -166,6 +181,9 @@ class Drivers:
         self.node, self._store, self.codec, self._runs = node, store, codec, runs
         self._stats, self.host, self._replies = stats, host, replies
         self.base_context = base_context
+        # What secured runs' envelopes are checked against (the policies as the app has
+        # them when the host starts: policies are registered before a node opens).
+        self.trust = Trust(node.settings.get("keyring"), frozenset(node.app.policies))
 
     def reply_pid(self, run: Run, seq: int) -> Pid:
         """The private reply address of ``run``'s call ``seq``."""

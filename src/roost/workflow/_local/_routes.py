@@ -13,6 +13,7 @@ from roost.workflow._planner import plan_child_start, unloadable_error
 
 if TYPE_CHECKING:
     from roost._pid import Pid
+    from roost._security import KeyRing
     from roost.actors._app import App, Entry
     from roost.actors._registry import Registry
     from roost.storage import Codec
@@ -37,6 +38,7 @@ class HostRoutes:
         "_unread_limit",
         "codec",
         "host",
+        "keyring",
         "node_name",
     )
 
@@ -55,6 +57,7 @@ class HostRoutes:
         unloadable: dict[str, Error],
         input_of: Callable[[Run], list[Any]],
         timer_rows: Callable[[Run], list[bytes]],
+        keyring: KeyRing | None = None,
     ) -> None:
         """Build it from the few collaborators it uses.
 
@@ -71,12 +74,15 @@ class HostRoutes:
             unloadable: ids whose stored run this node's app cannot run.
             input_of: a run's input.
             timer_rows: a run's stored timer rows.
+            keyring: the node's signing keys (children's security contexts are sealed
+                with them).
         """
         self.codec, self.host, self.node_name = codec, host, node_name
         self._app, self._registry, self._runs, self._route = app, registry, runs, route
         self._unread_limit = unread_limit
         self._quarantined, self._unloadable = quarantined, unloadable
         self._input_of, self._timer_rows = input_of, timer_rows
+        self.keyring = keyring
 
     @property
     def tracing(self) -> bool:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from roost import _telemetry as telemetry
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, reseal
 from roost.actors._app import Entry
 from roost.workflow._history import MessageArrived, Started
 from roost.workflow._local._plan import build_run
@@ -149,6 +150,8 @@ class Starts:
         explicit = workflow_id is not None
         if workflow_id is None:
             workflow_id = f"{self._app_name}-{os.urandom(8).hex()}"
+        if SECURITY_KEY in context:  # signed and bound to the workflow (docs/security.md)
+            context = dict(reseal(context, workflow_id, self._node.settings.get("keyring")))
         # Every input check comes first: bad input changes nothing, not even a running
         # workflow that terminate_existing would replace, and waits for no admission.
         check_input(self._codec, entry.id, args, opts, messages)

@@ -24,13 +24,14 @@ import heapq
 import itertools
 import types
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind
+from roost._security import SECURITY_KEY
 from roost.actors._app import Entry, EntryKind
 from roost.workflow._activity_info import install_port, prepare_base
 from roost.workflow._history import ActivityResolved
@@ -61,6 +62,7 @@ from roost.workflow._local.activities._log import log_failure
 from roost.workflow._local.activities._rows import forget_if_orphan, reschedule
 from roost.workflow._local.activities._threads import SyncJob, ThreadPool, never_raising
 from roost.workflow._retry import next_retry
+from roost.workflow._trust import Trust, activity_context, activity_id
 
 if TYPE_CHECKING:
     from roost._counters import RuntimeCounters
@@ -319,8 +321,17 @@ class ActivityWorker:
         wall = self._node.now() if "schedule_to_close_timeout" in options else None
         set_limits(work, trio.current_time(), wall)
         failure = faults.take(task.entry) if faults is not None else None
-        if failure is not None:
-            work.finish(None, failed(failure))
+        refused = failed(failure) if failure is not None else None
+        context: Mapping[str, Any] = run.context
+        if refused is None and SECURITY_KEY in context:  # its own envelope, checked first
+            context, refused = activity_context(
+                context,
+                task.workflow_id,
+                activity_id(task.workflow_id, task.run_id, task.seq),
+                self._trust(),
+            )
+        if refused is not None:
+            work.finish(None, refused)
             outcomes.append(work)
             return None
         # An activity is a function, not a process: it sees its workflow's context values
@@ -329,7 +340,7 @@ class ActivityWorker:
         # (the workflow's own process reads the same mapping).
         ctx = work.ctx = self._base.copy()
         ctx.run(
-            install_port, AttemptPort(task, run.context, self._beater(work) if work.every else None)
+            install_port, AttemptPort(task, context, self._beater(work) if work.every else None)
         )
         if telemetry.tracing:
             telemetry.activity_started(work, run, ctx)
@@ -580,6 +591,11 @@ class ActivityWorker:
                     await trio.sleep_forever()
                 work.scope = None
         return not work.cancelled
+
+    def _trust(self) -> Trust:
+        """The node's key ring and the app's policy names (secured activities only)."""
+        node = self._node
+        return Trust(node.settings.get("keyring"), frozenset(node.app.policies))
 
     def _entry(self, task: ActivityTask) -> Entry | Error:
         try:

@@ -55,6 +55,23 @@ class NodeCollector(Collector):
         procs = GaugeMetricFamily("roost_processes", "Live processes on the node.")
         procs.add_metric([], len(node.procs))
         yield procs
+        yield from _loop(node)
+
+
+def _loop(node: Any) -> Iterator[Metric]:
+    watchdog = node.ext.get("loop_watchdog")
+    if watchdog is not None:
+        stalls = CounterMetricFamily(
+            "roost_loop_stalls_total",
+            "Times the event loop did not run for longer than the loop_stall threshold.",
+        )
+        stalls.add_metric([], watchdog.stalls)
+        yield stalls
+        seconds = CounterMetricFamily(
+            "roost_loop_stall_seconds_total", "Seconds the event loop spent in those stalls."
+        )
+        seconds.add_metric([], watchdog.stall_seconds)
+        yield seconds
 
 
 def _workflows(manager: Any) -> Iterator[Metric]:

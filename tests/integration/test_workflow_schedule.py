@@ -241,6 +241,38 @@ async def test_task_timeout_fails_the_task_and_retries_it(autojump_clock, caplog
         assert [item.index for item in history if type(item).__name__ == "WorkflowTask"] == [1]
 
 
+STARTS: list[float] = []
+
+
+@app.workflow
+async def hogs_twice():
+    STARTS.append(trio.current_time())
+    if len(STARTS) <= 2:  # two tasks in a row compute for too long without yielding
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            pass
+    return len(STARTS)
+
+
+async def test_a_timed_out_task_waits_ten_times_as_long_as_it_held_the_loop(
+    autojump_clock, caplog
+):
+    STARTS.clear()
+    caplog.set_level(logging.ERROR, logger="roost.workflow")
+    async with roost.open_node(app):
+        result = await process.with_options(id="hog2", task_timeout="0.3s").exec(
+            "sched:hogs_twice"
+        )
+    assert result == 3
+    # Virtual time: the backoffs alone, never shorter than 10x the 0.3 s each task held
+    # the loop (more than the 1 s and 2 s of the plain task backoff).
+    assert STARTS[1] - STARTS[0] >= 3.0
+    assert STARTS[2] - STARTS[1] >= 3.0
+    failures = [r for r in caplog.records if "task_timeout of 0.3s" in r.getMessage()]
+    assert len(failures) == 2
+    assert "held the event loop for" in failures[0].getMessage()
+
+
 @app.workflow
 async def cancellable():
     event = await process.events().receive()

@@ -146,3 +146,12 @@ def test_only_a_ping_unanswered_past_the_threshold_is_a_stall() -> None:
     clock.now += 0.5
     posted.pop()()
     assert (watchdog.stalls, watchdog.stall_seconds) == (1, pytest.approx(1.5))
+
+
+async def test_open_node_refuses_a_loop_stall_that_is_not_a_positive_duration() -> None:
+    for bad in ("0s", "-1s", "soon"):
+        with pytest.raises(roost.Error) as info:
+            async with roost.open_node(app, loop_stall=bad):
+                pass
+        assert info.value.kind is roost.ErrorKind.INVALID
+        assert "loop_stall" in info.value.message

@@ -56,6 +56,29 @@ class NodeCollector(Collector):
         procs.add_metric([], len(node.procs))
         yield procs
         yield from _loop(node)
+        yield from _mailboxes(node)
+
+
+def _mailboxes(node: Any) -> Iterator[Metric]:
+    warn_at = int(node.settings.get("mailbox_warning", 10_000))
+    most = over = 0
+    for proc in list(node.procs.values()):
+        box = proc.mailbox
+        if box is not None:
+            unread = box.unread_messages()
+            most = max(most, unread)
+            over += unread >= warn_at
+    largest = GaugeMetricFamily(
+        "roost_mailbox_unread_max", "The most unread messages one live process's mailbox holds."
+    )
+    largest.add_metric([], most)
+    yield largest
+    count = GaugeMetricFamily(
+        "roost_mailboxes_over_warning",
+        "Live processes whose mailbox holds at least mailbox_warning unread messages.",
+    )
+    count.add_metric([], over)
+    yield count
 
 
 def _loop(node: Any) -> Iterator[Metric]:

@@ -99,7 +99,17 @@ def memory(data_dir: str) -> dict[str, int]:
     return out
 
 
-def soak(rounds: int, batch: int, workflow_cache: int | None) -> dict[str, Any]:
+def _show(m: dict[str, Any]) -> None:
+    print(
+        f"{m['s']:8.1f} s {m['closed']:9d} {m['rss'] / 1e6:7.1f} {m['anon'] / 1e6:8.1f} "
+        f"{m['store_mapped'] / 1e6:13.1f} {m['store_file'] / 1e6:9.1f}",
+        flush=True,
+    )
+
+
+def soak(
+    rounds: int, batch: int, workflow_cache: int | None, *, progress: bool = False
+) -> dict[str, Any]:
     """Run the soak: the memory samples after each round (seconds, workflows closed, and
     ``memory()``), the growth after warm-up (the first quarter of the rounds)."""
     samples: list[dict[str, Any]] = []
@@ -115,6 +125,8 @@ def soak(rounds: int, batch: int, workflow_cache: int | None) -> dict[str, Any]:
             for r in range(rounds):
                 await _round(batch, r * batch)
                 samples.append({"s": now() - t0, "closed": (r + 1) * batch, **memory(data_dir)})
+                if progress and (r + 1) % max(1, rounds // 20) == 0:
+                    _show(samples[-1])
             del node
 
     with tempfile.TemporaryDirectory(prefix="roost-soak-") as tmp:
@@ -177,13 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, batch = (QUICK_ROUNDS, QUICK_BATCH) if args.quick else (args.rounds, args.batch)
     gc.collect()
-    out = soak(rounds, batch, args.workflow_cache)
-    print("      time    closed     RSS  private  store mapped  data.mdb  (MB)")
-    for m in [*out["samples"][:: max(1, rounds // 20)], out["end"]]:
-        print(
-            f"{m['s']:8.1f} s {m['closed']:9d} {m['rss'] / 1e6:7.1f} {m['anon'] / 1e6:8.1f} "
-            f"{m['store_mapped'] / 1e6:13.1f} {m['store_file'] / 1e6:9.1f}"
-        )
+    print("      time    closed     RSS  private  store mapped  data.mdb  (MB)", flush=True)
+    out = soak(rounds, batch, args.workflow_cache, progress=True)
     g = out["growth"]
     print(
         f"after warm-up ({out['warm']['closed']} workflows): RSS {g['rss'] / 1e6:+.1f} MB, "

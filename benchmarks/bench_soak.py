@@ -175,7 +175,7 @@ def run(quick: bool) -> list[Result]:
     ]
 
 
-ROUNDS, BATCH = 2500, 200
+ROUNDS, BATCH = 1000, 200
 QUICK_ROUNDS, QUICK_BATCH = 8, 25
 
 

@@ -37,6 +37,8 @@ SUITES: dict[str, str] = {
     "queues": "benchmarks.bench_queues",
     "reference": "benchmarks.bench_reference",
     "temporal": "benchmarks.bench_temporal",
+    "soak": "benchmarks.bench_soak",
+    "stalls": "benchmarks.bench_stalls",
 }
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"

@@ -112,6 +112,12 @@ def test_the_task_backoff_doubles_up_to_its_cap_and_never_overflows():
     assert task_backoff(5000) == MAX_TASK_BACKOFF  # 2.0 ** 4999 would overflow a float
 
 
+def test_a_timed_out_task_backs_off_ten_times_as_long_as_it_held_the_loop():
+    assert task_backoff(1, held=0.3) == 3.0  # more than the 1 s of a first failure
+    assert task_backoff(3, held=0.1) == 4.0  # less: the plain backoff
+    assert task_backoff(9, held=10.0) == 100.0  # past the 60 s cap
+
+
 @app.workflow
 async def returns_a_set():
     await funcs.call(count, 2)

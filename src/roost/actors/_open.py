@@ -20,6 +20,7 @@ from roost._security import KeyRing
 from roost._text import check_text
 from roost.actors._app import App, Entry, _extension, node_services
 from roost.actors._current import reset_current, set_current
+from roost.actors._loop_watch import LoopWatchdog
 from roost.actors._node import Node, SpawnRequest
 from roost.actors._node_types import is_mock_clock
 from roost.actors._spawn import exec as _exec
@@ -189,6 +190,8 @@ async def open_node(
     temporal_namespace: str = "default",
     signing_keys: Mapping[str, bytes] | None = None,
     signing_key: str | None = None,
+    loop_stall: Duration = "1s",
+    mailbox_warning: int = 10_000,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -228,6 +231,12 @@ async def open_node(
             tickets, ``{key_id: bytes}`` (docs/security.md); None: ``ROOST_SIGNING_KEYS``
             (``id1:hex,id2:hex``), or no ring. Verification accepts any key of the ring.
         signing_key: the id of the key that signs (default: the first).
+        loop_stall: how long the event loop may go without running before the loop
+            watchdog logs a WARNING naming the code that blocks it, with its stack, and
+            counts the stall (``roost_loop_stalls_total``; docs/processes.md, "Blocking
+            code").
+        mailbox_warning: how many unread messages a process's mailbox may hold before a
+            WARNING (once per process) and the ``roost_mailboxes_over_warning`` gauge.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -246,6 +255,10 @@ async def open_node(
         raise invalid(f"workflow_cache must be >= 1, got {workflow_cache}")
     _check_positive_int(workflow_unread_limit, "workflow_unread_limit")
     keyring = _keyring(signing_keys, signing_key)
+    stall = parse_duration(loop_stall, what="loop_stall")
+    if stall <= 0:
+        raise invalid(f"loop_stall must be a positive duration, got {loop_stall!r}")
+    _check_positive_int(mailbox_warning, "mailbox_warning")
     if workflow_host is not None and not callable(workflow_host):
         raise invalid(
             "workflow_host must be a factory (a callable given the node's services that "
@@ -279,6 +292,8 @@ async def open_node(
                     "data_dir": path,
                     "workflow_host": workflow_host,
                     "keyring": keyring,
+                    "loop_stall": stall,
+                    "mailbox_warning": mailbox_warning,
                 },
             }
             async with _running(
@@ -332,6 +347,8 @@ async def _running(
         async with trio.open_nursery() as nursery:
             node = Node(app, nursery=nursery, **node_args)
             system.start_soon(node.timers.run, name="roost.timers")
+            watchdog = node.ext["loop_watchdog"] = LoopWatchdog(node.settings["loop_stall"])
+            system.start_soon(watchdog.run, name="roost.loop-watchdog")
             try:
                 for start_service in node_services():
                     await start_service(node, system)

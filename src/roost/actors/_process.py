@@ -14,7 +14,7 @@ from roost._errors import Error
 from roost._pid import Pid
 from roost.actors import _hardstop
 from roost.mailbox._channel import Channel
-from roost.mailbox._mailbox import Mailbox
+from roost.mailbox._mailbox import DEFAULT_WARN_AT, Mailbox
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -174,7 +174,9 @@ class Process:
         # kill attaches a cancel scope to that task (see _hardstop), or the scope itself.
         self._stop: trio.lowlevel.Task | trio.CancelScope | None = None
         # A limit is rare and must hold from the first message: such a mailbox is made now.
-        self.mailbox = None if mailbox_limit is None else Mailbox(mailbox_limit, pid)
+        self.mailbox = (
+            None if mailbox_limit is None else Mailbox(mailbox_limit, pid, _warn_at(node))
+        )
         self.links: set[Pid] | None = None
         self.watchers: set[Pid] | None = None
         self.watching: set[Pid] | None = None
@@ -197,7 +199,7 @@ class Process:
         """The mailbox, created on first use."""
         box = self.mailbox
         if box is None:
-            box = self.mailbox = Mailbox(None, self.pid)
+            box = self.mailbox = Mailbox(None, self.pid, _warn_at(self.node))
         return box
 
     @property
@@ -248,3 +250,8 @@ class Process:
         if exc is None:
             return bool(stop.__exit__(None, None, None))
         return bool(stop.__exit__(type(exc), exc, exc.__traceback__))
+
+
+def _warn_at(node: NodeOps) -> int:
+    """The node's ``mailbox_warning`` (``open_node``), or the default."""
+    return int(node.settings.get("mailbox_warning", DEFAULT_WARN_AT))

@@ -55,6 +55,46 @@ class NodeCollector(Collector):
         procs = GaugeMetricFamily("roost_processes", "Live processes on the node.")
         procs.add_metric([], len(node.procs))
         yield procs
+        yield from _loop(node)
+        yield from _mailboxes(node)
+
+
+def _mailboxes(node: Any) -> Iterator[Metric]:
+    warn_at = int(node.settings.get("mailbox_warning", 10_000))
+    most = over = 0
+    for proc in list(node.procs.values()):
+        box = proc.mailbox
+        if box is not None:
+            unread = box.unread_messages()
+            most = max(most, unread)
+            over += unread >= warn_at
+    largest = GaugeMetricFamily(
+        "roost_mailbox_unread_max", "The most unread messages one live process's mailbox holds."
+    )
+    largest.add_metric([], most)
+    yield largest
+    count = GaugeMetricFamily(
+        "roost_mailboxes_over_warning",
+        "Live processes whose mailbox holds at least mailbox_warning unread messages.",
+    )
+    count.add_metric([], over)
+    yield count
+
+
+def _loop(node: Any) -> Iterator[Metric]:
+    watchdog = node.ext.get("loop_watchdog")
+    if watchdog is not None:
+        stalls = CounterMetricFamily(
+            "roost_loop_stalls_total",
+            "Times the event loop did not run for longer than the loop_stall threshold.",
+        )
+        stalls.add_metric([], watchdog.stalls)
+        yield stalls
+        seconds = CounterMetricFamily(
+            "roost_loop_stall_seconds_total", "Seconds the event loop spent in those stalls."
+        )
+        seconds.add_metric([], watchdog.stall_seconds)
+        yield seconds
 
 
 def _workflows(manager: Any) -> Iterator[Metric]:

@@ -9,6 +9,7 @@ a dropped subscription hands its unread messages back for re-routing.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Any, Final
 
@@ -20,10 +21,15 @@ from roost._text import check_text
 from roost.mailbox._backend import Waiter
 from roost.mailbox._channel import UNBOUNDED, Channel, _take_receiver
 
-__all__ = ["EVENTS", "INBOX", "Mailbox", "Message", "check_topic"]
+__all__ = ["DEFAULT_WARN_AT", "EVENTS", "INBOX", "Mailbox", "Message", "check_topic"]
 
 INBOX: Final = "@inbox"
 EVENTS: Final = "@events"
+# Unread messages in one queue of a mailbox past which it logs a WARNING, once
+# (``open_node(..., mailbox_warning=...)``).
+DEFAULT_WARN_AT: Final = 10_000
+
+log = logging.getLogger("roost.process")
 
 
 @attrs.frozen(slots=True)
@@ -127,11 +133,24 @@ class Mailbox:
     Args:
         limit: the most messages (and events) it may hold unread; None for no limit.
         owner: the PID, used in error messages.
+        warn_at: how many unread messages one of its queues (a subscription's, or the
+            retained ones) may hold before it logs a WARNING, once.
     """
 
-    __slots__ = ("_events", "_inbox", "_pending", "_pending_events", "_topics", "limit", "owner")
+    __slots__ = (
+        "_events",
+        "_inbox",
+        "_pending",
+        "_pending_events",
+        "_topics",
+        "limit",
+        "owner",
+        "warn_at",
+    )
 
-    def __init__(self, limit: int | None = None, owner: Pid | None = None) -> None:
+    def __init__(
+        self, limit: int | None = None, owner: Pid | None = None, warn_at: int = DEFAULT_WARN_AT
+    ) -> None:
         self._inbox: _SubChannel | None = None
         self._events: _SubChannel | None = None
         self._topics: dict[str, _SubChannel] | None = None
@@ -139,6 +158,18 @@ class Mailbox:
         self._pending_events = 0  # how many of _pending are events
         self.limit = limit
         self.owner = owner
+        self.warn_at = warn_at  # 0 once it warned: it warns once
+
+    def _warn(self, held: int) -> None:
+        self.warn_at = 0
+        log.warning(
+            "the mailbox of %s holds %d unread messages: its process is not reading them "
+            "(a topic nobody listens to, or a reader slower than its senders). Nothing is "
+            "dropped and each one takes memory; read them, or give the process a "
+            "mailbox_limit so that sends past it are refused (this is logged once)",
+            self.owner,
+            held,
+        )
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -178,6 +209,9 @@ class Mailbox:
             self.deliver(topic, payload, sender, force=True)
         elif sub._recvq is None:
             sub.put(topic, payload, sender)
+            buf = sub._buf
+            if buf is not None and len(buf) >= self.warn_at > 0:
+                self._warn(len(buf))
         else:
             # A reader is waiting: hand it over (sub.put's first step, inlined for the
             # hottest path of message passing; a payload needs no Message object).
@@ -204,6 +238,8 @@ class Mailbox:
         pending.append(msg)
         if msg.topic == EVENTS:
             self._pending_events += 1
+        if len(pending) >= self.warn_at > 0:
+            self._warn(len(pending))
 
     def _route(self, topic: str) -> _SubChannel | None:
         if topic == EVENTS:

@@ -79,6 +79,20 @@ _MAX_READERS: Final = 1024
 _open_paths: set[str] = set()
 _open_paths_lock = threading.Lock()
 
+# A forked child holds a copy of every open store, whose LMDB environment, writer thread
+# and directory lock are the parent's: LMDB forbids using an environment across a fork, a
+# write would take the lock file's writer mutex the parent needs, and the writer thread
+# does not exist in the child. Each store remembers the count it was opened at; the child
+# bumps it, so every store of the parent refuses it.
+_FORKS = [0]
+
+
+def _forked() -> None:
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
 
 def _abort_fails(_raise_cancel: Any) -> trio.lowlevel.Abort:
     # A submitted request cannot be withdrawn: the caller waits for its outcome, and trio
@@ -157,6 +171,8 @@ class LmdbStore:
         self._close_lock = threading.Lock()
         self._lock = lock
         self._writer = None if readonly else Writer(env, dbs, self._gate, self.stats, max_map_size)
+        self._fork = _FORKS[0]
+        self._owner = os.getpid()
 
     @property
     def closed(self) -> bool:
@@ -164,12 +180,29 @@ class LmdbStore:
         return self._closed
 
     def _check_usable(self) -> None:
+        if self._fork != _FORKS[0]:
+            raise self._forked_error()
         if self._closed:
             raise closed_error()
         if self._writer is not None and self._writer.running_here():
             raise reentrant_error()
 
+    def _forked_error(self) -> Error:
+        return Error(
+            f"the store {self.path} belongs to process {self._owner}, which opened it; this "
+            f"process ({os.getpid()}) is a fork of it and must not touch it (LMDB forbids "
+            "using an environment across a fork, and the store's writer thread does not "
+            "exist here). A forked child must exec a program or end with os._exit(); to "
+            "run code in another process, start one (subprocess, or multiprocessing with "
+            "the 'spawn' start method)",
+            kind=ErrorKind.INVALID_STATE,
+            retryable=False,
+            details={"path": self.path, "owner_pid": self._owner, "pid": os.getpid()},
+        )
+
     def _live_writer(self) -> Writer:
+        if self._fork != _FORKS[0]:
+            raise self._forked_error()
         if self._writer is None:
             raise Error(
                 f"the store {self.path} was opened read-only: it cannot write; open it with "
@@ -242,7 +275,15 @@ class LmdbStore:
         return self.transact_sync(bump_incarnation)
 
     def close(self) -> None:
-        """Close the store: fail queued requests, finish the current batch, close LMDB."""
+        """Close the store: fail queued requests, finish the current batch, close LMDB.
+
+        In a forked child it only marks the copy closed: the environment, the writer and
+        the directory lock are the parent's (closing them here would release the lock the
+        parent holds).
+        """
+        if self._fork != _FORKS[0]:
+            self._closed = True
+            return
         writer = self._writer
         if writer is not None and writer.running_here():
             raise reentrant_error()

@@ -230,7 +230,7 @@ class Driver:
         # Seeded on first use: most workflows never draw, and a generator is 2.5 KB.
         self._rng: random.Random | None = None
         self._divergence: NondeterminismError | None = None
-        self.mailbox = Mailbox()
+        self.mailbox = Mailbox(warn_at=0)  # the host bounds it (workflow_unread_limit)
         self.started: Started | None = None
         self.now = _EPOCH
         self.status = RUNNING

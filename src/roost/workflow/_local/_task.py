@@ -238,6 +238,9 @@ class Tasks:
         """
         if events is None:
             events = [event for _, event in batch]
+        # roost.now() never goes back within a run: after the wall clock jumps back, the
+        # activation keeps the last one's time (recorded so, replay sees the same).
+        at = max(at, driver.now)
         index = run.next_index
         seconds = run.record.options.get("task_timeout", DEFAULT_TASK_TIMEOUT)
         try:

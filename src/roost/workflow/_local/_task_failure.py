@@ -20,11 +20,18 @@ front of the run's queue, its driver (whose state went past what is stored) is d
 the retry rebuilds the run by replay. The failure is logged at ERROR with its traceback,
 kept in the run record (``describe(id)["task_failure"]``) until a task succeeds, and the
 task is retried after ``task_backoff`` (1 s, 2 s, 4 s ... 60 s). Other runs are not touched.
+
+A task that timed out held the node's one loop thread for all that time (every process,
+activity and workflow of the node waited), so its retry waits at least
+``TIMEOUT_BACKOFF_FACTOR`` times as long as the activation held the loop, past the 60 s
+cap if need be: workflows whose activations keep timing out hold the loop for at most
+1/11 of the time each, and five of them less than half of it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TASK_TIMEOUT",
     "MAX_TASK_BACKOFF",
+    "TIMEOUT_BACKOFF_FACTOR",
     "TaskFailures",
     "code_location",
     "task_backoff",
@@ -59,6 +67,7 @@ _ROOST_DIR = str(Path(__file__).resolve().parents[1])
 
 DEFAULT_TASK_TIMEOUT = 10.0  # Temporal's default workflow task timeout
 MAX_TASK_BACKOFF = 60.0
+TIMEOUT_BACKOFF_FACTOR = 10.0
 
 
 def _advice(stage: str, cause: BaseException) -> str:
@@ -79,9 +88,15 @@ def _advice(stage: str, cause: BaseException) -> str:
 _STORE_KINDS = frozenset({ErrorKind.UNAVAILABLE, ErrorKind.LIMIT_EXCEEDED})
 
 
-def task_backoff(failures: int) -> float:
-    """Seconds before retrying a task that failed ``failures`` times in a row."""
-    return capped_backoff(1.0, 2.0, failures - 1, MAX_TASK_BACKOFF)
+def task_backoff(failures: int, held: float = 0.0) -> float:
+    """Seconds before retrying a task that failed ``failures`` times in a row.
+
+    ``held``: how long the failed activation held the loop, for a task timeout (its retry
+    waits at least ``TIMEOUT_BACKOFF_FACTOR`` times that).
+    """
+    return max(
+        capped_backoff(1.0, 2.0, failures - 1, MAX_TASK_BACKOFF), TIMEOUT_BACKOFF_FACTOR * held
+    )
 
 
 def code_location(exc: BaseException) -> str | None:
@@ -146,11 +161,18 @@ def task_failure_error(run: Run, activation: int, cause: BaseException, *, stage
 
 
 def timeout_failure_error(run: Run, guard: Guard) -> Error:
-    """The error of an activation that ran past its task_timeout (before ``fail_task``)."""
+    """The error of an activation that ran past its task_timeout (before ``fail_task``).
+
+    Its ``held`` detail is how long the activation held the loop (a C call that returns
+    late holds it past the timeout); the retry waits at least ten times that.
+    """
     index, attempt = run.next_index, run.task_failures + 1
+    held = max(guard.seconds, time.monotonic() - (guard.deadline - guard.seconds))
+    retry_in = task_backoff(attempt, held)
     return Error(
         f"workflow {run.pid.id!r}: activation {index} ran longer than its task_timeout of "
-        f"{guard.seconds:g}s without yielding; it was at {guard.location}. Workflow code "
+        f"{guard.seconds:g}s without yielding (it held the event loop for {held:.1f}s, so "
+        f"its retry waits {retry_in:.0f}s); it was at {guard.location}. Workflow code "
         "must not block or compute for long: move that work into an activity",
         kind=ErrorKind.TIMEOUT,
         details={
@@ -160,9 +182,16 @@ def timeout_failure_error(run: Run, guard: Guard) -> Error:
             "location": guard.location,
             "stage": "activation",
             "attempt": attempt,
-            "retry_in": task_backoff(attempt),
+            "held": held,
+            "retry_in": retry_in,
         },
     )
+
+
+def _held(error: Error) -> float:
+    """How long a timed-out activation held the loop (0.0 for any other failure)."""
+    held = error.details.get("held") if error.details.get("timeout_type") == "task" else None
+    return float(held) if isinstance(held, (int, float)) else 0.0
 
 
 class TaskFailures:
@@ -210,9 +239,9 @@ class TaskFailures:
         self._runs.move(run, PhaseEvent.FAIL)
         self._stats["task_failures"] += 1
         log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
-        self._spawn(self._record_and_retry, run)
+        self._spawn(self._record_and_retry, run, task_backoff(run.task_failures, _held(error)))
 
-    async def _record_and_retry(self, run: Run) -> None:
+    async def _record_and_retry(self, run: Run, backoff: float) -> None:
         if run.phase is RunPhase.BACKOFF and self._runs.is_current(run):
             record = run.record
             try:
@@ -223,7 +252,7 @@ class TaskFailures:
                     "workflow %r: its task failure could not be stored; the task is retried anyway",
                     run.pid.id,
                 )
-        await trio.sleep(task_backoff(run.task_failures))
+        await trio.sleep(backoff)
         if run.phase is RunPhase.BACKOFF:  # not closed from outside meanwhile
             self._runs.move(run, PhaseEvent.RETRY)
             self._ready(run)

@@ -13,6 +13,7 @@ from roost.cli._apps import load_app
 from roost.cli._progress import progress
 from roost.cli._queue import cron, dlq, history, queue
 from roost.cli._run import run
+from roost.cli._store import store
 from roost.cli._workflow import workflow
 from roost.testing import Replayer, load_history
 
@@ -25,7 +26,7 @@ def main() -> None:
     """roost: processes, supervisors and durable workflows on trio."""
 
 
-for _command in (run, workflow, queue, dlq, cron, history):
+for _command in (run, workflow, queue, dlq, cron, history, store):
     main.add_command(_command)
 
 

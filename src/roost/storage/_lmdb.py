@@ -54,14 +54,16 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.storage import _writer
+from roost.storage._care import inspect_before_open, refuse_empty
 from roost.storage._datadir import FILE_MODE, DirLock, in_use_error, prepare_dir, tighten_file
-from roost.storage._lmdb_txn import MISSING_TABLE, LmdbReadTxn, ReaderGate, abort_quietly
+from roost.storage._lmdb_txn import DAMAGE, MISSING_TABLE, LmdbReadTxn, ReaderGate, abort_quietly
 from roost.storage._store import (
     TABLES,
     ReadTxn,
     StoreStats,
     WriteTxn,
     bump_incarnation,
+    care_hint,
     closed_error,
     reentrant_error,
 )
@@ -274,6 +276,27 @@ class LmdbStore:
         """Increment and persist the node incarnation counter; the first call returns 1."""
         return self.transact_sync(bump_incarnation)
 
+    def copy_to(self, path: str) -> None:
+        """Write a compacted copy of one consistent snapshot into the directory ``path``.
+
+        Raises:
+            roost.Error: kind Unavailable if LMDB's copy fails.
+        """
+        self._check_usable()
+        self._gate.enter()
+        try:
+            self._env.copy(path, compact=True)
+        except lmdb.Error as exc:
+            raise Error(
+                f"copying the store {self.path} to {path} failed ({type(exc).__name__}: "
+                f"{exc}); check the destination's disk and the store (roost store check)",
+                kind=ErrorKind.UNAVAILABLE,
+                retryable=False,
+                details={"path": self.path, "dest": path},
+            ) from exc
+        finally:
+            self._gate.exit()
+
     def close(self) -> None:
         """Close the store: fail queued requests, finish the current batch, close LMDB.
 
@@ -346,7 +369,10 @@ def open_lmdb_store(
         roost.Error: kind Invalid for a bad option; InvalidState if this process already
             has the directory open, or another process holds its lock (the message names
             that process's pid); NotFound for a read-only open of a directory without a
-            store; Unavailable if LMDB cannot open it.
+            store; Unavailable if LMDB cannot open it, or if its file is damaged (see
+            ``roost.storage._care``: an empty ``data.mdb`` where a store was, a file shorter
+            than its meta pages say, a page that cannot be read), naming
+            ``roost store check`` and ``roost store salvage``.
     """
     if durability not in ("sync", "fast"):
         raise invalid(f"durability must be 'sync' or 'fast', got {durability!r}")
@@ -367,8 +393,11 @@ def open_lmdb_store(
             _require_store(real)
         else:
             _prepare(real)
+        refuse_empty(real)  # before the lock: taking it writes the lock file
         if lock:
             held = _lock(real)
+        # Before LMDB maps the file: a damaged or short one could kill this process.
+        inspect_before_open(real, locked=held is not None)
         env, dbs = _open_env(real, durability, map_size, readonly)
         return LmdbStore(
             env, dbs, real, durability, readonly=readonly, lock=held, max_map_size=max_map_size
@@ -389,8 +418,9 @@ def _claim(path: str) -> None:
 
 
 def _unavailable(path: str, exc: BaseException) -> Error:
+    hint = f"; {care_hint(path)}" if isinstance(exc, DAMAGE) else ""
     return Error(
-        f"cannot open the store in {path}: {type(exc).__name__}: {exc}",
+        f"cannot open the store in {path}: {type(exc).__name__}: {exc}{hint}",
         kind=ErrorKind.UNAVAILABLE,
         retryable=False,
         details={"path": path},
@@ -412,7 +442,8 @@ def _lock(path: str) -> DirLock:
 
 
 def _require_store(path: str) -> None:
-    if not os.path.isfile(os.path.join(path, "data.mdb")):
+    data = os.path.join(path, "data.mdb")
+    if not os.path.isfile(data) or os.path.getsize(data) == 0:
         raise Error(
             f"there is no roost store in {path}: a read-only open needs a data directory a "
             "node has already opened; check the path",
@@ -448,6 +479,9 @@ def _open_env(
         env.reader_check()  # reader slots of killed processes (inspectors) are freed
         with env.begin(write=True) as txn:
             dbs = {name: env.open_db(name.encode(), txn=txn, create=True) for name in TABLES}
+    except lmdb.Error as exc:
+        env.close()
+        raise _unavailable(path, exc) from exc
     except BaseException:
         env.close()
         raise

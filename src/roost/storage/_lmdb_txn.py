@@ -16,10 +16,21 @@ from roost.storage._store import (
     check_range,
     check_table,
     check_value,
+    damaged_error,
     finished_error,
 )
 
-__all__ = ["MISSING_TABLE", "LmdbReadTxn", "LmdbWriteTxn", "ReaderGate", "abort_quietly"]
+__all__ = ["DAMAGE", "MISSING_TABLE", "LmdbReadTxn", "LmdbWriteTxn", "ReaderGate", "abort_quietly"]
+
+# What LMDB raises for a page it finds damaged: a roost.Error naming the table instead.
+DAMAGE = (
+    lmdb.CorruptedError,
+    lmdb.PageNotFoundError,
+    lmdb.BadValsizeError,
+    lmdb.InvalidError,
+    lmdb.PanicError,
+    lmdb.BadTxnError,
+)
 
 # Stands for a table a read-only store did not find (a store written by an earlier version):
 # it reads as empty.
@@ -99,7 +110,10 @@ class LmdbReadTxn(ReadTxnBase):
             check_key(key)
         if db is MISSING_TABLE:
             return None
-        return txn.get(key, db=db)
+        try:
+            return txn.get(key, db=db)
+        except DAMAGE as exc:
+            raise damaged_error(table, key, exc) from None
 
     def range(
         self,
@@ -116,10 +130,11 @@ class LmdbReadTxn(ReadTxnBase):
         if db is MISSING_TABLE:
             return iter(())
         cursor = txn.cursor(db=db)
-        return self._scan(cursor, start, stop, reverse, limit)
+        return self._scan(table, cursor, start, stop, reverse, limit)
 
-    def _scan(
+    def _scan(  # noqa: PLR0917 - range's own arguments, passed on
         self,
+        table: str,
         cursor: lmdb.Cursor[bytes],
         start: bytes | None,
         stop: bytes | None,
@@ -128,17 +143,25 @@ class LmdbReadTxn(ReadTxnBase):
     ) -> Iterator[tuple[bytes, bytes]]:
         if limit == 0 or (start is not None and stop is not None and start >= stop):
             return
+        last: bytes | None = None
         try:
-            yield from _walk(cursor, start, stop, reverse, limit)
-        except lmdb.Error:
+            for item in _walk(cursor, start, stop, reverse, limit):
+                last = item[0]
+                yield item
+        except lmdb.Error as exc:
             if self._txn is None:
                 raise finished_error() from None
+            if isinstance(exc, DAMAGE):
+                raise damaged_error(table, None, exc, after=last) from None
             raise
 
     def count(self, table: str) -> int:
         """Return the number of keys in ``table``."""
         txn, db = self._live(), self._db(table)
-        return 0 if db is MISSING_TABLE else txn.stat(db)["entries"]
+        try:
+            return 0 if db is MISSING_TABLE else txn.stat(db)["entries"]
+        except DAMAGE as exc:
+            raise damaged_error(table, None, exc) from None
 
 
 def _walk(
@@ -196,6 +219,8 @@ class LmdbWriteTxn(LmdbReadTxn):
         except (lmdb.MapFullError, lmdb.TxnFullError) as exc:
             self.fatal = exc
             raise
+        except DAMAGE as exc:
+            raise damaged_error(table, key, exc) from None
 
     def delete(self, table: str, key: bytes) -> bool:
         """Remove ``key``; return True if it was present."""
@@ -212,6 +237,8 @@ class LmdbWriteTxn(LmdbReadTxn):
         except (lmdb.MapFullError, lmdb.TxnFullError) as exc:
             self.fatal = exc
             raise
+        except DAMAGE as exc:
+            raise damaged_error(table, key, exc) from None
 
 
 def abort_quietly(txn: lmdb.Transaction[bytes]) -> None:

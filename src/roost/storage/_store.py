@@ -43,11 +43,13 @@ __all__ = [
     "StoreStats",
     "WriteTxn",
     "bump_incarnation",
+    "care_hint",
     "check_key",
     "check_range",
     "check_table",
     "check_value",
     "closed_error",
+    "damaged_error",
     "finished_error",
     "reentrant_error",
 ]
@@ -258,6 +260,46 @@ def closed_error(what: str = "store") -> Error:
         "written (reopen the store to continue)",
         kind=ErrorKind.UNAVAILABLE,
         retryable=False,
+    )
+
+
+def care_hint(path: str = "DATA_DIR") -> str:
+    """What to do about a damaged store in ``path``: the two commands that deal with it."""
+    return (
+        f"run `roost store check --data-dir {path}` to see the damage, and `roost store "
+        f"salvage {path} NEW_DIR` to copy every readable record into a new store "
+        '(docs/operating.md, "Backup and restore")'
+    )
+
+
+def damaged_error(
+    table: str, row_key: bytes | None, exc: BaseException, *, after: bytes | None = None
+) -> Error:
+    """The Unavailable error for a read or write LMDB refused because the table is damaged.
+
+    Args:
+        table: the table read.
+        row_key: the record asked for (None for a scan or a count).
+        exc: what LMDB raised.
+        after: for a scan, the last key read before the damage (None: at its start).
+    """
+    if row_key is not None:
+        where = f"the record {row_key!r:.120}"
+    elif after is not None:
+        where = f"the records after {after!r:.120}"
+    else:
+        where = "its records"
+    details: dict[str, Any] = {"table": table, "cause": f"{type(exc).__name__}: {exc}"}
+    if row_key is not None:
+        details["key"] = row_key.hex()
+    if after is not None:
+        details["after"] = after.hex()
+    return Error(
+        f"the store's {table} table is damaged: LMDB cannot read {where} "
+        f"({type(exc).__name__}: {exc}); {care_hint()}",
+        kind=ErrorKind.UNAVAILABLE,
+        retryable=False,
+        details=details,
     )
 
 

@@ -389,11 +389,11 @@ def open_lmdb_store(
     _claim(real)
     held: DirLock | None = None
     try:
+        refuse_empty(real)  # before the lock: taking it writes the lock file
         if readonly:
             _require_store(real)
         else:
             _prepare(real)
-        refuse_empty(real)  # before the lock: taking it writes the lock file
         if lock:
             held = _lock(real)
         # Before LMDB maps the file: a damaged or short one could kill this process.

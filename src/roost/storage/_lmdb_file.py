@@ -206,6 +206,8 @@ class _Entry:
     key: bytes
     value: bytes
     flags: int
+    overflow: int | None = None  # the first overflow page of a big value
+    path: tuple[int, ...] = ()  # the pages from the root down to its leaf
 
 
 class LmdbFile:
@@ -291,6 +293,21 @@ class LmdbFile:
         for item in self._walk(table, record):
             yield item if isinstance(item, Damage) else (item.key, item.value)
 
+    def pages_of(self, table: str, record: DbRecord) -> dict[bytes, tuple[int, ...]]:
+        """Each readable record's key with the pages it is read from.
+
+        The pages from the root down to its leaf, then its overflow pages (if any).
+        """
+        out: dict[bytes, tuple[int, ...]] = {}
+        for item in self._walk(table, record):
+            if isinstance(item, _Entry):
+                pages = item.path
+                if item.overflow is not None:
+                    span = max(1, -(-(HEADER + len(item.value)) // self.psize))
+                    pages += tuple(range(item.overflow, item.overflow + span))
+                out[item.key] = pages
+        return out
+
     def check_free_list(self) -> list[Damage]:
         """The damage in the free list (its tree, and page numbers outside the file)."""
         damage: list[Damage] = []
@@ -315,10 +332,10 @@ class LmdbFile:
         if record.root == NO_PAGE:
             return
         last: list[bytes | None] = [None]
-        yield from self._visit(table, record.root, record.depth, last)
+        yield from self._visit(table, record.root, record.depth, last, ())
 
     def _visit(
-        self, table: str, pgno: int, levels: int, last: list[bytes | None]
+        self, table: str, pgno: int, levels: int, last: list[bytes | None], path: tuple[int, ...]
     ) -> Iterator[_Entry | Damage]:
         # ``levels`` counts this page: 1 is a leaf. ``last`` holds the last key yielded.
         try:
@@ -329,7 +346,7 @@ class LmdbFile:
             return
         if levels > 1:
             for _key, child in nodes:
-                yield from self._visit(table, child, levels - 1, last)
+                yield from self._visit(table, child, levels - 1, last, (*path, pgno))
             return
         try:
             entries = self._leaf_entries(page, nodes, last[0])
@@ -338,7 +355,7 @@ class LmdbFile:
             return
         for entry in entries:
             last[0] = entry.key
-            yield entry
+            yield attrs.evolve(entry, path=(*path, pgno))
 
     def _nodes(self, page: memoryview, pgno: int, *, leaf: bool) -> list[tuple[int, int]]:
         """The page's node offsets with (on a branch) each child's page number."""
@@ -396,7 +413,7 @@ class LmdbFile:
         if start + ksize + 8 > self.psize:
             raise _Bad("an overflow reference runs past the page's end")
         first = _U64.unpack_from(page, start + ksize)[0]
-        return _Entry(key, self._overflow(first, size), flags)
+        return _Entry(key, self._overflow(first, size), flags, overflow=first)
 
     def _overflow(self, pgno: int, size: int) -> bytes:
         head = self._page(pgno)

@@ -1,0 +1,411 @@
+"""A damaged store is found, named and survivable: real damage on copies of a real store.
+
+One store is built once (``damage_app.py``: sleeping workflows, small and big state rows)
+and copied per case; each copy is damaged the way disks damage files (a page overwritten
+with random bytes, the file cut to 50 % or 10 %, emptied, a bit flipped in every page), with
+seeded randomness. Every case either opens (the damage quarantined, or on pages nothing
+reads) or is refused with a ``roost.Error`` of kind Unavailable that names
+``roost store check`` and ``roost store salvage`` -- never a raw lmdb error, never a signal:
+the node opens in a child process, whose exit code would show a SIGBUS or SIGABRT.
+``roost store salvage`` copies every record on an undamaged page, and only those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import damage_app
+import lmdb
+import pytest
+import trio
+import trio.testing
+from click.testing import CliRunner
+
+import roost
+from roost import Error, ErrorKind
+from roost.cli import main
+from roost.storage import TABLES, open_lmdb_store
+from roost.storage._care import backup_store, check_store, salvage_store
+from roost.storage._lmdb_file import FREE_TABLE, MAIN_TABLE, LmdbFile
+
+HERE = Path(__file__).parent
+PSIZE = 4096
+CARE = ("roost store check", "roost store salvage")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("damage") / "base"
+    trio.run(damage_app.build, str(path))
+    return path
+
+
+def _records(path: Path) -> dict[str, dict[bytes, bytes]]:
+    """Every record of every table, read by LMDB itself."""
+    env = lmdb.open(str(path), max_dbs=128, readonly=True)
+    try:
+        out = {}
+        for name in TABLES:
+            db = env.open_db(name.encode(), create=False)
+            with env.begin() as txn:
+                out[name] = dict(txn.cursor(db=db))
+        return out
+    finally:
+        env.close()
+
+
+def _pages(path: Path) -> dict[str, dict[bytes, tuple[int, ...]]]:
+    with LmdbFile(str(path / "data.mdb")) as file:
+        tables, damage = file.tables()
+        assert damage == []
+        return {name: file.pages_of(name, record) for name, record in tables.items()}
+
+
+def _unused(path: Path) -> list[int]:
+    """The pages no tree reaches (free pages, kept for reuse): nothing reads them."""
+    with LmdbFile(str(path / "data.mdb")) as file:
+        tables, _ = file.tables()
+        trees = [file.meta.main, file.meta.free, *tables.values()]
+        names = [MAIN_TABLE, FREE_TABLE, *tables]
+        used = {
+            p
+            for name, record in zip(names, trees, strict=True)
+            for pages in file.pages_of(name, record).values()
+            for p in pages
+        }
+        used |= {file.meta.main.root, file.meta.free.root}
+        return sorted(set(range(2, file.meta.last_pg + 1)) - used)
+
+
+def _copy(base: Path, to: Path) -> Path:
+    shutil.copytree(base, to)
+    return to
+
+
+def _overwrite(path: Path, page: int, data: bytes) -> None:
+    with open(path / "data.mdb", "r+b") as f:
+        f.seek(page * PSIZE)
+        f.write(data)
+
+
+def _open_in_child(paths: list[Path]) -> list[dict[str, Any]]:
+    """Open a node on each path in a child; its exit code says no signal killed it."""
+    child = subprocess.run(
+        [sys.executable, str(HERE / "damage_app.py"), "open", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
+    results = [json.loads(line) for line in child.stdout.splitlines()]
+    assert [r["path"] for r in results] == [str(p) for p in paths]
+    return results
+
+
+def _assert_refused_well(result: dict[str, Any], *, names: tuple[str, ...] = CARE) -> None:
+    assert "raw" not in result, result
+    assert result["opened"] is False
+    assert result["kind"] == "Unavailable", result
+    assert all(command in result["message"] for command in names), result["message"]
+
+
+def _headed(path: Path, pages: list[int]) -> list[int]:
+    """The pages with a header of their own (not the second and later pages of a big value).
+
+    Those hold bytes of a value and nothing else: LMDB keeps no checksum, so damage there
+    changes the value without a sign (a node's decode, or a later read, finds it).
+    """
+    data = (path / "data.mdb").read_bytes()
+    return [p for p in pages if int.from_bytes(data[p * PSIZE : p * PSIZE + 8], "little") == p]
+
+
+def test_the_page_walk_reads_what_lmdb_reads(base: Path) -> None:
+    expected = _records(base)
+    with LmdbFile(str(base / "data.mdb")) as file:
+        tables, damage = file.tables()
+        assert damage == []
+        assert file.check_free_list() == []
+        walked = {name: dict(file.walk(name, record)) for name, record in tables.items()}
+    assert walked == expected
+    assert sum(len(t) for t in expected.values()) > damage_app.SMALL + damage_app.WORKFLOWS
+    assert check_store(base).damaged is False
+
+
+def test_every_damage_opens_or_is_refused_with_a_roost_error_never_a_signal(
+    base: Path, tmp_path: Path
+) -> None:
+    pages = _pages(base)
+    in_use = _headed(base, sorted({p for t in pages.values() for ps in t.values() for p in ps}))
+    file_pages = os.path.getsize(base / "data.mdb") // PSIZE
+    rnd = random.Random(24)
+    cases: list[tuple[str, Path]] = []
+    unused = _unused(base)
+    assert unused
+    # Random bytes over pages in use (of every table), and over a page nothing reads.
+    for n, page in enumerate([*rnd.sample(in_use, 8), unused[0]]):
+        path = _copy(base, tmp_path / f"page-{n}")
+        _overwrite(path, page, rnd.randbytes(PSIZE))
+        cases.append((f"page {page}" if page != unused[0] else "unused page", path))
+    for percent in (50, 10):
+        path = _copy(base, tmp_path / f"cut-{percent}")
+        os.truncate(path / "data.mdb", file_pages * PSIZE * percent // 100)
+        cases.append((f"cut to {percent}%", path))
+    # A byte of one run's stored value overwritten in place: its page is sound, its value not.
+    path = _copy(base, tmp_path / "value")
+    data = (path / "data.mdb").read_bytes()
+    run_value = _records(base)["runs"][b"w-7"]
+    at = data.find(run_value)
+    assert at > 0
+    with open(path / "data.mdb", "r+b") as f:
+        f.seek(at)
+        f.write(b"\xff")  # a CBOR break code where no indefinite item is open
+    cases.append(("a run's value", path))
+    path = _copy(base, tmp_path / "empty")
+    os.truncate(path / "data.mdb", 0)
+    cases.append(("empty", path))
+    path = _copy(base, tmp_path / "flipped")
+    with open(path / "data.mdb", "r+b") as f:
+        for page in range(file_pages):
+            f.seek(page * PSIZE + rnd.randrange(PSIZE))
+            byte = f.read(1)[0]
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte ^ 1 << rnd.randrange(8)]))
+    cases.append(("a bit flipped in every page", path))
+    results = dict(
+        zip([name for name, _ in cases], _open_in_child([p for _, p in cases]), strict=True)
+    )
+
+    for name in ("cut to 50%", "cut to 10%"):
+        _assert_refused_well(results[name])
+        assert "cut short" in results[name]["message"]
+    _assert_refused_well(results["empty"], names=("Backup and restore",))
+    assert "0 bytes" in results["empty"]["message"]
+    opened = [r for r in results.values() if r["opened"]]
+    for name, result in results.items():
+        if name == "empty":
+            continue
+        if not result["opened"]:
+            _assert_refused_well(result)
+        else:  # what it reads is what was written, or a roost.Error
+            assert result["read"]["other"] == 0, (name, result)
+    refused_pages = [n for n, r in results.items() if n.startswith("page") and not r["opened"]]
+    assert refused_pages, results  # pages in use were hit
+    assert opened, results
+    # Damage inside a value is quarantined (its workflow set aside) and the rest runs.
+    assert results["a run's value"]["opened"] is True, results["a run's value"]
+    assert results["a run's value"]["quarantined"] == 1
+    assert results["a run's value"]["read"]["same"] == damage_app.SMALL
+    # A page nothing reads leaves the store as it was.
+    assert results["unused page"]["opened"] is True
+    assert results["unused page"]["read"]["same"] == damage_app.SMALL
+
+
+def test_a_cut_store_is_refused_by_the_cli_too_without_a_signal(base: Path, tmp_path: Path) -> None:
+    path = _copy(base, tmp_path / "cut")
+    os.truncate(path / "data.mdb", os.path.getsize(path / "data.mdb") // 10)
+    child = subprocess.run(
+        [sys.executable, "-m", "roost", "workflow", "list", "--data-dir", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert child.returncode == 1, (child.returncode, child.stderr)
+    assert child.returncode != -signal.SIGBUS
+    assert "[Unavailable]" in child.stderr
+    assert "cut short" in child.stderr
+    assert "roost store salvage" in child.stderr
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_salvage_recovers_every_record_on_an_undamaged_page(
+    base: Path, tmp_path: Path, seed: int
+) -> None:
+    pages = _pages(base)
+    before = _records(base)
+    rnd = random.Random(seed)
+    in_use = {p for t in ("histories", "state", "runs") for ps in pages[t].values() for p in ps}
+    candidates = _headed(base, sorted(in_use))
+    damaged = rnd.choice(candidates)
+    path = _copy(base, tmp_path / "src")
+    _overwrite(path, damaged, rnd.randbytes(PSIZE))
+
+    report = salvage_store(path, tmp_path / "dest")
+
+    after = _records(tmp_path / "dest")
+    expected = {
+        table: {k: v for k, v in rows.items() if damaged not in pages[table].get(k, ())}
+        for table, rows in before.items()
+    }
+    assert after == expected
+    assert sum(len(t) for t in after.values()) < sum(len(t) for t in before.values())
+    assert any(lost["page"] == damaged for lost in report.lost), report.lost
+    assert report.copied == {t: len(rows) for t, rows in expected.items() if rows}
+    assert check_store(tmp_path / "dest").damaged is False
+
+
+def test_salvage_of_a_cut_store_keeps_the_pages_before_the_cut(base: Path, tmp_path: Path) -> None:
+    pages = _pages(base)
+    before = _records(base)
+    path = _copy(base, tmp_path / "src")
+    size = os.path.getsize(path / "data.mdb") // 2 // PSIZE * PSIZE
+    os.truncate(path / "data.mdb", size)
+    last = size // PSIZE - 1
+
+    report = salvage_store(path, tmp_path / "dest")
+
+    after = _records(tmp_path / "dest")
+    for table, rows in before.items():
+        kept = {k: v for k, v in rows.items() if max(pages[table].get(k, {0})) <= last}
+        assert after[table] == kept, table
+    assert report.problems and "cut short" in report.problems[0]
+    assert report.lost
+
+
+def test_a_salvaged_store_opens_and_its_workflows_resume(base: Path, tmp_path: Path) -> None:
+    pages = _pages(base)
+    path = _copy(base, tmp_path / "src")
+    state_page = min(
+        p
+        for ps in pages["state"].values()
+        for p in ps
+        if p
+        not in {q for t in ("runs", "histories", "timers") for qs in pages[t].values() for q in qs}
+    )
+    _overwrite(path, state_page, bytes(PSIZE))
+    salvage_store(path, tmp_path / "dest")
+
+    async def reopen() -> list[dict[str, Any]]:
+        async with roost.open_node(damage_app.app, tmp_path / "dest") as node:
+            return node.list_workflows()
+
+    listed = trio.run(reopen, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(listed) == damage_app.WORKFLOWS
+    assert {w["status"] for w in listed} == {"running"}
+
+
+def test_a_read_in_a_call_fails_that_call_and_the_node_keeps_serving(
+    base: Path, tmp_path: Path
+) -> None:
+    pages = _pages(base)
+    path = _copy(base, tmp_path / "live")
+    small = {k: ps for k, ps in pages["state"].items() if b"small" in k}
+    leaf_of = {k: ps[-1] for k, ps in small.items()}  # no overflow: the path ends at the leaf
+    victim_key, victim_leaf = sorted(leaf_of.items())[len(leaf_of) // 2]
+    spared = sorted(k for k, leaf in leaf_of.items() if leaf != victim_leaf)
+    assert spared
+
+    def name(k: bytes) -> str:
+        return k.split(b"\x00\x01")[-2].decode()
+
+    async def body() -> None:
+        async with roost.open_node(damage_app.app, path):
+            # The page goes bad under the running node, where no check before open saw it.
+            _overwrite(path, victim_leaf, bytes(PSIZE))
+            with pytest.raises(Error) as raised:
+                await roost.state.get("small", name(victim_key))
+            assert raised.value.kind is ErrorKind.UNAVAILABLE
+            assert raised.value.details["table"] == "state"
+            assert raised.value.details["key"] == victim_key.hex()
+            assert "roost store check" in raised.value.message
+            for k in (spared[0], spared[-1]):  # the rest is served as before
+                i = int(name(k)[2:])
+                assert await roost.state.get("small", name(k)) == damage_app.small_value(i)
+            await roost.state.set("big", "after", "the damage")
+            assert await roost.state.get("big", "after") == "the damage"
+
+    trio.run(body)
+
+
+def test_an_empty_data_file_is_refused_where_a_store_was_and_new_where_none_was(
+    tmp_path: Path,
+) -> None:
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "data.mdb").write_bytes(b"")
+    open_lmdb_store(fresh).close()  # no earlier store here: a new one
+    assert os.path.getsize(fresh / "data.mdb") > 0
+
+    wiped = tmp_path / "wiped"
+    open_lmdb_store(wiped).close()
+    os.truncate(wiped / "data.mdb", 0)
+    for readonly in (False, True):
+        with pytest.raises(Error) as raised:
+            open_lmdb_store(wiped, readonly=readonly, lock=not readonly).close()
+        assert raised.value.kind is ErrorKind.UNAVAILABLE
+        assert "0 bytes" in raised.value.message
+        assert "roost.lock" in raised.value.message
+
+
+def test_store_check_reports_damage_and_exits_1(base: Path, tmp_path: Path) -> None:
+    ok = CliRunner().invoke(main, ["store", "check", "--data-dir", str(base)])
+    assert ok.exit_code == 0, ok.output
+    assert "no damage found" in ok.output
+
+    pages = _pages(base)
+    path = _copy(base, tmp_path / "bad")
+    run_page = max(p for ps in pages["runs"].values() for p in ps)
+    _overwrite(path, run_page, random.Random(5).randbytes(PSIZE))
+    bad = CliRunner().invoke(main, ["store", "check", "--data-dir", str(path), "--json"])
+    assert bad.exit_code == 1
+    report = json.loads(bad.stdout)
+    assert report["damaged"] is True
+    assert [d["page"] for d in report["tables"]["runs"]["damaged_pages"]] == [run_page]
+    assert report["tables"]["state"]["damaged_pages"] == []
+
+
+def test_store_salvage_cli_lists_what_it_could_not_read(base: Path, tmp_path: Path) -> None:
+    path = _copy(base, tmp_path / "bad")
+    os.truncate(path / "data.mdb", os.path.getsize(path / "data.mdb") // 2)
+    dest = tmp_path / "new"
+    result = CliRunner().invoke(main, ["store", "salvage", str(path), str(dest), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["lost"] and report["copied"]["runs"] >= 1
+    again = CliRunner().invoke(main, ["store", "salvage", str(path), str(dest)])
+    assert again.exit_code == 2  # dest holds a store now
+    assert "already holds a store" in again.output
+
+
+def test_backup_beside_a_running_node_is_a_consistent_copy(base: Path, tmp_path: Path) -> None:
+    path = _copy(base, tmp_path / "live")
+    dest = tmp_path / "backup"
+
+    async def body() -> None:
+        async with roost.open_node(damage_app.app, path):
+            await roost.state.set("small", "during", "backup")
+            child = await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "roost",
+                    "store",
+                    "backup",
+                    str(dest),
+                    "--data-dir",
+                    str(path),
+                ],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert child.returncode == 0, child.stderr
+            assert b"backed up" in child.stdout
+
+    trio.run(body)
+    copied = _records(dest)
+    assert copied["state"] == _records(path)["state"]
+    assert oct(os.stat(dest / "data.mdb").st_mode & 0o777) == "0o600"
+    assert check_store(dest).damaged is False
+    with pytest.raises(Error) as raised:
+        backup_store(path, dest)
+    assert raised.value.kind is ErrorKind.INVALID

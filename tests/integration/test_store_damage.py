@@ -187,7 +187,7 @@ def test_every_damage_opens_or_is_refused_with_a_roost_error_never_a_signal(
     for name in ("cut to 50%", "cut to 10%"):
         _assert_refused_well(results[name])
         assert "cut short" in results[name]["message"]
-    _assert_refused_well(results["empty"], names=("Backup and restore",))
+    _assert_refused_well(results["empty"], names=("docs/operating.md",))
     assert "0 bytes" in results["empty"]["message"]
     opened = [r for r in results.values() if r["opened"]]
     for name, result in results.items():

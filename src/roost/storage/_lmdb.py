@@ -54,7 +54,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.storage import _writer
-from roost.storage._care import inspect_before_open, refuse_empty
+from roost.storage._damage import inspect_before_open, refuse_empty
 from roost.storage._datadir import FILE_MODE, DirLock, in_use_error, prepare_dir, tighten_file
 from roost.storage._lmdb_txn import DAMAGE, MISSING_TABLE, LmdbReadTxn, ReaderGate, abort_quietly
 from roost.storage._store import (
@@ -370,7 +370,7 @@ def open_lmdb_store(
             has the directory open, or another process holds its lock (the message names
             that process's pid); NotFound for a read-only open of a directory without a
             store; Unavailable if LMDB cannot open it, or if its file is damaged (see
-            ``roost.storage._care``: an empty ``data.mdb`` where a store was, a file shorter
+            ``roost.storage._damage``: an empty ``data.mdb`` where a store was, a file shorter
             than its meta pages say, a page that cannot be read), naming
             ``roost store check`` and ``roost store salvage``.
     """

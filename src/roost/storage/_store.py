@@ -268,7 +268,7 @@ def care_hint(path: str = "DATA_DIR") -> str:
     return (
         f"run `roost store check --data-dir {path}` to see the damage, and `roost store "
         f"salvage {path} NEW_DIR` to copy every readable record into a new store "
-        '(docs/operating.md, "Backup and restore")'
+        '(docs/operating.md, "Store care")'
     )
 
 

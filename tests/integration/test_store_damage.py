@@ -96,7 +96,7 @@ def _overwrite(path: Path, page: int, data: bytes) -> None:
         f.write(data)
 
 
-def _open_in_child(paths: list[Path]) -> list[dict[str, Any]]:
+def _open_in_child(paths: list[Path | str]) -> list[dict[str, Any]]:
     """Open a node on each path in a child; its exit code says no signal killed it."""
     child = subprocess.run(
         [sys.executable, str(HERE / "damage_app.py"), "open", *map(str, paths)],
@@ -147,7 +147,7 @@ def test_every_damage_opens_or_is_refused_with_a_roost_error_never_a_signal(
     in_use = _headed(base, sorted({p for t in pages.values() for ps in t.values() for p in ps}))
     file_pages = os.path.getsize(base / "data.mdb") // PSIZE
     rnd = random.Random(24)
-    cases: list[tuple[str, Path]] = []
+    cases: list[tuple[str, Path | str]] = []
     unused = _unused(base)
     assert unused
     # Random bytes over pages in use (of every table), and over a page nothing reads.
@@ -180,6 +180,11 @@ def test_every_damage_opens_or_is_refused_with_a_roost_error_never_a_signal(
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte ^ 1 << rnd.randrange(8)]))
     cases.append(("a bit flipped in every page", path))
+    # A page that goes bad after the check (simulated: the check is skipped): LMDB finds it
+    # as recovery reads the runs (the first leaf, zeroed: LMDB's page search reports it).
+    path = _copy(base, tmp_path / "after-check")
+    _overwrite(path, pages["runs"][min(pages["runs"])][-1], bytes(PSIZE))
+    cases.append(("after the check", f"unchecked:{path}"))
     results = dict(
         zip([name for name, _ in cases], _open_in_child([p for _, p in cases]), strict=True)
     )
@@ -189,6 +194,10 @@ def test_every_damage_opens_or_is_refused_with_a_roost_error_never_a_signal(
         assert "cut short" in results[name]["message"]
     _assert_refused_well(results["empty"], names=("docs/operating.md",))
     assert "0 bytes" in results["empty"]["message"]
+    late = results["after the check"]
+    _assert_refused_well(late)
+    assert late["message"].startswith("the store's runs table is damaged: LMDB cannot read")
+    assert str(tmp_path / "after-check") in late["message"]
     opened = [r for r in results.values() if r["opened"]]
     for name, result in results.items():
         if name == "empty":

@@ -126,7 +126,7 @@ class _LmdbReadContext:
             except BaseException:
                 store._gate.exit()
                 raise
-        self._txn = LmdbReadTxn(self._lmdb_txn, store._dbs)
+        self._txn = LmdbReadTxn(self._lmdb_txn, store._dbs, store.path)
         return self._txn
 
     def __exit__(

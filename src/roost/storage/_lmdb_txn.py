@@ -79,9 +79,12 @@ class ReaderGate:
 class LmdbReadTxn(ReadTxnBase):
     """`ReadTxn` over an LMDB transaction; dead once ``finish()`` was called."""
 
-    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any]) -> None:
+    def __init__(
+        self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any], path: str = "DATA_DIR"
+    ) -> None:
         self._txn: lmdb.Transaction[bytes] | None = txn
         self._dbs = dbs
+        self._path = path  # the data directory, for the message of a damaged page
 
     def _live(self) -> lmdb.Transaction[bytes]:
         txn = self._txn
@@ -113,7 +116,7 @@ class LmdbReadTxn(ReadTxnBase):
         try:
             return txn.get(key, db=db)
         except DAMAGE as exc:
-            raise damaged_error(table, key, exc) from None
+            raise damaged_error(table, key, exc, path=self._path) from None
 
     def range(
         self,
@@ -152,7 +155,7 @@ class LmdbReadTxn(ReadTxnBase):
             if self._txn is None:
                 raise finished_error() from None
             if isinstance(exc, DAMAGE):
-                raise damaged_error(table, None, exc, after=last) from None
+                raise damaged_error(table, None, exc, after=last, path=self._path) from None
             raise
 
     def count(self, table: str) -> int:
@@ -161,7 +164,7 @@ class LmdbReadTxn(ReadTxnBase):
         try:
             return 0 if db is MISSING_TABLE else txn.stat(db)["entries"]
         except DAMAGE as exc:
-            raise damaged_error(table, None, exc) from None
+            raise damaged_error(table, None, exc, path=self._path) from None
 
 
 def _walk(
@@ -195,8 +198,10 @@ def _walk(
 class LmdbWriteTxn(LmdbReadTxn):
     """`WriteTxn` over an LMDB (child) write transaction."""
 
-    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any]) -> None:
-        super().__init__(txn, dbs)
+    def __init__(
+        self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any], path: str = "DATA_DIR"
+    ) -> None:
+        super().__init__(txn, dbs, path)
         # Set when LMDB ran out of map or dirty-page room: the whole batch must be redone,
         # even if the transact function swallowed the exception.
         self.fatal: lmdb.Error | None = None
@@ -220,7 +225,7 @@ class LmdbWriteTxn(LmdbReadTxn):
             self.fatal = exc
             raise
         except DAMAGE as exc:
-            raise damaged_error(table, key, exc) from None
+            raise damaged_error(table, key, exc, path=self._path) from None
 
     def delete(self, table: str, key: bytes) -> bool:
         """Remove ``key``; return True if it was present."""
@@ -238,7 +243,7 @@ class LmdbWriteTxn(LmdbReadTxn):
             self.fatal = exc
             raise
         except DAMAGE as exc:
-            raise damaged_error(table, key, exc) from None
+            raise damaged_error(table, key, exc, path=self._path) from None
 
 
 def abort_quietly(txn: lmdb.Transaction[bytes]) -> None:

@@ -273,7 +273,12 @@ def care_hint(path: str = "DATA_DIR") -> str:
 
 
 def damaged_error(
-    table: str, row_key: bytes | None, exc: BaseException, *, after: bytes | None = None
+    table: str,
+    row_key: bytes | None,
+    exc: BaseException,
+    *,
+    after: bytes | None = None,
+    path: str = "DATA_DIR",
 ) -> Error:
     """The Unavailable error for a read or write LMDB refused because the table is damaged.
 
@@ -282,6 +287,7 @@ def damaged_error(
         row_key: the record asked for (None for a scan or a count).
         exc: what LMDB raised.
         after: for a scan, the last key read before the damage (None: at its start).
+        path: the data directory, for the commands the message names.
     """
     if row_key is not None:
         where = f"the record {row_key!r:.120}"
@@ -296,7 +302,7 @@ def damaged_error(
         details["after"] = after.hex()
     return Error(
         f"the store's {table} table is damaged: LMDB cannot read {where} "
-        f"({type(exc).__name__}: {exc}); {care_hint()}",
+        f"({type(exc).__name__}: {exc}); {care_hint(path)}",
         kind=ErrorKind.UNAVAILABLE,
         retryable=False,
         details=details,

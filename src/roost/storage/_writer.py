@@ -341,7 +341,7 @@ class Writer:
         """
         lmdb_txn = self._env.begin(write=True)
         try:
-            txn = LmdbWriteTxn(lmdb_txn, self._dbs)
+            txn = LmdbWriteTxn(lmdb_txn, self._dbs, self._path)
             result: outcome.Outcome[Any] = outcome.capture(fn, txn)
             txn.finish()
         except BaseException:
@@ -364,7 +364,7 @@ class Writer:
         self, parent: lmdb.Transaction[bytes], fn: Callable[[WriteTxn], Any]
     ) -> outcome.Outcome[Any]:
         child = self._env.begin(write=True, parent=parent)
-        txn = LmdbWriteTxn(child, self._dbs)
+        txn = LmdbWriteTxn(child, self._dbs, self._path)
         result: outcome.Outcome[Any] = outcome.capture(fn, txn)
         txn.finish()
         if txn.fatal is not None:

@@ -379,7 +379,8 @@ def test_store_salvage_cli_lists_what_it_could_not_read(base: Path, tmp_path: Pa
     result = CliRunner().invoke(main, ["store", "salvage", str(path), str(dest), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["lost"] and report["copied"]["runs"] >= 1
+    assert report["lost"]
+    assert sum(report["copied"].values()) >= 1
     again = CliRunner().invoke(main, ["store", "salvage", str(path), str(dest)])
     assert again.exit_code == 2  # dest holds a store now
     assert "already holds a store" in again.output

@@ -172,8 +172,6 @@ def walk_all(
     file: LmdbFile, *, decode: bool
 ) -> Iterator[tuple[str, Damage | tuple[bytes, bytes], str | None]]:
     """Every tree's records and damage: ``(table, record or damage, decode problem)``."""
-    for damage in file.check_free_list():
-        yield FREE_TABLE, damage, None
     tables, damage_found = file.tables()
     for damage in damage_found:
         yield damage.table if damage.table in TABLES else MAIN_TABLE, damage, None
@@ -188,6 +186,8 @@ def walk_all(
             if decode and not isinstance(item, Damage):
                 problem = _cbor_problem(item[1])
             yield name, item, problem
+    for damage in file.check_free_list():  # last: it needs the pages the tables use
+        yield FREE_TABLE, damage, None
 
 
 def _cbor_problem(value: bytes) -> str | None:

@@ -233,6 +233,7 @@ class LmdbFile:
         # early instead of raising SIGBUS.
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self.pages_read = 0
+        self.visited: set[int] = set()  # every page a walk read (overflow spans included)
 
     def close(self) -> None:
         """Close the file."""
@@ -260,6 +261,7 @@ class LmdbFile:
         except _Bad:
             raise _Bad(f"page {pgno} lies past the end of the file (the file is short)") from None
         self.pages_read += 1
+        self.visited.add(pgno)
         return memoryview(data)
 
     def tables(self) -> tuple[dict[str, DbRecord], list[Damage]]:
@@ -309,8 +311,14 @@ class LmdbFile:
         return out
 
     def check_free_list(self) -> list[Damage]:
-        """The damage in the free list (its tree, and page numbers outside the file)."""
+        """The damage in the free list: its tree, and page numbers it must not hold.
+
+        A free page LMDB reuses is overwritten: one outside the file, or one a tree still
+        uses, would spread the damage. Pages in use are the ones walked so far, so walk the
+        tables first.
+        """
         damage: list[Damage] = []
+        listed: set[int] = set()
         for item in self._walk(FREE_TABLE, self.meta.free):
             if isinstance(item, Damage):
                 damage.append(item)
@@ -320,8 +328,15 @@ class LmdbFile:
             if len(value) % 8 or count != len(value) // 8 - 1:
                 damage.append(Damage(FREE_TABLE, NO_PAGE, "a free-list entry is malformed"))
                 continue
-            if any(not 2 <= p <= self.meta.last_pg for (p,) in _U64.iter_unpack(value[8:])):
-                damage.append(Damage(FREE_TABLE, NO_PAGE, "the free list names pages outside"))
+            pages = {p for (p,) in _U64.iter_unpack(value[8:])}
+            if any(not 2 <= p <= self.meta.last_pg for p in pages):
+                reason = "the free list names pages outside the file's pages"
+                damage.append(Damage(FREE_TABLE, NO_PAGE, reason))
+            listed |= pages
+        used = sorted(listed & self.visited)
+        if used:
+            reason = f"the free list names {len(used)} page(s) a tree uses (from page {used[0]})"
+            damage.append(Damage(FREE_TABLE, used[0], reason))
         return damage
 
     def _walk(self, table: str, record: DbRecord) -> Iterator[_Entry | Damage]:
@@ -432,4 +447,5 @@ class LmdbFile:
                 f"its value's overflow pages from {pgno} lie past the end of the file"
             ) from None
         self.pages_read += pages - 1
+        self.visited.update(range(pgno + 1, pgno + pages))
         return data

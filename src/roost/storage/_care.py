@@ -101,6 +101,13 @@ def _open_file(path: str, data: str, report: CheckReport) -> LmdbFile | None:
     meta = metas.current
     if meta is None:
         return None
+    if metas.problems:
+        # The other meta page may be the one of the last commit: its records are then
+        # read as they were one commit before.
+        report.problems.append(
+            f"the trees are read from meta page {meta.page} (transaction {meta.txnid}): if "
+            "the damaged one was newer, the records are as of the commit before it"
+        )
     if metas.short:
         report.problems.append(
             f"{DATA_FILE} holds {metas.size} bytes but its pages run to {meta.needed_size}: "

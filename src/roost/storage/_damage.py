@@ -51,7 +51,7 @@ _SHOWN: Final = 5  # damaged pages a refusal names
 def damaged(path: str, what: str, details: dict[str, Any] | None = None) -> Error:
     """The Unavailable error for a damaged store in ``path``."""
     return Error(
-        f"the store in {path} is damaged: {what}; the node does not open it, so nothing "
+        f"the store in {path} is damaged: {what}; roost does not open it, so nothing "
         f"more is lost; {care_hint(path)}",
         kind=ErrorKind.UNAVAILABLE,
         retryable=False,

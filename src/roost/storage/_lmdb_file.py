@@ -233,7 +233,8 @@ class LmdbFile:
         # early instead of raising SIGBUS.
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self.pages_read = 0
-        self.visited: set[int] = set()  # every page a walk read (overflow spans included)
+        # One byte a page: set for every page a walk read (overflow spans included).
+        self._visited = bytearray(chosen.last_pg + 1)
 
     def close(self) -> None:
         """Close the file."""
@@ -261,7 +262,7 @@ class LmdbFile:
         except _Bad:
             raise _Bad(f"page {pgno} lies past the end of the file (the file is short)") from None
         self.pages_read += 1
-        self.visited.add(pgno)
+        self._visited[pgno] = 1
         return memoryview(data)
 
     def tables(self) -> tuple[dict[str, DbRecord], list[Damage]]:
@@ -271,7 +272,13 @@ class LmdbFile:
         for item in self._walk(MAIN_TABLE, self.meta.main):
             if isinstance(item, Damage):
                 damage.append(item)
-            elif item.flags & F_SUBDATA and len(item.value) == DB_RECORD_SIZE:
+            elif not item.flags & F_SUBDATA or len(item.value) != DB_RECORD_SIZE:
+                # roost keeps nothing but tables here: anything else is a damaged record,
+                # and LMDB would create that table anew, empty.
+                name = item.key.decode("utf-8", "replace")
+                reason = "its record in the table of tables is damaged"
+                damage.append(Damage(table=name, page=item.path[-1], reason=reason))
+            else:
                 record = DbRecord.parse(item.value)
                 problem = self._check_record(record)
                 if problem is None:
@@ -333,7 +340,7 @@ class LmdbFile:
                 reason = "the free list names pages outside the file's pages"
                 damage.append(Damage(FREE_TABLE, NO_PAGE, reason))
             listed |= pages
-        used = sorted(listed & self.visited)
+        used = sorted(p for p in listed if p < len(self._visited) and self._visited[p])
         if used:
             reason = f"the free list names {len(used)} page(s) a tree uses (from page {used[0]})"
             damage.append(Damage(FREE_TABLE, used[0], reason))
@@ -447,5 +454,5 @@ class LmdbFile:
                 f"its value's overflow pages from {pgno} lie past the end of the file"
             ) from None
         self.pages_read += pages - 1
-        self.visited.update(range(pgno + 1, pgno + pages))
+        self._visited[pgno + 1 : pgno + pages] = b"\x01" * (pages - 1)
         return data

@@ -435,6 +435,10 @@ def test_backup_beside_a_running_node_is_a_consistent_copy(base: Path, tmp_path:
             )
             assert child.returncode == 0, child.stderr
             assert b"backed up" in child.stdout
+            with pytest.raises(Error) as refused:  # salvage would race the node's writes
+                salvage_store(path, tmp_path / "salvaged")
+            assert refused.value.kind is ErrorKind.INVALID_STATE
+            assert "roost store backup" in refused.value.message
 
     trio.run(body)
     copied = _records(dest)

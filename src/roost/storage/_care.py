@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from roost._errors import Error, ErrorKind
-from roost.storage._damage import DATA_FILE, damaged, walk_all
+from roost.storage._damage import DATA_FILE, damaged, holder_alive, walk_all
 from roost.storage._datadir import prepare_dir
 from roost.storage._lmdb import open_lmdb_store
 from roost.storage._lmdb_file import FREE_TABLE, Damage, LmdbFile, read_metas
@@ -185,12 +185,22 @@ def salvage_store(
 
     Raises:
         roost.Error: NotFound with no store in ``source``; Invalid if ``dest`` holds one;
-            Unavailable if no meta page can be read.
+            InvalidState while a live process holds ``source``; Unavailable if no meta
+            page can be read.
     """
     src = os.path.realpath(os.fspath(source))
     out = os.path.realpath(os.fspath(dest))
     data = _store_file(src)
     _empty_dest(out)
+    if holder_alive(src):
+        raise Error(
+            f"a process still holds {src} (its roost.lock names a live process): salvage "
+            "reads the file without LMDB, so a node writing it meanwhile would tear the copy; "
+            "stop the node first, or take a consistent copy with `roost store backup`",
+            kind=ErrorKind.INVALID_STATE,
+            retryable=False,
+            details={"path": src},
+        )
     check = CheckReport(path=src)
     file = _open_file(src, data, check)
     if file is None:

@@ -42,7 +42,15 @@ from roost.storage._lmdb_file import (
 )
 from roost.storage._store import TABLES, care_hint
 
-__all__ = ["DATA_FILE", "damaged", "describe", "inspect_before_open", "refuse_empty", "walk_all"]
+__all__ = [
+    "DATA_FILE",
+    "damaged",
+    "describe",
+    "holder_alive",
+    "inspect_before_open",
+    "refuse_empty",
+    "walk_all",
+]
 
 DATA_FILE: Final = "data.mdb"
 _SHOWN: Final = 5  # damaged pages a refusal names
@@ -59,7 +67,7 @@ def damaged(path: str, what: str, details: dict[str, Any] | None = None) -> Erro
     )
 
 
-def _holder_alive(path: str) -> bool:
+def holder_alive(path: str) -> bool:
     """True if the directory's lock file names a process that is still running."""
     try:
         with open(os.path.join(path, LOCK_FILE), "rb") as f:
@@ -146,7 +154,7 @@ def inspect_before_open(path: str, *, locked: bool) -> None:
     except OSError as exc:
         raise damaged(path, f"{DATA_FILE} cannot be read ({exc})") from exc
     _check_metas(path, metas)
-    if not locked and _holder_alive(path):
+    if not locked and holder_alive(path):
         return
     with LmdbFile(data) as file:
         damage = [d for _table, d, _n in walk_all(file, decode=False) if isinstance(d, Damage)]

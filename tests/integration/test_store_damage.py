@@ -395,6 +395,10 @@ def test_store_check_reports_damage_and_exits_1(base: Path, tmp_path: Path) -> N
     assert report["damaged"] is True
     assert [d["page"] for d in report["tables"]["runs"]["damaged_pages"]] == [run_page]
     assert report["tables"]["state"]["damaged_pages"] == []
+    text = CliRunner().invoke(main, ["store", "check", "--data-dir", str(path)])
+    assert text.exit_code == 1
+    assert f"damaged: runs: page {run_page}" in text.stdout
+    assert "roost store salvage" in text.stderr
 
 
 def test_store_salvage_cli_lists_what_it_could_not_read(base: Path, tmp_path: Path) -> None:

@@ -35,25 +35,24 @@ import temporalio.service
 import temporalio.worker
 import trio
 
-from roost._errors import Error, ErrorKind, invalid, not_found
+from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost._security import SECURITY_KEY
 from roost.actors._app import Entry
 from roost.actors._contain import must_propagate
 from roost.actors._events import Exit, ExitResult
 from roost.actors._node_types import noproc_error
-from roost.storage._codec import Codec
+from roost.temporal import _client
 from roost.temporal._activity import ContextCarrier, activity_function
 from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
 from roost.temporal._converter import data_converter
 from roost.temporal._failures import application_error, error_of, unsupported
-from roost.temporal._options import CONTEXT_MEMO, PARENT_MEMO, STATUS_MEMO, start_kwargs, user_memo
+from roost.temporal._options import CONTEXT_MEMO, PARENT_MEMO
 from roost.temporal._workflow import (
     CANCEL_SIGNAL,
     DELIVER_ACTIVITY,
     PING_ACTIVITY,
     PROBE_WORKFLOW,
-    START_SIGNAL,
     WORKFLOW_NODE,
     NodeProbe,
     RoostWorkflow,
@@ -61,25 +60,11 @@ from roost.temporal._workflow import (
     node_queue,
 )
 from roost.workflow._host_protocol import NodeServices, WorkflowHost, WorkflowHostFactory
-from roost.workflow._options import check_start_options
-from roost.workflow._planner import already_error
-from roost.workflow._recorded import is_plain
 
 __all__ = ["TemporalHost", "temporal_host"]
 
 log = logging.getLogger("roost.temporal")
 
-_CODEC: Final = Codec()
-_STATUS = temporalio.client.WorkflowExecutionStatus
-_STATUS_NAMES: Final = {
-    _STATUS.RUNNING: "running",
-    _STATUS.COMPLETED: "completed",
-    _STATUS.FAILED: "failed",
-    _STATUS.CANCELED: "canceled",
-    _STATUS.TERMINATED: "terminated",
-    _STATUS.CONTINUED_AS_NEW: "continued",
-    _STATUS.TIMED_OUT: "timed_out",
-}
 # What a wait for a workflow's outcome asks again after, with a backoff from the first to
 # the last delay (seconds): the server is down or overloaded, not the workflow gone.
 _TRANSIENT: Final = frozenset(
@@ -96,16 +81,6 @@ _RETRY_MAX: Final = 2.0
 # A poller seen this recently on a node's queue is a live node of that name (seconds):
 # a worker's long poll is renewed at least once a minute.
 _LIVE_POLLER: Final = 70.0
-
-
-def _rpc_error(exc: temporalio.service.RPCError, workflow_id: str) -> Error:
-    code = temporalio.service.RPCStatusCode
-    if exc.status == code.NOT_FOUND:
-        return not_found(f"workflow {workflow_id!r} is not running", workflow_id=workflow_id)
-    if exc.status == code.INVALID_ARGUMENT:
-        return invalid(f"Temporal refused the request for {workflow_id!r}: {exc.message}")
-    kind = ErrorKind.UNAVAILABLE if exc.status == code.UNAVAILABLE else ErrorKind.INTERNAL
-    return Error(f"Temporal: {exc.message}", kind=kind, details={"workflow_id": workflow_id})
 
 
 class _Accepted:
@@ -239,36 +214,24 @@ class TemporalHost:
             raise self._health.failed.clone()
         if SECURITY_KEY in context:  # no unverified run: envelopes are not checked here yet
             raise unsupported("a workflow started under a security context (docs/security.md)")
-        opts = check_start_options(options)
-        workflow_id = opts.get("id") or opts.get("name")
-        explicit = workflow_id is not None
-        if workflow_id is None:
-            workflow_id = f"{self._app.name}-{os.urandom(8).hex()}"
-        for n, arg in enumerate(args):
-            _check(arg, f"args[{n}]")
-        for topic, payload in messages:
-            _check(payload, f"payload of start message {topic!r}")
         _check(context, "context")
         memo: dict[str, Any] = {PARENT_MEMO: parent}
         if context:
             memo[CONTEXT_MEMO] = context
-        kwargs = start_kwargs(opts, explicit=explicit, default_queue=self._app.name, memo=memo)
-        if messages:
-            kwargs["start_signal"] = START_SIGNAL
-            kwargs["start_signal_args"] = [[list(m) for m in messages], parent]
-        pid = self._pid(workflow_id)
-        try:
-            await self._bridge.run(
-                self._client.start_workflow(entry.id, args=list(args), id=workflow_id, **kwargs)
+        return await self._bridge.run(
+            _client.start(
+                self._client,
+                entry.id,
+                args,
+                options=options,
+                default_queue=self._app.name,
+                memo=memo,
+                messages=messages,
+                sender=parent,
+                host=self._host,
+                default_id=f"{self._app.name}-{os.urandom(8).hex()}",
             )
-        except temporalio.exceptions.WorkflowAlreadyStartedError:
-            why = (
-                "is already running" if explicit or "id_reuse_policy" not in opts else "ran before"
-            )
-            raise already_error(workflow_id, pid, why) from None
-        except temporalio.service.RPCError as exc:
-            raise _rpc_error(exc, workflow_id) from None
-        return pid
+        )
 
     # -- messages, cancel, terminate -------------------------------------------------------
 
@@ -328,20 +291,14 @@ class TemporalHost:
             try:
                 await handle.signal(name, args=args)
             except temporalio.service.RPCError as exc:
-                raise _rpc_error(exc, workflow_id) from None
+                raise _client.rpc_error(exc, workflow_id) from None
         finally:
             if self._tails.get(workflow_id) is me:
                 del self._tails[workflow_id]
 
     def terminate(self, pid: Pid) -> None:
         """Terminate the workflow (blocks the node's thread on the RPC)."""
-        self._blocking(self._terminate(pid.id))
-
-    async def _terminate(self, workflow_id: str) -> None:
-        try:
-            await self._client.get_workflow_handle(workflow_id).terminate(reason="terminated")
-        except temporalio.service.RPCError as exc:
-            raise _rpc_error(exc, workflow_id) from None
+        self._blocking(_client.terminate(self._client, pid.id))
 
     def running(self, pid: Pid) -> bool:
         """Whether the workflow is open (blocks on a describe)."""
@@ -380,7 +337,7 @@ class TemporalHost:
                 if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
                     return ExitResult(None, noproc_error(pid))
                 if exc.status not in _TRANSIENT:
-                    raise _rpc_error(exc, pid.id) from None
+                    raise _client.rpc_error(exc, pid.id) from None
                 if give_up_after is not None and loop.time() - began >= give_up_after:
                     raise Error(
                         f"the Temporal server gave no outcome of workflow {pid.id!r} for "
@@ -494,53 +451,11 @@ class TemporalHost:
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         """The latest run of ``workflow_id`` (blocks on the RPC)."""
-        return self._blocking(self._describe(workflow_id))  # type: ignore[no-any-return]
-
-    async def _describe(self, workflow_id: str) -> dict[str, Any]:
-        try:
-            found = await self._client.get_workflow_handle(workflow_id).describe()
-        except temporalio.service.RPCError as exc:
-            raise _rpc_error(exc, workflow_id) from None
-        return await self._described(found)
-
-    async def _described(self, execution: temporalio.client.WorkflowExecution) -> dict[str, Any]:
-        memo = await execution.memo()
-        status = _STATUS_NAMES.get(execution.status, "unknown") if execution.status else "unknown"
-        if status == "completed" and memo.get(STATUS_MEMO) == "canceled":
-            status = "canceled"
-        out: dict[str, Any] = {
-            "workflow_id": execution.id,
-            "run_id": execution.run_id,
-            "workflow_type": execution.workflow_type,
-            "status": status,
-            "result": None,
-            "error": None,
-            "started_at": execution.start_time,
-            "closed_at": execution.close_time,
-            "history_length": execution.history_length,
-            "task_queue": execution.task_queue,
-            "parent": memo.get(PARENT_MEMO),
-            "search_attributes": {},
-            "memo": user_memo(memo),
-        }
-        if status not in ("running", "continued"):
-            handle = self._client.get_workflow_handle(execution.id, run_id=execution.run_id)
-            try:
-                out["result"] = await handle.result(follow_runs=False)
-            except temporalio.client.WorkflowFailureError as exc:
-                out["error"] = error_of(exc.cause)
-        return out
+        return self._blocking(_client.describe(self._client, workflow_id))  # type: ignore[no-any-return]
 
     def list_workflows(self, query: str | None) -> list[dict[str, Any]]:
         """``describe`` of the workflows Temporal's visibility ``query`` matches."""
-        return self._blocking(self._list(query))  # type: ignore[no-any-return]
-
-    async def _list(self, query: str | None) -> list[dict[str, Any]]:
-        try:
-            found = [e async for e in self._client.list_workflows(query)]
-        except temporalio.service.RPCError as exc:
-            raise invalid(f"Temporal refused the list query {query!r}: {exc.message}") from None
-        return [await self._described(execution) for execution in found]
+        return self._blocking(_client.list_workflows(self._client, query))  # type: ignore[no-any-return]
 
     def history(self, workflow_id: str) -> list[Any]:
         """Refused: the roost form of a Temporal history is not built yet."""
@@ -555,9 +470,7 @@ def _each(fn: Callable[..., None], to: Pid, *args: Any, what: str) -> None:
         log.exception("roost.temporal: %s to %s failed", what, to)
 
 
-def _check(value: Any, what: str) -> None:
-    if not is_plain(value):
-        _CODEC.check(value, what=what)
+_check = _client.check_value
 
 
 def _log_refusal(workflow_id: str, name: str) -> Callable[[concurrent.futures.Future[None]], None]:

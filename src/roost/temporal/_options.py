@@ -1,7 +1,8 @@
 """roost's start and activity options as temporalio's keyword arguments (pure mapping).
 
-roost's default id policies are chosen here, on the client side: an explicit id or name
-means ``use_existing`` while a run is open, a generated id ``fail`` (API.md, "process").
+roost's id policies are chosen here, on the client side, by the rule book's own rule
+(``roost.workflow._planner.conflict_policy``): an explicit id or name means
+``use_existing`` while a run is open, a generated id ``fail`` (API.md, "process").
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import temporalio.workflow as tw
 
 from roost._errors import ErrorKind
 from roost.temporal._failures import unsupported
+from roost.workflow._planner import conflict_policy
 from roost.workflow._retry import RetryPolicy
 
 __all__ = [
@@ -26,6 +28,9 @@ __all__ = [
     "activity_kwargs",
     "child_kwargs",
     "retry_policy",
+    "search_attributes",
+    "search_dict",
+    "search_updates",
     "start_kwargs",
     "user_memo",
 ]
@@ -92,11 +97,57 @@ def user_memo(memo: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in memo.items() if k not in ROOST_MEMO}
 
 
+def _search_pair(name: str, value: Any) -> tc.SearchAttributePair[Any]:
+    """The typed key of a roost search attribute by its value's type, with the value.
+
+    The attribute must be registered on the cluster with that type (docs/temporal.md):
+    text is ``Keyword``, a list of text ``KeywordList``, ``int`` ``Int``, ``float``
+    ``Double``, ``bool`` ``Bool``, an aware datetime ``Datetime``.
+    """
+    key: tc.SearchAttributeKey[Any]
+    if isinstance(value, bool):
+        key = tc.SearchAttributeKey.for_bool(name)
+    elif isinstance(value, int):
+        key = tc.SearchAttributeKey.for_int(name)
+    elif isinstance(value, float):
+        key = tc.SearchAttributeKey.for_float(name)
+    elif isinstance(value, str):
+        key = tc.SearchAttributeKey.for_keyword(name)
+    elif isinstance(value, dt.datetime):
+        key = tc.SearchAttributeKey.for_datetime(name)
+    else:  # check_attributes let only a list of str through
+        key = tc.SearchAttributeKey.for_keyword_list(name)
+        value = list(value)
+    return tc.SearchAttributePair(key, value)
+
+
+def search_attributes(search: Mapping[str, Any]) -> tc.TypedSearchAttributes:
+    """Checked roost search attributes as Temporal's typed ones (``_search_pair``)."""
+    return tc.TypedSearchAttributes([_search_pair(k, v) for k, v in search.items()])
+
+
+def search_updates(search: Mapping[str, Any]) -> list[tc.SearchAttributeUpdate[Any]]:
+    """``workflow.upsert_search_attributes`` updates for checked roost search attributes."""
+    return [p.key.value_set(p.value) for p in (_search_pair(k, v) for k, v in search.items())]
+
+
+_SYSTEM_SEARCH: Final = ("Temporal", "BuildIds")
+
+
+def search_dict(typed: tc.TypedSearchAttributes) -> dict[str, Any]:
+    """The user's search attributes of a run, by name (Temporal's own left out)."""
+    return {
+        pair.key.name: list(pair.value) if isinstance(pair.value, list) else pair.value
+        for pair in typed
+        if not pair.key.name.startswith(_SYSTEM_SEARCH)
+    }
+
+
 def _chain_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The keywords a top-level start and a child start share."""
-    if opts.get("search_attributes"):
-        raise unsupported("the search_attributes start option", kind=ErrorKind.INVALID)
     out: dict[str, Any] = {name: _delta(opts[name]) for name in _TIMEOUTS if name in opts}
+    if opts.get("search_attributes"):
+        out["search_attributes"] = search_attributes(opts["search_attributes"])
     if "retry_policy" in opts:
         out["retry_policy"] = retry_policy(opts["retry_policy"])
     cron = opts.get("cron_schedule")
@@ -128,9 +179,7 @@ def start_kwargs(
     Raises:
         roost.Error: kind Invalid for an option this host does not carry out yet.
     """
-    conflict = opts.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
-    if opts.get("execution_error_when_already_started") and conflict != "terminate_existing":
-        conflict = "fail"
+    conflict = conflict_policy(opts, explicit=explicit)
     out = _chain_kwargs(opts)
     out["task_queue"] = opts.get("task_queue", default_queue)
     out["id_conflict_policy"] = _CONFLICT[conflict]

@@ -55,6 +55,7 @@ from roost.temporal._options import (
     STATUS_MEMO,
     activity_kwargs,
     child_kwargs,
+    search_updates,
 )
 from roost.workflow._awaitables import DriverView
 from roost.workflow._driver import DEFAULT_VERSION, Driver, Ports
@@ -385,7 +386,7 @@ class _Run:
                 self._task(self._child(command))
             case UpsertAttributes(search=search, memo=memo):
                 if search:
-                    return Fail(seq=command.seq, error=unsupported("workflow.attrs(search=...)"))
+                    tw.upsert_search_attributes(search_updates(search))
                 if memo:
                     tw.upsert_memo(memo)
             case VersionMarker():

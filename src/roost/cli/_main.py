@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from roost._errors import Error, NondeterminismError
+from roost.actors._app import App
 from roost.cli._apps import load_app
+from roost.cli._common import failures
 from roost.cli._progress import progress
 from roost.cli._queue import cron, dlq, history, queue
 from roost.cli._run import run
@@ -18,6 +21,24 @@ from roost.cli._workflow import workflow
 from roost.testing import Replayer, load_history
 
 __all__ = ["load_app", "main"]
+
+
+def _temporal_replay(app: App, path: Path) -> Any:
+    """The ``TemporalReplay`` of a Temporal history file; None for any other file."""
+    data = path.read_bytes()
+    if not data.lstrip().startswith(b"{"):  # a roost history is CBOR, never a JSON object
+        return None
+    try:
+        from roost.temporal import _client, _replay  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise click.ClickException(
+            f"{path} is a Temporal history: replaying it needs the roost[temporal] extra ({exc})"
+        ) from None
+    with failures():
+        history = _client.read_history_file(data, path)
+    if history is None:
+        return None
+    return _replay.replay_temporal_history(app, history)
 
 
 @click.group()
@@ -41,11 +62,23 @@ for _command in (run, workflow, queue, dlq, cron, history, store):
 )
 @click.option("--app", "app_ref", required=True, help="The app, as module:attribute.")
 def replay(histories: tuple[Path, ...], app_ref: str) -> None:
-    """Replay recorded histories against the current code; exit 1 on any divergence."""
+    """Replay recorded histories against the current code; exit 1 on any divergence.
+
+    A file from `roost history export --temporal` is replayed by temporalio's Replayer.
+    """
     app = load_app(app_ref)
     replayer = Replayer(app)
     diverged = 0
     for path in progress(histories, "replaying"):
+        temporal = _temporal_replay(app, path)
+        if temporal is not None:
+            if temporal.failure is None:
+                click.echo(f"ok {path}: replays (Temporal history of {temporal.workflow_id})")
+            else:
+                diverged += 1
+                click.echo(f"DIVERGED {path}", err=True)
+                click.echo(f"  {temporal.failure}", err=True)
+            continue
         try:
             result = replayer.replay(load_history(path))
         except NondeterminismError as exc:

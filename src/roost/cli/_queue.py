@@ -9,6 +9,7 @@ from typing import Any, Final
 import click
 
 from roost._files import private_dir
+from roost.cli import _temporal
 from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
 from roost.cli._common import (
@@ -198,8 +199,18 @@ def history() -> None:
 @click.argument("workflow_id")
 @click.argument("file", type=click.Path(dir_okay=False, writable=True, path_type=Path))
 @data_dir_option
-def export(workflow_id: str, file: Path, data_dir: Path) -> None:
-    """Write the history of WORKFLOW_ID to FILE (what `roost replay --history` reads)."""
+@_temporal.temporal_options
+def export(
+    workflow_id: str, file: Path, data_dir: Path, temporal: str | None, namespace: str
+) -> None:
+    """Write the history of WORKFLOW_ID to FILE (what `roost replay --history` reads).
+
+    With --temporal, the Temporal history of its latest run on that cluster.
+    """
+    if temporal is not None:
+        count = _temporal.export(temporal, namespace, workflow_id, file)
+        click.echo(f"wrote {count} Temporal events of {workflow_id} to {file}")
+        return
     with reading(data_dir) as store:
         events = _inspect.history(store, _CODEC, workflow_id)
     with failures():

@@ -28,9 +28,18 @@ def _bind(value: str | None) -> Any:
     return int(value) if value.isdigit() else value
 
 
-async def serve(app: App, data_dir: Path, http: str | None, admin: str | None) -> None:
-    """Run a node for ``app`` until SIGINT or SIGTERM, then shut it down cleanly."""
-    options: dict[str, Any] = {}
+async def serve(
+    app: App,
+    data_dir: Path,
+    http: str | None,
+    admin: str | None,
+    cluster: dict[str, Any] | None = None,
+) -> None:
+    """Run a node for ``app`` until SIGINT or SIGTERM, then shut it down cleanly.
+
+    ``cluster``: ``open_node``'s ``name``, ``temporal`` and ``temporal_namespace``.
+    """
+    options: dict[str, Any] = dict(cluster or {})
     if http is not None:
         options["http"] = _bind(http)
     if admin is not None:
@@ -40,11 +49,14 @@ async def serve(app: App, data_dir: Path, http: str | None, admin: str | None) -
         async with open_node(app, data_dir, **options) as node:
             admin_url = node.admin_url
             log.info(
-                "node %r (incarnation %d) runs app %r on %s%s%s; stop it with Ctrl-C or SIGTERM",
+                "node %r (incarnation %d) runs app %r on %s%s%s%s; stop it with Ctrl-C or SIGTERM",
                 node.name,
                 node.incarnation,
                 app.name,
                 node.data_dir,
+                f"; workflows on the Temporal cluster {options['temporal']}"
+                if "temporal" in options
+                else "",
                 f"; HTTP triggers at {node.http_url}" if node.http_url else "",
                 f"; admin API at {admin_url}" if admin_url else "",
             )
@@ -59,8 +71,46 @@ async def serve(app: App, data_dir: Path, http: str | None, admin: str | None) -
 @data_dir_option
 @click.option("--http", default=None, help="Serve the app's HTTP triggers on PORT or HOST:PORT.")
 @click.option("--admin", default=None, help="Serve the admin API on HOST:PORT (e.g. 127.0.0.1:0).")
-def run(app_ref: str, data_dir: Path, http: str | None, admin: str | None) -> None:
-    """Run a node for MODULE:APP until SIGINT or SIGTERM (logs to stderr)."""
+@click.option(
+    "--temporal",
+    default=None,
+    metavar="HOST:PORT",
+    help="Host the app's workflows on this Temporal cluster (roost[temporal]).",
+)
+@click.option(
+    "--namespace",
+    default="default",
+    show_default=True,
+    help="The Temporal namespace, with --temporal.",
+)
+@click.option(
+    "--name",
+    default=None,
+    help="The node's name (with --temporal: unique among the cluster's live nodes).",
+)
+def run(  # noqa: PLR0917 - click passes every option as an argument
+    app_ref: str,
+    data_dir: Path,
+    http: str | None,
+    admin: str | None,
+    temporal: str | None,
+    namespace: str,
+    name: str | None,
+) -> None:
+    """Run a node for MODULE:APP until SIGINT or SIGTERM (logs to stderr).
+
+    With --temporal, its workflows run on that Temporal cluster, and the node is one of
+    the cluster's workers for them (give each node its own --name).
+    """
+    if temporal is not None and name is None:
+        raise click.UsageError(
+            "--temporal needs --name NODE: each node of a cluster has a name of its own"
+        )
+    cluster: dict[str, Any] = {}
+    if name is not None:
+        cluster["name"] = name
+    if temporal is not None:
+        cluster.update(temporal=temporal, temporal_namespace=namespace)
     app = load_app(app_ref)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -69,6 +119,6 @@ def run(app_ref: str, data_dir: Path, http: str | None, admin: str | None) -> No
     root.setLevel(logging.INFO)
     try:
         with failures():
-            trio.run(serve, app, data_dir, http, admin)
+            trio.run(serve, app, data_dir, http, admin, cluster)
     finally:
         root.removeHandler(handler)

@@ -10,6 +10,7 @@ from typing import Any, Final
 import click
 
 from roost._errors import Error, ErrorKind
+from roost.cli import _temporal
 from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
 from roost.cli._common import (
@@ -44,9 +45,23 @@ def workflow() -> None:
 @click.option("--query", "-q", default=None, help="e.g. \"workflow_type = 'shop:order'\".")
 @click.option("--status", "-s", default=None, help="Only this status (running, completed, ...).")
 @data_dir_option
+@_temporal.temporal_options
 @json_option
-def list_(query: str | None, status: str | None, data_dir: Path, as_json: bool) -> None:
-    """List workflows (the latest run of each id), filtered by a query and a status."""
+def list_(  # noqa: PLR0917 - click passes every option as an argument
+    query: str | None,
+    status: str | None,
+    data_dir: Path,
+    temporal: str | None,
+    namespace: str,
+    as_json: bool,
+) -> None:
+    """List workflows (the latest run of each id), filtered by a query and a status.
+
+    With --temporal, the cluster's workflows, by Temporal's visibility query syntax.
+    """
+    if temporal is not None:
+        _temporal.list_(temporal, namespace, query, status, as_json)
+        return
     with failures():
         query = _inspect.with_status(query, status)
     with reading(data_dir) as store:
@@ -64,9 +79,15 @@ def list_(query: str | None, status: str | None, data_dir: Path, as_json: bool) 
 @workflow.command()
 @click.argument("workflow_id")
 @data_dir_option
+@_temporal.temporal_options
 @json_option
-def describe(workflow_id: str, data_dir: Path, as_json: bool) -> None:
+def describe(
+    workflow_id: str, data_dir: Path, temporal: str | None, namespace: str, as_json: bool
+) -> None:
     """Status, input options, result or error, and pending activities of a workflow."""
+    if temporal is not None:
+        _temporal.describe(temporal, namespace, workflow_id, as_json)
+        return
     with reading(data_dir) as store:
         found = _inspect.describe(store, _CODEC, workflow_id)
     if as_json:
@@ -88,9 +109,18 @@ def describe(workflow_id: str, data_dir: Path, as_json: bool) -> None:
 @workflow.command()
 @click.argument("workflow_id")
 @data_dir_option
+@_temporal.temporal_options
 @json_option
-def show(workflow_id: str, data_dir: Path, as_json: bool) -> None:
-    """The history of a workflow's latest run: every event and command, in order."""
+def show(
+    workflow_id: str, data_dir: Path, temporal: str | None, namespace: str, as_json: bool
+) -> None:
+    """The history of a workflow's latest run: every event and command, in order.
+
+    With --temporal, the run's Temporal events (JSON: Temporal's own form of each).
+    """
+    if temporal is not None:
+        _temporal.show(temporal, namespace, workflow_id, as_json)
+        return
     with reading(data_dir) as store:
         events = _inspect.history(store, _CODEC, workflow_id)
     data = json.loads(history_to_json(events))
@@ -116,13 +146,24 @@ def _result_of(described: dict[str, Any]) -> dict[str, Any]:
 @click.argument("workflow_id")
 @click.option("--wait", is_flag=True, help="Wait until the workflow has closed.")
 @data_dir_option
+@_temporal.temporal_options
 @json_option
-def result(workflow_id: str, wait: bool, data_dir: Path, as_json: bool) -> None:
+def result(  # noqa: PLR0917 - click passes every option as an argument
+    workflow_id: str,
+    wait: bool,
+    data_dir: Path,
+    temporal: str | None,
+    namespace: str,
+    as_json: bool,
+) -> None:
     """The status and result (or error) of a workflow; exit 1 if it closed unsuccessfully.
 
     With --wait, polls the store until the latest run has closed (a stopped data directory
-    waits until a node runs it).
+    waits until a node runs it); with --temporal, waits on the cluster.
     """
+    if temporal is not None:
+        _temporal.result(temporal, namespace, workflow_id, wait, as_json)
+        return
     delay = _WAIT_START
     with reading(data_dir) as store:
         found = _result_of(_inspect.describe(store, _CODEC, workflow_id))
@@ -150,6 +191,7 @@ def result(workflow_id: str, wait: bool, data_dir: Path, as_json: bool) -> None:
     "--app", "app_ref", default=None, help="Check ENTRY against this app (module:attribute)."
 )
 @data_dir_option
+@_temporal.temporal_options
 @json_option
 def start(  # noqa: PLR0917 - click passes every option as an argument
     entry: str,
@@ -157,6 +199,8 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
     workflow_id: str | None,
     app_ref: str | None,
     data_dir: Path,
+    temporal: str | None,
+    namespace: str,
     as_json: bool,
 ) -> None:
     """Start workflow ENTRY ('app:name') with ARGS, a JSON list of its arguments.
@@ -165,6 +209,7 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
     stored and the next node runs it (one whose app lacks ENTRY, or declares it as no
     workflow, keeps it stored; --app checks ENTRY first). An explicit --id of a running
     workflow is refused (exit 1) with or without a node; without --id, a fresh id.
+    With --temporal, the cluster starts it (on the app's task queue).
     """
     values = parse_json(args, "ARGS", default=[])
     if not isinstance(values, list):
@@ -173,6 +218,9 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
         _offline.check_start(_CODEC, entry, values, workflow_id)
         if app_ref is not None and load_app(app_ref).resolve(entry).kind != "workflow":
             raise click.BadParameter(f"{entry!r} is not a workflow of {app_ref}")
+    if temporal is not None:
+        _temporal.start(temporal, namespace, entry, values, workflow_id, as_json)
+        return
 
     stored = False
 
@@ -223,16 +271,27 @@ def _post(path: str, body: dict[str, Any]) -> Any:
 @click.argument("payload", required=False)
 @data_dir_option
 @key_file_option
-def signal(
-    workflow_id: str, topic: str, payload: str | None, data_dir: Path, key_file: Path | None
+@_temporal.temporal_options
+def signal(  # noqa: PLR0917 - click passes every option as an argument
+    workflow_id: str,
+    topic: str,
+    payload: str | None,
+    data_dir: Path,
+    key_file: Path | None,
+    temporal: str | None,
+    namespace: str,
 ) -> None:
     """Send a message with TOPIC and PAYLOAD (JSON; default null) to a running workflow.
 
     A workflow running under a security context takes only signed messages: give the
     node's key ring (--key-file or ROOST_SIGNING_KEYS); the message is signed as the
-    actor operator:<your user name>.
+    actor operator:<your user name>. With --temporal, a signal on the cluster.
     """
     value = parse_json(payload, "PAYLOAD")
+    if temporal is not None:
+        _temporal.signal(temporal, namespace, workflow_id, topic, value)
+        click.echo(f"signalled {workflow_id} with {topic!r}")
+        return
     with failures():
         ring = operator_ring(key_file)
         ticket = operator_ticket(ring, workflow_id, topic)
@@ -253,8 +312,15 @@ def signal(
 @click.argument("workflow_id")
 @click.option("--reason", default=None, help="Why (the workflow sees it).")
 @data_dir_option
-def cancel(workflow_id: str, reason: str | None, data_dir: Path) -> None:
+@_temporal.temporal_options
+def cancel(
+    workflow_id: str, reason: str | None, data_dir: Path, temporal: str | None, namespace: str
+) -> None:
     """Ask a running workflow to cancel (it decides what to do)."""
+    if temporal is not None:
+        _temporal.cancel(temporal, namespace, workflow_id, reason)
+        click.echo(f"cancel requested for {workflow_id}")
+        return
     with failures():
         change(
             data_dir,
@@ -267,8 +333,13 @@ def cancel(workflow_id: str, reason: str | None, data_dir: Path) -> None:
 @workflow.command()
 @click.argument("workflow_id")
 @data_dir_option
-def terminate(workflow_id: str, data_dir: Path) -> None:
+@_temporal.temporal_options
+def terminate(workflow_id: str, data_dir: Path, temporal: str | None, namespace: str) -> None:
     """Stop a running workflow at once: none of its code runs again."""
+    if temporal is not None:
+        _temporal.terminate(temporal, namespace, workflow_id)
+        click.echo(f"terminate requested for {workflow_id}")
+        return
     with failures():
         change(
             data_dir,

@@ -6,6 +6,7 @@ Timers are short and real (the dev server has no time skipping).
 """
 
 import asyncio
+import datetime as dt
 import itertools
 import os
 import time
@@ -16,9 +17,11 @@ import pytest
 import trio
 from temporal_server import DevServer, dev_server  # noqa: F401 - the fixture `temporal_server`
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 import roost
 import roost.temporal
+import roost.temporal._replay
 from roost import channel, funcs, process, workflow
 
 pytestmark = pytest.mark.timeout(120)
@@ -153,8 +156,43 @@ async def temporal_node(server, *, cache=0, name=None):
         yield node
 
 
+STARTED: list[str] = []  # the workflow ids ``_id`` gave out, in order
+NO_REPLAY = {"test_an_exception_out_of_the_driver_fails_the_workflow_task"}
+
+
 def _id(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+    workflow_id = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    STARTED.append(workflow_id)
+    return workflow_id
+
+
+@pytest.fixture(autouse=True)
+async def every_history_replays(request):
+    """After each scenario: the history of each workflow it started replays in temporalio's
+    ``Replayer`` (no worker cache, no server) against the same code.
+
+    The tests in ``NO_REPLAY`` start workflows whose tasks fail whenever they run.
+    """
+    first = len(STARTED)
+    yield
+    if "temporal_server" not in request.fixturenames or request.node.name in NO_REPLAY:
+        return
+    server = request.getfixturevalue("temporal_server")
+    ids = STARTED[first:]
+
+    async def replay_all(client):
+        failures = {}
+        for workflow_id in ids:
+            try:
+                history = await client.get_workflow_handle(workflow_id).fetch_history()
+            except RPCError:
+                continue  # a start the test expected to be refused
+            outcome = await roost.temporal._replay._replay(app, history)
+            if outcome.failure is not None:
+                failures[workflow_id] = outcome.failure
+        return failures
+
+    assert await with_client(server, replay_all) == {}
 
 
 async def with_client(server, fn, *, roost_payloads=True):
@@ -358,9 +396,47 @@ async def test_what_the_host_does_not_carry_out_yet_is_a_roost_error(temporal_se
         with pytest.raises(roost.Error) as history:
             node.history("anything")
         assert history.value.kind is roost.ErrorKind.INVALID_STATE
-        with pytest.raises(roost.Error) as option:
-            await process.with_options(search_attributes={"Shop": "x"}).spawn(napper, 0)
-        assert option.value.kind is roost.ErrorKind.INVALID
+
+
+DUE = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+
+
+@app.workflow
+async def tagged():
+    workflow.attrs(search={"Score": 1.5, "Rush": True, "Due": DUE, "Tags": ["a", "b"]})
+    workflow.attrs(search={"Priority": 4})  # an upsert replaces that one attribute
+    return "tagged"
+
+
+async def test_search_attributes_at_start_and_from_workflow_code_are_queryable(temporal_server):
+    workflow_id = _id("tagged")
+    start = process.with_options(id=workflow_id, search_attributes={"Shop": "acme", "Priority": 3})
+    async with temporal_node(temporal_server) as node:
+        with trio.fail_after(30):
+            assert await start.exec(tagged) == "tagged"
+        assert node.describe(workflow_id)["search_attributes"] == {
+            "Shop": "acme",
+            "Priority": 4,
+            "Score": 1.5,
+            "Rush": True,
+            "Due": DUE,
+            "Tags": ["a", "b"],
+        }
+        query = (
+            f"Shop = 'acme' AND Priority = 4 AND Rush = true AND Tags = 'b' AND Score > 1 "
+            f"AND WorkflowId = '{workflow_id}'"
+        )
+        # Temporal's visibility store is eventually consistent and tells nobody when it has
+        # caught up: asking again (bounded) is the only way to see the run listed.
+        with trio.fail_after(20):
+            while not (listed := node.list_workflows(query)):  # noqa: ASYNC110 - no event
+                await trio.sleep(0.05)
+        assert [w["workflow_id"] for w in listed] == [workflow_id]
+        with pytest.raises(roost.Error) as caught:
+            await process.with_options(search_attributes={"Unregistered": "x"}).spawn(napper, 0)
+    assert caught.value.kind is roost.ErrorKind.INVALID
+    assert "Unregistered" in caught.value.message
+    assert "temporal operator search-attribute create" in caught.value.message
 
 
 @app.workflow

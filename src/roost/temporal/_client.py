@@ -190,6 +190,16 @@ async def start(
         why = "is already running" if explicit or "id_reuse_policy" not in opts else "ran before"
         raise already_error(workflow_id, pid, why) from None
     except temporalio.service.RPCError as exc:
+        if (
+            exc.status == temporalio.service.RPCStatusCode.INVALID_ARGUMENT
+            and "search attribute" in exc.message.lower()
+        ):
+            raise invalid(
+                f"Temporal refused the start of {workflow_id!r}: {exc.message}; register "
+                "each search attribute on the cluster first (`temporal operator "
+                "search-attribute create --name NAME --type Keyword|Int|Double|Bool|"
+                "Datetime|KeywordList`, docs/temporal.md)"
+            ) from None
         raise rpc_error(exc, workflow_id) from None
     return pid
 

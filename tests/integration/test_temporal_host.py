@@ -732,3 +732,82 @@ async def test_a_failure_in_a_host_background_task_does_not_stop_the_node(tempor
             assert await process.exec(doubler, 3) == 6  # the node runs on
     assert f"the EXIT of {pid} to" in caplog.text
     assert "the EXIT could not be posted" in caplog.text
+
+
+@app.workflow
+async def tally():
+    inbox = process.inbox()
+    total = 0
+    while True:
+        request = await inbox.receive()
+        match request.topic:
+            case "bump":  # a plain message: no reply
+                total += request.payload
+            case "add":
+                process.send(request.sender, "ack")
+                total += request.payload
+                process.send(request.sender, "ok", total)
+            case "sub":
+                process.send(request.sender, "nak", "tally only adds")
+            case "div":
+                error = roost.Error("no division here", kind=roost.ErrorKind.INVALID_STATE)
+                process.send(request.sender, "error", error)
+            case "stop":
+                return total
+            # anything else is never answered
+
+
+@app.process
+async def call_and_report(pid, topic, report_to):
+    try:
+        value = await process.call(pid, topic, None, timeout="30s")
+    except roost.Error as exc:
+        value = exc
+    process.send(report_to, "called", value)
+
+
+async def test_process_call_to_a_workflow_is_an_update_with_ack_ok_nak_and_error(temporal_server):
+    workflow_id = _id("tally")
+    async with temporal_node(temporal_server) as node:
+        pid = await process.with_options(id=workflow_id).spawn_monitored(tally)
+        with trio.fail_after(30):
+            assert await process.call(pid, "add", 5, timeout="20s") == 5
+            process.send(pid, "bump", 100)  # sent before the call: the call sees it
+            assert await process.call(pid, "add", 2, timeout="20s") == 107
+            with pytest.raises(roost.Error) as nak:
+                await process.call(pid, "sub", 1, timeout="20s")
+            assert nak.value.kind is roost.ErrorKind.CONFLICT
+            assert nak.value.details["reason"] == "tally only adds"
+            with pytest.raises(roost.Error) as failed:
+                await process.call(pid, "div", 1, timeout="20s")
+            assert failed.value.kind is roost.ErrorKind.INVALID_STATE
+            assert failed.value.message == "no division here"
+        with pytest.raises(roost.Error) as late:
+            await process.call(pid, "ignored", None, timeout="0.3s")
+        assert late.value.kind is roost.ErrorKind.TIMEOUT
+        # A call still open when the workflow closes fails with NotFound, as a call to a
+        # workflow that is not running does.
+        inbox = process.inbox()
+        await process.spawn(call_and_report, pid, "unanswered", node.pid)
+        with trio.fail_after(30):
+            # Accepted by the workflow: its history is where it shows (asked, bounded).
+            events = await history_events(temporal_server, workflow_id)
+            while not _updates_accepted(events, 6):
+                await trio.sleep(0.05)
+                events = await history_events(temporal_server, workflow_id)
+            await process.send(pid, "stop")
+            assert (await process.events().receive()).value == 107
+            closed = (await inbox.receive()).payload
+        assert closed.kind is roost.ErrorKind.NOT_FOUND
+        assert "closed before it replied" in closed.message
+        with pytest.raises(roost.Error) as gone:
+            await process.call(pid, "add", 1, timeout="5s")
+        assert gone.value.kind is roost.ErrorKind.NOT_FOUND
+    events = await history_events(temporal_server, workflow_id)
+    assert _updates_accepted(events, 6)  # each call was an update the workflow accepted
+
+
+def _updates_accepted(events, n):
+    return (
+        sum(e.HasField("workflow_execution_update_accepted_event_attributes") for e in events) >= n
+    )

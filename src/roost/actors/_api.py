@@ -31,6 +31,7 @@ from roost.actors._registry import check_name
 from roost.actors._upgrade import Upgrade
 from roost.mailbox._channel import Channel
 from roost.mailbox._mailbox import EVENTS, INBOX, Message, check_topic
+from roost.workflow._host_protocol import CallingHost
 
 if TYPE_CHECKING:
     from roost.workflow._host_protocol import Durable, WorkflowHost
@@ -224,6 +225,11 @@ async def call(
     try:
         target = node.resolve(dest)
         host = node.workflow_host_of(target)
+        if isinstance(host, CallingHost):  # the host carries the call and its final reply
+            with trio.move_on_after(seconds):
+                answer, value = await host.call(alias.pid, target, topic, payload)
+                return _reply_value(target, topic, Message(answer, value, target))
+            raise _call_timeout(target, topic, seconds)
         if host is not None:
             await DurableReceipt(_signal(host, proc, alias.pid, target, (topic, payload)))
         else:

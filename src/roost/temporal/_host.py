@@ -296,6 +296,49 @@ class TemporalHost:
             if self._tails.get(workflow_id) is me:
                 del self._tails[workflow_id]
 
+    async def call(self, caller: Pid, pid: Pid, topic: str, payload: Any) -> tuple[str, Any]:
+        """``process.call`` as a Temporal update from ``caller``: the workflow's final reply.
+
+        The update is sent after the signals asked before it to the same workflow (and
+        before those asked after), so a call sees what its caller sent first.
+
+        Raises:
+            roost.Error: NotFound when the workflow is not running or closed before it
+                replied; Invalid for a payload roost's codec cannot encode.
+        """
+        _check(payload, f"payload of call {topic!r}")
+        answer: list[Any] = await self._bridge.run(self._update(pid.id, topic, [payload, caller]))
+        return answer[0], answer[1]
+
+    async def _update(self, workflow_id: str, topic: str, args: list[Any]) -> Any:
+        handle = self._client.get_workflow_handle(workflow_id)
+        before = self._tails.get(workflow_id)
+
+        async def accept() -> temporalio.client.WorkflowUpdateHandle[Any]:
+            if before is not None:
+                await asyncio.wait([before])
+            return await handle.start_update(
+                topic,
+                args=args,
+                wait_for_stage=temporalio.client.WorkflowUpdateStage.ACCEPTED,
+            )
+
+        accepted = asyncio.ensure_future(accept())
+        self._tails[workflow_id] = accepted
+
+        def untail(done: asyncio.Future[Any]) -> None:
+            if self._tails.get(workflow_id) is done:
+                del self._tails[workflow_id]
+
+        accepted.add_done_callback(untail)
+        try:
+            update = await accepted
+            return await update.result()
+        except temporalio.client.WorkflowUpdateFailedError as exc:
+            raise error_of(exc.cause) from None
+        except temporalio.service.RPCError as exc:
+            raise _client.rpc_error(exc, workflow_id) from None
+
     def terminate(self, pid: Pid) -> None:
         """Terminate the workflow (blocks the node's thread on the RPC)."""
         self._blocking(_client.terminate(self._client, pid.id))

@@ -249,19 +249,49 @@ class RoostWorkflow:
     """One roost workflow run, whatever its entry (its type is the entry id)."""
 
     def __init__(self) -> None:
-        # Signals may arrive before ``run`` starts (signal-with-start).
+        # Signals and updates may arrive before ``run`` starts (signal-with-start).
         self.incoming: list[Event] = []
+        self.calls: dict[Pid, asyncio.Future[list[Any]]] = {}
 
     @tw.signal(dynamic=True)
     def on_signal(self, name: str, args: Sequence[temporalio.common.RawValue]) -> None:
         """A signal: the events it stands for, for the next activation."""
         self.incoming.extend(signal_events(name, _decode(args)))
 
+    @tw.update(dynamic=True)
+    async def on_update(self, name: str, args: Sequence[temporalio.common.RawValue]) -> Any:
+        """A ``process.call``: the request as a message from the caller's reply address.
+
+        The update's result is ``[topic, payload]`` of the workflow's first reply to that
+        address that is not ``"ack"`` (the caller's node reads ``nak`` and ``error`` as the
+        embedded host does).
+        """
+        values = _decode(args)
+        payload = values[0] if values else None
+        caller = values[1] if len(values) > 1 and isinstance(values[1], Pid) else None
+        if caller is None or caller in self.calls:
+            raise application_error(
+                Error(
+                    f"a call to {tw.info().workflow_id!r} needs a reply address of its own "
+                    "(process.call gives one; a hand-written update passes [payload, pid])",
+                    kind=ErrorKind.INVALID,
+                )
+            )
+        reply = self.calls[caller] = asyncio.get_running_loop().create_future()
+        self.incoming.append(MessageArrived(topic=name, payload=payload, sender=caller))
+        try:
+            return await reply
+        except Error as exc:
+            raise application_error(exc) from None
+        finally:
+            del self.calls[caller]
+
     @tw.run
     async def run(self, args: Sequence[temporalio.common.RawValue]) -> Any:
         """Run the roost workflow of this type to its end."""
         app = apps.find(tw.info().workflow_type)
-        return await _Run(app, f"{app.name}:workflows", self.incoming).run(_decode(args))
+        run = _Run(app, f"{app.name}:workflows", self.incoming, self.calls)
+        return await run.run(_decode(args))
 
 
 @tw.defn(name=PROBE_WORKFLOW, sandboxed=False)
@@ -306,10 +336,19 @@ _Outgoing = _Message | _Cancel
 class _Run:
     """The state of one run: its driver, the events resolved since its last activation."""
 
-    def __init__(self, app: App, host: str, incoming: list[Event]) -> None:
+    def __init__(
+        self,
+        app: App,
+        host: str,
+        incoming: list[Event],
+        calls: dict[Pid, asyncio.Future[list[Any]]],
+    ) -> None:
         self.app = app
         self.host = host
         self.incoming = incoming
+        # The open ``process.call`` updates, by the caller's reply address (the workflow's
+        # instance owns it: an update may come before the run starts).
+        self.calls = calls
         self.activities: dict[int, asyncio.Task[None]] = {}
         # Per destination (a workflow id, or a plain process's PID): what waits to be sent,
         # and the one task sending it (awaited before the run closes).
@@ -426,6 +465,11 @@ class _Run:
         return dest.id if dest.host == self.host else None
 
     def _send(self, command: SendMessage) -> None:
+        reply = self.calls.get(command.dest) if isinstance(command.dest, Pid) else None
+        if reply is not None:  # a reply to an open call: its update's result, unless an ack
+            if command.topic != "ack" and not reply.done():
+                reply.set_result([command.topic, command.payload])
+            return
         target = self._workflow_id(command.dest)
         sender = command.reply_to or self.pid
         self._post(
@@ -538,6 +582,13 @@ class _Run:
 
     # -- the close -----------------------------------------------------------------------
 
+    async def _end_calls(self) -> None:
+        """Fail the calls this run never answered, and let their updates finish first."""
+        for reply in self.calls.values():
+            if not reply.done():
+                reply.set_exception(_closed_error(self.pid.id))
+        await tw.wait_condition(tw.all_handlers_finished)
+
     async def close(self, command: Complete | Fail | ContinueAsNew, driver: Driver) -> Any:  # noqa: RET503 - continue_as_new raises
         """Finish the sends of the last activation, then close the run as ``command`` says.
 
@@ -547,6 +598,7 @@ class _Run:
         """
         while self.senders:
             await asyncio.gather(*self.senders.values())
+        await self._end_calls()
         match command:
             case Complete(value=value):
                 if self.cancel_requested:
@@ -566,6 +618,14 @@ class _Run:
         if carried:
             memo[CARRIED_MEMO] = carried
         tw.continue_as_new(args=command.args, workflow=command.entry, memo=memo)
+
+
+def _closed_error(workflow_id: str) -> Error:
+    return Error(
+        f"workflow {workflow_id!r} closed before it replied to the call",
+        kind=ErrorKind.NOT_FOUND,
+        details={"workflow_id": workflow_id},
+    )
 
 
 def _runs(batch: list[_Outgoing]) -> list[list[_Message] | _Cancel]:

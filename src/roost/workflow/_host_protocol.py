@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from roost.actors._app import App, Entry
     from roost.actors._events import Exit, ExitResult
 
-__all__ = ["Durable", "NodeServices", "WorkflowHost", "WorkflowHostFactory"]
+__all__ = ["CallingHost", "Durable", "NodeServices", "WorkflowHost", "WorkflowHostFactory"]
 
 
 class Durable(Protocol):
@@ -228,6 +228,27 @@ class WorkflowHost(Protocol):
 
         Raises:
             roost.Error: NotFound for an unknown workflow id.
+        """
+
+
+@runtime_checkable
+class CallingHost(Protocol):
+    """A host that carries ``process.call`` to its workflows itself (an optional member).
+
+    A host without ``call`` gets a call as a signal from the caller's reply address, and
+    the workflow's replies come back as messages to it (the embedded host). One with it
+    (Temporal's: an update) delivers the request with ``caller`` as its sender, and
+    returns the workflow's first reply to ``caller`` that is not ``"ack"``.
+    """
+
+    async def call(self, caller: Pid, pid: Pid, topic: str, payload: Any) -> tuple[str, Any]:
+        """Deliver the request and wait for its final reply: ``(topic, payload)``.
+
+        The node cancels the wait at the call's timeout.
+
+        Raises:
+            roost.Error: NotFound when the workflow is not running, or closes before it
+                replied; Invalid for a payload the host cannot carry.
         """
 
 

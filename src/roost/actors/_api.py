@@ -226,10 +226,13 @@ async def call(
         target = node.resolve(dest)
         host = node.workflow_host_of(target)
         if isinstance(host, CallingHost):  # the host carries the call and its final reply
+            final: Message | None = None
             with trio.move_on_after(seconds):
                 answer, value = await host.call(alias.pid, target, topic, payload)
-                return _reply_value(target, topic, Message(answer, value, target))
-            raise _call_timeout(target, topic, seconds)
+                final = Message(answer, value, target)
+            if final is None:
+                raise _call_timeout(target, topic, seconds)
+            return _reply_value(target, topic, final)
         if host is not None:
             await DurableReceipt(_signal(host, proc, alias.pid, target, (topic, payload)))
         else:

@@ -225,10 +225,11 @@ async def call(
     try:
         target = node.resolve(dest)
         host = node.workflow_host_of(target)
-        if isinstance(host, CallingHost):  # the host carries the call and its final reply
+        calling: object = host
+        if isinstance(calling, CallingHost):  # the host carries the call and its final reply
             final: Message | None = None
             with trio.move_on_after(seconds):
-                answer, value = await host.call(alias.pid, target, topic, payload)
+                answer, value = await calling.call(alias.pid, target, topic, payload)
                 final = Message(answer, value, target)
             if final is None:
                 raise _call_timeout(target, topic, seconds)

@@ -811,3 +811,41 @@ def _updates_accepted(events, n):
     return (
         sum(e.HasField("workflow_execution_update_accepted_event_attributes") for e in events) >= n
     )
+
+
+@app.process
+async def idle():
+    await trio.sleep_forever()
+
+
+@app.process
+async def polite_process():
+    event = await process.events().receive()
+    return f"asked to stop: {event.reason}"
+
+
+@app.workflow
+async def stopper(victim, hard_target, soft_target):
+    process.terminate(victim)  # a workflow: an activity terminates it with the client
+    process.terminate(hard_target)  # plain processes: stopped on their node
+    process.cancel(soft_target, "enough")
+    return "stopped them"
+
+
+async def test_workflow_code_terminates_a_workflow_and_stops_plain_processes(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        victim = await process.with_options(id=_id("victim")).spawn_monitored(cancellable)
+        hard = await process.spawn_monitored(idle)
+        soft = await process.spawn_monitored(polite_process)
+        with trio.fail_after(30):
+            assert (
+                await process.with_options(id=_id("stopper")).exec(stopper, victim, hard, soft)
+                == "stopped them"
+            )
+            exits = {e.pid: e for e in [await process.events().receive() for _ in range(3)]}
+        assert exits[victim].error.kind is roost.ErrorKind.CANCELED
+        assert exits[victim].error.message == "terminated"
+        assert node.describe(victim.id)["status"] == "terminated"
+        assert exits[hard].error.kind is roost.ErrorKind.CANCELED
+        assert exits[hard].error.message == "terminated"
+        assert exits[soft].value == "asked to stop: enough"  # a Cancel event it acted on

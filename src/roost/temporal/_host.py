@@ -53,6 +53,8 @@ from roost.temporal._workflow import (
     DELIVER_ACTIVITY,
     PING_ACTIVITY,
     PROBE_WORKFLOW,
+    STOP_ACTIVITY,
+    TERMINATE_ACTIVITY,
     WORKFLOW_NODE,
     NodeProbe,
     RoostWorkflow,
@@ -732,7 +734,7 @@ async def _open_workers(
         client,
         task_queue=app.name,
         workflows=[RoostWorkflow, NodeProbe],
-        activities=[activity_function(services, bridge, threads)],
+        activities=[activity_function(services, bridge, threads), _terminator(client)],
         interceptors=[ContextCarrier()],
         max_cached_workflows=max_cached,
     )
@@ -791,8 +793,31 @@ def _node_activities(services: NodeServices, bridge: Bridge) -> list[Callable[..
         except Error as exc:
             raise application_error(exc) from None
 
+    async def stop_here(dest: Pid, reason: str | None, hard: bool) -> None:
+        services.stop(dest, reason, hard=hard)
+
+    @temporalio.activity.defn(name=STOP_ACTIVITY)
+    async def stop(dest: Pid, reason: str | None, hard: bool) -> None:
+        try:
+            await bridge.to_trio(stop_here, dest, reason, hard)
+        except Error as exc:
+            raise application_error(exc) from None
+
     @temporalio.activity.defn(name=PING_ACTIVITY)
     async def ping() -> str:
         return services.name
 
-    return [deliver, ping]
+    return [deliver, stop, ping]
+
+
+def _terminator(client: temporalio.client.Client) -> Callable[..., Any]:
+    """The app queue's activity that terminates a workflow for workflow code."""
+
+    @temporalio.activity.defn(name=TERMINATE_ACTIVITY)
+    async def terminate(workflow_id: str) -> None:
+        try:
+            await _client.terminate(client, workflow_id)
+        except Error as exc:
+            raise application_error(exc) from None
+
+    return terminate

@@ -90,6 +90,8 @@ __all__ = [
     "PING_ACTIVITY",
     "PROBE_WORKFLOW",
     "START_SIGNAL",
+    "STOP_ACTIVITY",
+    "TERMINATE_ACTIVITY",
     "WORKFLOW_NODE",
     "NodeProbe",
     "RoostWorkflow",
@@ -107,6 +109,12 @@ MESSAGES_SIGNAL: Final = "@roost.messages"
 DELIVER_ACTIVITY: Final = "@roost.deliver"
 """The activity on a node's own queue that hands a workflow's messages to a plain process,
 in order: its arguments are ``dest`` and ``[[topic, payload, sender], ...]``."""
+STOP_ACTIVITY: Final = "@roost.stop"
+"""The activity on a node's own queue that cancels or terminates a plain process there:
+its arguments are ``dest``, ``reason`` and ``hard``."""
+TERMINATE_ACTIVITY: Final = "@roost.terminate"
+"""The activity on the app's task queue that terminates a workflow (its one argument, the
+workflow id) with the node's client: workflow code cannot terminate another itself."""
 PING_ACTIVITY: Final = "@roost.ping"
 """The activity on a node's own queue that answers whether that node is alive."""
 PROBE_WORKFLOW: Final = "@roost.probe"
@@ -330,7 +338,16 @@ class _Cancel:
     reason: str | None
 
 
-_Outgoing = _Message | _Cancel
+@attrs.frozen
+class _Stop:
+    """A ``process.terminate`` of a workflow, or a cancel or terminate of a plain process."""
+
+    reason: str | None
+    hard: bool
+
+
+_Outgoing = _Message | _Cancel | _Stop
+_Batch = list[_Message] | _Cancel | _Stop
 
 
 class _Run:
@@ -419,7 +436,7 @@ class _Run:
             case SendMessage():
                 self._send(command)
             case StopProcess():
-                return self._stop(command)
+                self._stop(command)
             case StartChild():
                 self.children[command.workflow_id] = asyncio.get_running_loop().create_future()
                 self._task(self._child(command))
@@ -477,13 +494,18 @@ class _Run:
             _Message(command.topic, command.payload, sender),
         )
 
-    def _stop(self, command: StopProcess) -> Fail | None:
+    def _stop(self, command: StopProcess) -> None:
+        """A cancel (a signal) or a terminate of a workflow; a stop of a plain process.
+
+        A workflow cannot terminate another itself: an activity on its task queue does it
+        with the node's client. A plain process is stopped on its node, by an activity on
+        that node's queue. Either is sent in order with the run's messages to the target.
+        """
         target = self._workflow_id(command.dest)
-        if command.hard or target is None:
-            what = "process.terminate" if command.hard else "process.cancel of a plain process"
-            return Fail(seq=command.seq, error=unsupported(f"{what} from a workflow"))
-        self._post(target, _Cancel(command.reason))
-        return None
+        if target is not None and not command.hard:
+            self._post(target, _Cancel(command.reason))
+        else:
+            self._post(target or command.dest, _Stop(command.reason, command.hard))
 
     def _post(self, dest: str | Pid, item: _Outgoing) -> None:
         """Queue ``item`` for ``dest``; start the destination's sender if it has none."""
@@ -510,6 +532,11 @@ class _Run:
         handle = tw.get_external_workflow_handle(target)
         for run in _runs(batch):
             args: list[Any]
+            if isinstance(run, _Stop):
+                await self._outside(
+                    TERMINATE_ACTIVITY, [target], tw.info().task_queue, f"terminate {target}"
+                )
+                continue
             if isinstance(run, _Cancel):
                 name, args = CANCEL_SIGNAL, [run.reason]
             elif len(run) == 1:
@@ -525,23 +552,30 @@ class _Run:
 
     async def _deliver(self, dest: Pid, batch: list[_Outgoing]) -> None:
         """Hand ``batch`` to the plain process ``dest`` through its node's own queue."""
-        messages = [[m.topic, m.payload, m.sender] for m in batch if isinstance(m, _Message)]
+        queue = node_queue(dest.node)
+        for run in _runs(batch):
+            if isinstance(run, list):
+                messages = [[m.topic, m.payload, m.sender] for m in run]
+                what = f"the delivery of {len(messages)} message(s) to {dest}"
+                await self._outside(DELIVER_ACTIVITY, [dest, messages], queue, what)
+            elif isinstance(run, _Stop):
+                verb = "terminate" if run.hard else "cancel"
+                await self._outside(
+                    STOP_ACTIVITY, [dest, run.reason, run.hard], queue, f"{verb} {dest}"
+                )
+
+    async def _outside(self, name: str, args: list[Any], queue: str, what: str) -> None:
+        """Run one of roost's own activities once on ``queue``; a failure is logged."""
         try:
             await tw.execute_activity(
-                DELIVER_ACTIVITY,
-                args=[dest, messages],
-                task_queue=node_queue(dest.node),
+                name,
+                args=args,
+                task_queue=queue,
                 schedule_to_close_timeout=_DELIVERY_TIMEOUT,
                 retry_policy=_DELIVER_ONCE,
             )
-        except Exception as exc:  # noqa: BLE001 - a failed delivery is logged; the send never raises
-            log.warning(
-                "workflow %s: the delivery of %d message(s) to %s failed: %s",
-                self.pid,
-                len(messages),
-                dest,
-                error_of(exc),
-            )
+        except Exception as exc:  # noqa: BLE001 - a failed send or stop is logged; it never raises
+            log.warning("workflow %s: %s failed: %s", self.pid, what, error_of(exc))
 
     async def _child(self, command: StartChild) -> None:
         pid = Pid.trusted(WORKFLOW_NODE, self.host, command.workflow_id)
@@ -628,11 +662,11 @@ def _closed_error(workflow_id: str) -> Error:
     )
 
 
-def _runs(batch: list[_Outgoing]) -> list[list[_Message] | _Cancel]:
-    """``batch`` as its runs of consecutive messages and its cancels, in order."""
-    runs: list[list[_Message] | _Cancel] = []
+def _runs(batch: list[_Outgoing]) -> list[_Batch]:
+    """``batch`` as its runs of consecutive messages, and each cancel or stop, in order."""
+    runs: list[_Batch] = []
     for item in batch:
-        if isinstance(item, _Cancel):
+        if not isinstance(item, _Message):
             runs.append(item)
         elif runs and isinstance(runs[-1], list):
             runs[-1].append(item)

@@ -27,6 +27,7 @@ from roost.queues._runtime import run_target
 from roost.storage import MAX_KEY_SIZE, Codec, key
 from roost.storage._codec import record
 from roost.storage._quarantine import set_aside
+from roost.workflow._host_protocol import FIRES_CRON
 
 __all__ = ["CronTick", "CronTrigger", "declare_cron"]
 
@@ -94,6 +95,8 @@ class CronRuntime:
         triggers: dict[str, CronTrigger] = node.app.declared.get("cron", {})
         if node.store is None or not triggers:
             return
+        if getattr(node.settings.get("workflow_host"), FIRES_CRON, False):
+            return  # the workflow host fires them (Temporal: once per cluster)
         runtime = cls(node)
         for trigger in triggers.values():
             node.app.resolve(trigger.entry)  # an unknown entry fails the node start

@@ -46,6 +46,7 @@ from roost.temporal import _client
 from roost.temporal._activity import ContextCarrier, activity_function
 from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
 from roost.temporal._converter import data_converter
+from roost.temporal._cron import CronFire, ensure_schedules
 from roost.temporal._failures import application_error, error_of, unsupported
 from roost.temporal._options import CONTEXT_MEMO, PARENT_MEMO
 from roost.temporal._workflow import (
@@ -61,7 +62,12 @@ from roost.temporal._workflow import (
     apps,
     node_queue,
 )
-from roost.workflow._host_protocol import NodeServices, WorkflowHost, WorkflowHostFactory
+from roost.workflow._host_protocol import (
+    FIRES_CRON,
+    NodeServices,
+    WorkflowHost,
+    WorkflowHostFactory,
+)
 
 __all__ = ["TemporalHost", "temporal_host"]
 
@@ -650,6 +656,7 @@ def temporal_host(
         if refused is not None:
             raise refused
 
+    setattr(factory, FIRES_CRON, True)  # the node's own cron service stays idle
     return factory
 
 
@@ -733,7 +740,7 @@ async def _open_workers(
     app_worker = temporalio.worker.Worker(
         client,
         task_queue=app.name,
-        workflows=[RoostWorkflow, NodeProbe],
+        workflows=[RoostWorkflow, NodeProbe, CronFire],
         activities=[activity_function(services, bridge, threads), _terminator(client)],
         interceptors=[ContextCarrier()],
         max_cached_workflows=max_cached,
@@ -761,6 +768,13 @@ async def _open_workers(
     running.append(loop.create_task(node_worker.run()))
     health.watch(running[-1], node_queue(services.name))
     await _claimed(client, services.name, identity)
+    opened = _Opened(client, (node_worker, app_worker), tuple(running))
+    try:
+        await ensure_schedules(client, app)  # app.cron: once per cluster
+    except Error:
+        health.stopping = True
+        await _shutdown(opened)
+        raise
     return _Opened(client, (node_worker, app_worker), tuple(running))
 
 

@@ -25,7 +25,19 @@ if TYPE_CHECKING:
     from roost.actors._app import App, Entry
     from roost.actors._events import Exit, ExitResult
 
-__all__ = ["CallingHost", "Durable", "NodeServices", "WorkflowHost", "WorkflowHostFactory"]
+__all__ = [
+    "FIRES_CRON",
+    "CallingHost",
+    "Durable",
+    "NodeServices",
+    "WorkflowHost",
+    "WorkflowHostFactory",
+]
+
+FIRES_CRON = "fires_cron"
+"""A ``WorkflowHostFactory`` with this attribute set true fires the app's ``app.cron``
+triggers itself (the Temporal host: once per cluster); the node's own cron service then
+fires none."""
 
 
 class Durable(Protocol):

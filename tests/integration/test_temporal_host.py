@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 import roost
 import roost.temporal
 import roost.temporal._replay
+import roost.temporal._workflow
 from roost import channel, funcs, process, workflow
 
 pytestmark = pytest.mark.timeout(120)
@@ -133,13 +134,30 @@ async def looking(order_id, how):
 
 
 @app.process
-async def helper():
-    return None
+async def helper(name):
+    message = await process.inbox().receive()
+    return f"{message.payload}, {name}"
 
 
 @app.workflow
 async def spawner():
-    await process.spawn(helper)
+    pid = await process.spawn(helper, "ann")  # on the node that started this workflow
+    process.send(pid, "greeting", "hello")
+    event = await process.events().receive()  # its EXIT: the activity's result
+    return [pid.node, pid.id, event.value]
+
+
+@app.workflow
+async def caller(dest):
+    return await process.call(dest, "ping", 1, timeout="5s")
+
+
+@app.workflow
+async def late_spawner():
+    await process.listen("go").receive()
+    await process.spawn(helper, "bob")
+    event = await process.events().receive()
+    return {"kind": event.error.kind.value, "message": event.error.message}
 
 
 _names = itertools.count()
@@ -390,7 +408,7 @@ async def test_a_second_live_node_with_a_taken_name_is_refused(temporal_server):
 async def test_what_the_host_does_not_carry_out_yet_is_a_roost_error(temporal_server):
     async with temporal_node(temporal_server, cache=100) as node:
         with trio.fail_after(30), pytest.raises(roost.Error) as caught:
-            await process.exec(spawner)
+            await process.exec(caller, node.pid)
         assert caught.value.kind is roost.ErrorKind.INVALID_STATE
         assert "not supported on the Temporal host yet" in caught.value.message
         with pytest.raises(roost.Error) as history:
@@ -849,3 +867,35 @@ async def test_workflow_code_terminates_a_workflow_and_stops_plain_processes(tem
         assert exits[hard].error.kind is roost.ErrorKind.CANCELED
         assert exits[hard].error.message == "terminated"
         assert exits[soft].value == "asked to stop: enough"  # a Cancel event it acted on
+
+
+async def test_a_workflow_spawns_a_plain_process_on_the_node_that_started_it(temporal_server):
+    workflow_id = _id("spawner")
+    async with temporal_node(temporal_server) as node:
+        with trio.fail_after(30):
+            node_name, pid_id, value = await process.with_options(id=workflow_id).exec(spawner)
+    assert node_name == node.name and pid_id.startswith(f"{workflow_id}.")
+    assert value == "hello, ann"
+    events = await history_events(temporal_server, workflow_id)
+    types = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "@roost.process" in types
+
+
+async def test_a_spawn_on_a_node_that_is_gone_is_an_unavailable_exit(temporal_server, monkeypatch):
+    monkeypatch.setattr(roost.temporal._workflow, "PROCESS_START_TIMEOUT", dt.timedelta(seconds=1))
+    workflow_id = _id("late")
+    async with temporal_node(temporal_server) as first:
+        gone = first.name
+        pid = await process.with_options(id=workflow_id).spawn(late_spawner)
+        await process.send(pid, "warm-up")  # durable: its first task runs on this node
+    async with temporal_node(temporal_server):  # another node of the cluster
+        process.monitor(pid)
+        await process.send(pid, "go")
+        with trio.fail_after(30):
+            exited = await process.events().receive()
+    assert exited.value["kind"] == "Unavailable"
+    assert f"the node {gone!r} did not run or stopped answering" in exited.value["message"]

@@ -48,12 +48,13 @@ from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
 from roost.temporal._converter import data_converter
 from roost.temporal._cron import CronFire, ensure_schedules
 from roost.temporal._failures import application_error, error_of, unsupported
-from roost.temporal._options import CONTEXT_MEMO, PARENT_MEMO
+from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO
 from roost.temporal._workflow import (
     CANCEL_SIGNAL,
     DELIVER_ACTIVITY,
     PING_ACTIVITY,
     PROBE_WORKFLOW,
+    PROCESS_ACTIVITY,
     STOP_ACTIVITY,
     TERMINATE_ACTIVITY,
     WORKFLOW_NODE,
@@ -89,6 +90,8 @@ _RETRY_MAX: Final = 2.0
 # A poller seen this recently on a node's queue is a live node of that name (seconds):
 # a worker's long poll is renewed at least once a minute.
 _LIVE_POLLER: Final = 70.0
+# A node running a workflow's plain process heartbeats its activity this often (seconds).
+_PROCESS_BEAT: Final = 2.0
 
 
 class _Accepted:
@@ -148,6 +151,43 @@ class _Health:
         task.add_done_callback(ended)
 
 
+class _Exits:
+    """The EXITs the node's process activities wait for, by the process's PID.
+
+    ``expect`` and ``exited`` run on the trio thread; the future is settled on the asyncio
+    loop that waits for it.
+    """
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: dict[Pid, tuple[asyncio.AbstractEventLoop, asyncio.Future[Exit]]] = {}
+
+    def expect(
+        self, pid: Pid, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Exit]
+    ) -> None:
+        """``future`` gets the EXIT of ``pid``."""
+        self._waiting[pid] = (loop, future)
+
+    def forget(self, pid: Pid) -> None:
+        """No EXIT of ``pid`` is waited for any more."""
+        self._waiting.pop(pid, None)
+
+    def exited(self, event: Exit) -> bool:
+        """Hand ``event`` to its waiter; False when nobody waits for it."""
+        found = self._waiting.pop(event.pid, None)
+        if found is None:
+            return False
+        loop, future = found
+        loop.call_soon_threadsafe(_settle, future, event)
+        return True
+
+
+def _settle(future: asyncio.Future[Exit], event: Exit) -> None:
+    if not future.done():
+        future.set_result(event)
+
+
 @attrs.define
 class _Watch:
     """The plain processes watching one workflow, and the task that waits for its close."""
@@ -168,10 +208,12 @@ class TemporalHost:
         nursery: trio.Nursery,
         *,
         health: _Health,
+        exits: _Exits,
         workers: tuple[temporalio.worker.Worker, ...],
     ) -> None:
         self._services = services
         self._health = health
+        self._exits = exits
         self._workers = workers  # the node's; stopped by the factory
         self._client = client
         self._bridge = bridge
@@ -223,7 +265,7 @@ class TemporalHost:
         if SECURITY_KEY in context:  # no unverified run: envelopes are not checked here yet
             raise unsupported("a workflow started under a security context (docs/security.md)")
         _check(context, "context")
-        memo: dict[str, Any] = {PARENT_MEMO: parent}
+        memo: dict[str, Any] = {PARENT_MEMO: parent, OWNER_MEMO: self._services.name}
         if context:
             memo[CONTEXT_MEMO] = context
         return await self._bridge.run(
@@ -492,8 +534,9 @@ class TemporalHost:
                     )
 
     def process_exited(self, watcher: Pid, event: Exit) -> None:
-        """Never called: workflows start no plain processes on this host yet."""
-        log.debug("roost.temporal: EXIT of %s for %s ignored", event.pid, watcher)
+        """The EXIT of a process a workflow spawned here: its activity's result."""
+        if not self._exits.exited(event):
+            log.debug("roost.temporal: EXIT of %s for %s: nobody waits for it", event.pid, watcher)
 
     # -- inspection ------------------------------------------------------------------------
 
@@ -613,6 +656,7 @@ def temporal_host(
         bridge = Bridge()
         threads = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="roost.activity")
         health = _Health()
+        exits = _Exits()
         refused: Error | None = None  # raised once the nursery is left: not in a group
         async with trio.open_nursery() as nursery:
             await bridge.start(nursery)
@@ -628,6 +672,7 @@ def temporal_host(
                             bridge=bridge,
                             threads=threads,
                             health=health,
+                            exits=exits,
                         )
                     )
                 except Error as exc:
@@ -640,6 +685,7 @@ def temporal_host(
                             bridge,
                             nursery,
                             health=health,
+                            exits=exits,
                             workers=opened.workers,
                         )
                     finally:
@@ -678,6 +724,7 @@ async def _open(
     bridge: Bridge,
     threads: concurrent.futures.Executor,
     health: _Health,
+    exits: _Exits,
 ) -> _Opened:
     """Connect, refuse a taken node name, and start the node's two workers (on asyncio).
 
@@ -694,6 +741,7 @@ async def _open(
             bridge=bridge,
             threads=threads,
             health=health,
+            exits=exits,
         )
     except temporalio.service.RPCError as exc:
         if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
@@ -722,6 +770,7 @@ async def _open_workers(
     bridge: Bridge,
     threads: concurrent.futures.Executor,
     health: _Health,
+    exits: _Exits,
 ) -> _Opened:
     app = services.app
     try:
@@ -762,7 +811,7 @@ async def _open_workers(
     node_worker = temporalio.worker.Worker(
         client,
         task_queue=node_queue(services.name),
-        activities=[*_node_activities(services, bridge)],
+        activities=[*_node_activities(services, bridge, exits)],
         identity=identity,
     )
     running.append(loop.create_task(node_worker.run()))
@@ -786,8 +835,10 @@ async def _shutdown(opened: _Opened) -> None:
     await asyncio.gather(*opened.tasks, return_exceptions=True)
 
 
-def _node_activities(services: NodeServices, bridge: Bridge) -> list[Callable[..., Any]]:
-    """The node queue's activities: a workflow's message to a process here; the ping."""
+def _node_activities(
+    services: NodeServices, bridge: Bridge, exits: _Exits
+) -> list[Callable[..., Any]]:
+    """The node queue's activities: a workflow's messages, stops and processes here; a ping."""
 
     async def deliver_here(dest: Pid, messages: list[list[Any]]) -> None:
         # Every message is offered, in order; the first refusal is the activity's error.
@@ -817,11 +868,40 @@ def _node_activities(services: NodeServices, bridge: Bridge) -> list[Callable[..
         except Error as exc:
             raise application_error(exc) from None
 
+    @temporalio.activity.defn(name=PROCESS_ACTIVITY)
+    async def run_process(
+        entry: str,
+        args: list[Any],
+        pid: Pid,
+        watcher: Pid,
+        context: dict[str, Any],
+    ) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[Exit] = loop.create_future()
+
+        async def spawn_here() -> None:
+            exits.expect(pid, loop, exited)  # first: a process may end at once
+            try:
+                services.spawn(entry, tuple(args), pid=pid, watcher=watcher, context=context)
+            except BaseException:
+                exits.forget(pid)
+                raise
+
+        try:
+            await bridge.to_trio(spawn_here)
+        except Error as exc:
+            raise application_error(exc) from None
+        while not exited.done():  # alive: the heartbeat tells the workflow this node is too
+            await asyncio.wait([exited], timeout=_PROCESS_BEAT)
+            temporalio.activity.heartbeat()
+        event = exited.result()
+        return [event.value, event.error]
+
     @temporalio.activity.defn(name=PING_ACTIVITY)
     async def ping() -> str:
         return services.name
 
-    return [deliver, stop, ping]
+    return [deliver, stop, run_process, ping]
 
 
 def _terminator(client: temporalio.client.Client) -> Callable[..., Any]:

@@ -22,6 +22,7 @@ from roost.workflow._retry import RetryPolicy
 __all__ = [
     "CARRIED_MEMO",
     "CONTEXT_MEMO",
+    "OWNER_MEMO",
     "PARENT_MEMO",
     "ROOST_MEMO",
     "STATUS_MEMO",
@@ -42,7 +43,10 @@ STATUS_MEMO: Final = "roost.status"  # "canceled": it returned after a cancel re
 # What a run that continued as new had not read: ``[[topic, payload, sender], ...]`` and
 # ``["@cancel", reason]`` for a cancel it had not been given, for its next run.
 CARRIED_MEMO: Final = "roost.carried"
-ROOST_MEMO: Final = frozenset({CARRIED_MEMO, CONTEXT_MEMO, PARENT_MEMO, STATUS_MEMO})
+# The node whose plain processes the run's spawns start on: the node that started it (or
+# its parent's), so that a process spawned by any of its tasks lands on one known node.
+OWNER_MEMO: Final = "roost.owner"
+ROOST_MEMO: Final = frozenset({CARRIED_MEMO, CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO, STATUS_MEMO})
 
 _CONFLICT: Final = {
     "fail": tc.WorkflowIDConflictPolicy.FAIL,

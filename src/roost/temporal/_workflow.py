@@ -51,6 +51,7 @@ from roost.temporal._failures import application_error, error_of, unsupported
 from roost.temporal._options import (
     CARRIED_MEMO,
     CONTEXT_MEMO,
+    OWNER_MEMO,
     PARENT_MEMO,
     STATUS_MEMO,
     activity_kwargs,
@@ -89,6 +90,8 @@ __all__ = [
     "MESSAGES_SIGNAL",
     "PING_ACTIVITY",
     "PROBE_WORKFLOW",
+    "PROCESS_ACTIVITY",
+    "PROCESS_START_TIMEOUT",
     "START_SIGNAL",
     "STOP_ACTIVITY",
     "TERMINATE_ACTIVITY",
@@ -115,6 +118,14 @@ its arguments are ``dest``, ``reason`` and ``hard``."""
 TERMINATE_ACTIVITY: Final = "@roost.terminate"
 """The activity on the app's task queue that terminates a workflow (its one argument, the
 workflow id) with the node's client: workflow code cannot terminate another itself."""
+PROCESS_ACTIVITY: Final = "@roost.process"
+"""The activity on a node's own queue that runs a plain process a workflow spawned there,
+heartbeating while it lives; its result is the process's EXIT ``[value, error]``. Its
+arguments: ``entry``, ``args``, ``pid``, ``watcher`` (the workflow) and ``context``."""
+PROCESS_START_TIMEOUT = dt.timedelta(seconds=30)
+"""How long a spawn waits for its node to take the process (read at each spawn)."""
+_PROCESS_HEARTBEAT: Final = dt.timedelta(seconds=10)
+_PROCESS_LIMIT: Final = dt.timedelta(days=3650)  # a plain process may live as long as it likes
 PING_ACTIVITY: Final = "@roost.ping"
 """The activity on a node's own queue that answers whether that node is alive."""
 PROBE_WORKFLOW: Final = "@roost.probe"
@@ -165,8 +176,24 @@ class TemporalPorts(Ports):
             _CODEC.check(value, what=what)
 
     def spawn_pid(self, seq: int) -> Pid:
-        """Refused: a workflow cannot start plain processes on this host yet."""
-        raise unsupported("a workflow spawning a plain process")
+        """The PID of the plain process command ``seq`` starts on the run's owning node.
+
+        Raises:
+            roost.Error: InvalidState for a run no node started (the CLI's): it has no
+                node to start plain processes on.
+        """
+        info = tw.info()
+        owner = tw.memo_value(OWNER_MEMO, None)
+        if not isinstance(owner, str):
+            raise Error(
+                f"workflow {info.workflow_id!r} was started outside a node (by the CLI or "
+                "a hand-written client), so it has no node to spawn plain processes on: "
+                "start it from a process of a node",
+                kind=ErrorKind.INVALID_STATE,
+                retryable=False,
+            )
+        name = f"{info.workflow_id}.{info.run_id[:6]}.{seq}"
+        return Pid.trusted(owner, self.shim.app.default_host, name)
 
     def child_pid(self, workflow_id: str) -> Pid:
         """A child workflow's PID: its id on the cluster."""
@@ -447,8 +474,8 @@ class _Run:
                     tw.upsert_memo(memo)
             case VersionMarker():
                 pass  # recorded by Temporal as the marker of ``workflow.patched``
-            case SpawnProcess():  # refused at the call (TemporalPorts.spawn_pid)
-                return Fail(seq=command.seq, error=unsupported("spawning a plain process"))
+            case SpawnProcess():
+                self._task(self._process(command))
             case Complete() | Fail() | ContinueAsNew():
                 return command
         return None
@@ -577,6 +604,37 @@ class _Run:
         except Exception as exc:  # noqa: BLE001 - a failed send or stop is logged; it never raises
             log.warning("workflow %s: %s failed: %s", self.pid, what, error_of(exc))
 
+    async def _process(self, command: SpawnProcess) -> None:
+        """Run the plain process on its node, through a heartbeating activity there.
+
+        The activity's result is the process's EXIT; a node that does not take it in
+        time, or stops heartbeating (it died), is an ``Unavailable`` EXIT.
+        """
+        pid = command.pid
+        value: Any = None
+        error: Error | None = None
+        try:
+            value, error = await tw.execute_activity(
+                PROCESS_ACTIVITY,
+                args=[command.entry, command.args, pid, self.pid, tw.memo_value(CONTEXT_MEMO, {})],
+                task_queue=node_queue(pid.node),
+                schedule_to_start_timeout=PROCESS_START_TIMEOUT,
+                start_to_close_timeout=_PROCESS_LIMIT,
+                heartbeat_timeout=_PROCESS_HEARTBEAT,
+                retry_policy=_DELIVER_ONCE,
+            )
+        except temporalio.exceptions.ActivityError as exc:
+            if isinstance(exc.cause, temporalio.exceptions.TimeoutError):
+                error = Error(
+                    f"the node {pid.node!r} did not run or stopped answering for the process "
+                    f"{pid} ({error_of(exc).message}): it has stopped or cannot be reached",
+                    kind=ErrorKind.UNAVAILABLE,
+                    details={"node": pid.node},
+                )
+            else:
+                error = error_of(exc)
+        self.incoming.append(ProcessExited(pid=pid, value=value, error=error))
+
     async def _child(self, command: StartChild) -> None:
         pid = Pid.trusted(WORKFLOW_NODE, self.host, command.workflow_id)
         started = self.children[command.workflow_id]
@@ -593,6 +651,7 @@ class _Run:
                         memo={
                             CONTEXT_MEMO: tw.memo_value(CONTEXT_MEMO, {}),
                             PARENT_MEMO: self.pid,
+                            OWNER_MEMO: tw.memo_value(OWNER_MEMO, None),
                         },
                     ),
                 )

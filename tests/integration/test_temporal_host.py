@@ -148,8 +148,18 @@ async def spawner():
 
 
 @app.workflow
-async def caller(dest):
-    return await process.call(dest, "ping", 1, timeout="5s")
+async def caller(dest, topic, payload):
+    try:
+        return await process.call(dest, topic, payload, timeout="3s")
+    except roost.Error as exc:
+        return {"kind": exc.kind.value, "details": exc.details}
+
+
+@app.process
+async def answering():
+    request = await process.inbox().receive()
+    process.send(request.sender, "ack")
+    process.send(request.sender, "ok", {"got": request.payload, "from": request.sender.host})
 
 
 @app.workflow
@@ -407,10 +417,6 @@ async def test_a_second_live_node_with_a_taken_name_is_refused(temporal_server):
 
 async def test_what_the_host_does_not_carry_out_yet_is_a_roost_error(temporal_server):
     async with temporal_node(temporal_server, cache=100) as node:
-        with trio.fail_after(30), pytest.raises(roost.Error) as caught:
-            await process.exec(caller, node.pid)
-        assert caught.value.kind is roost.ErrorKind.INVALID_STATE
-        assert "not supported on the Temporal host yet" in caught.value.message
         with pytest.raises(roost.Error) as history:
             node.history("anything")
         assert history.value.kind is roost.ErrorKind.INVALID_STATE
@@ -899,3 +905,27 @@ async def test_a_spawn_on_a_node_that_is_gone_is_an_unavailable_exit(temporal_se
             exited = await process.events().receive()
     assert exited.value["kind"] == "Unavailable"
     assert f"the node {gone!r} did not run or stopped answering" in exited.value["message"]
+
+
+async def test_process_call_from_a_workflow_gets_its_replies_as_signals(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        tally_pid = await process.with_options(id=_id("tally")).spawn_monitored(tally)
+        plain = await process.spawn(answering)
+        with trio.fail_after(30):
+            assert (
+                await process.with_options(id=_id("caller")).exec(caller, tally_pid, "add", 3) == 3
+            )  # workflow to workflow: the reply is a @roost.reply signal to this run
+            naked = await process.with_options(id=_id("caller")).exec(caller, tally_pid, "sub", 1)
+            assert naked["kind"] == "Conflict" and naked["details"]["reason"] == "tally only adds"
+            # to a plain process, which replies through the node to the host
+            assert await process.with_options(id=_id("caller")).exec(caller, plain, "q", 7) == {
+                "got": 7,
+                "from": "tshop:replies",
+            }
+            silent = await process.with_options(id=_id("caller")).exec(
+                caller, tally_pid, "ignored", None
+            )
+            assert silent["kind"] == "Timeout"  # the call's durable timer
+            await process.send(tally_pid, "stop")
+            assert (await process.events().receive()).value == 3
+        assert node.describe(tally_pid.id)["status"] == "completed"

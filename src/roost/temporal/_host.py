@@ -55,6 +55,7 @@ from roost.temporal._workflow import (
     PING_ACTIVITY,
     PROBE_WORKFLOW,
     PROCESS_ACTIVITY,
+    REPLY_SIGNAL,
     STOP_ACTIVITY,
     TERMINATE_ACTIVITY,
     WORKFLOW_NODE,
@@ -62,6 +63,8 @@ from roost.temporal._workflow import (
     RoostWorkflow,
     apps,
     node_queue,
+    replies_host,
+    reply_target,
 )
 from roost.workflow._host_protocol import (
     FIRES_CRON,
@@ -220,7 +223,8 @@ class TemporalHost:
         self._nursery = nursery
         self._app = services.app
         self._host = f"{self._app.name}:workflows"
-        self._pid_hosts = frozenset({self._host})
+        self._replies = replies_host(self._app.name)
+        self._pid_hosts = frozenset({self._host, self._replies})
         self._watches: dict[Pid, _Watch] = {}
         # The last signal to each workflow id, so that signals are sent in the order given.
         self._tails: dict[str, Any] = {}
@@ -232,7 +236,7 @@ class TemporalHost:
 
     @property
     def pid_hosts(self) -> frozenset[str]:
-        """The workflow host only (calls from workflows are not carried out yet)."""
+        """The workflow host, and that of the reply addresses of workflows' calls."""
         return self._pid_hosts
 
     @property
@@ -298,6 +302,9 @@ class TemporalHost:
         ``ticket`` is not checked on this host yet (docs/security.md, "Temporal host").
         """
         _check(payload, f"payload of message {topic!r}")
+        if pid.host == self._replies:  # a reply to a workflow's call
+            workflow_id, run_id, seq = reply_target(pid)
+            return self._signal(workflow_id, REPLY_SIGNAL, [run_id, seq, topic, payload, sender])
         return self._signal(pid.id, topic, [payload, sender])
 
     def cancel(self, pid: Pid, reason: str | None) -> _Accepted:

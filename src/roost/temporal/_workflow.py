@@ -47,7 +47,7 @@ from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._mailbox import EVENTS
 from roost.storage._codec import Codec
-from roost.temporal._failures import application_error, error_of, unsupported
+from roost.temporal._failures import application_error, error_of
 from roost.temporal._options import (
     CARRIED_MEMO,
     CONTEXT_MEMO,
@@ -92,6 +92,7 @@ __all__ = [
     "PROBE_WORKFLOW",
     "PROCESS_ACTIVITY",
     "PROCESS_START_TIMEOUT",
+    "REPLY_SIGNAL",
     "START_SIGNAL",
     "STOP_ACTIVITY",
     "TERMINATE_ACTIVITY",
@@ -101,12 +102,16 @@ __all__ = [
     "TemporalPorts",
     "apps",
     "node_queue",
+    "replies_host",
+    "reply_target",
 ]
 
 log = logging.getLogger("roost.temporal")
 
 CANCEL_SIGNAL: Final = "@roost.cancel"
 START_SIGNAL: Final = "@roost.start"
+REPLY_SIGNAL: Final = "@roost.reply"
+"""A reply to a workflow's own ``process.call``: ``[run_id, seq, topic, payload, sender]``."""
 MESSAGES_SIGNAL: Final = "@roost.messages"
 """Several messages from one workflow to another, ``[[topic, payload, sender], ...]``."""
 DELIVER_ACTIVITY: Final = "@roost.deliver"
@@ -142,6 +147,24 @@ _CODEC = Codec()
 # (logged), as a send to a process that is gone.
 _DELIVERY_TIMEOUT: Final = dt.timedelta(seconds=30)
 _DELIVER_ONCE: Final = temporalio.common.RetryPolicy(maximum_attempts=1)
+
+
+def replies_host(app_name: str) -> str:
+    """The PID host of the reply addresses of an app's workflows' calls."""
+    return f"{app_name}:replies"
+
+
+def reply_target(pid: Pid) -> tuple[str, str, int]:
+    """The workflow id, run id and call seq of a reply address ``{local@<app>:replies|...}``.
+
+    Raises:
+        roost.Error: NotFound for a PID of that host that no call made.
+    """
+    run_id, _, rest = pid.id.partition(".")
+    seq, _, workflow_id = rest.partition(".")
+    if not (run_id and seq.isdigit() and workflow_id):
+        raise Error(f"{pid} is no workflow call's reply address", kind=ErrorKind.NOT_FOUND)
+    return workflow_id, run_id, int(seq)
 
 
 def node_queue(name: str) -> str:
@@ -200,8 +223,13 @@ class TemporalPorts(Ports):
         return Pid.trusted(WORKFLOW_NODE, self.host, workflow_id)
 
     def reply_pid(self, seq: int) -> Pid:
-        """Refused: ``process.call`` from a workflow is not carried out on this host yet."""
-        raise unsupported("process.call from a workflow")
+        """The reply address of the run's call ``seq``: ``<run id>.<seq>.<workflow id>``.
+
+        A reply to it is a ``@roost.reply`` signal to this workflow, for this run only.
+        """
+        info = tw.info()
+        name = f"{info.run_id}.{seq}.{info.workflow_id}"
+        return Pid.trusted(WORKFLOW_NODE, replies_host(self.shim.app.name), name)
 
     def encoded_size(self, value: object) -> int:
         """Bytes of ``value`` by roost's codec."""
@@ -231,6 +259,11 @@ def signal_events(name: str, values: list[Any]) -> list[Event]:
     if name == START_SIGNAL:
         messages, sender = values[0], values[1] if len(values) > 1 else None
         return [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
+    if name == REPLY_SIGNAL:
+        run_id, seq, topic, payload, sender = values
+        if run_id != tw.info().run_id:
+            return []  # a reply to a call of a run before this one: dropped, as a late one
+        return [MessageArrived(topic=topic, payload=payload, sender=sender, call=seq)]
     if name == MESSAGES_SIGNAL:
         return [MessageArrived(topic=t, payload=p, sender=s) for t, p, s in values[0]]
     sender = values[1] if len(values) > 1 and isinstance(values[1], Pid) else None
@@ -366,6 +399,17 @@ class _Cancel:
 
 
 @attrs.frozen
+class _Reply:
+    """A reply to another workflow's call, waiting in that workflow's outbox."""
+
+    run_id: str
+    seq: int
+    topic: str
+    payload: Any
+    sender: Pid
+
+
+@attrs.frozen
 class _Stop:
     """A ``process.terminate`` of a workflow, or a cancel or terminate of a plain process."""
 
@@ -373,8 +417,8 @@ class _Stop:
     hard: bool
 
 
-_Outgoing = _Message | _Cancel | _Stop
-_Batch = list[_Message] | _Cancel | _Stop
+_Outgoing = _Message | _Cancel | _Reply | _Stop
+_Batch = list[_Message] | _Cancel | _Reply | _Stop
 
 
 class _Run:
@@ -514,8 +558,16 @@ class _Run:
             if command.topic != "ack" and not reply.done():
                 reply.set_result([command.topic, command.payload])
             return
-        target = self._workflow_id(command.dest)
         sender = command.reply_to or self.pid
+        if isinstance(command.dest, Pid) and command.dest.host == replies_host(self.app.name):
+            try:  # a reply to a workflow's call: a signal to that workflow
+                workflow_id, run_id, seq = reply_target(command.dest)
+            except Error as exc:
+                log.warning("workflow %s: a send to %s is dropped: %s", self.pid, command.dest, exc)
+                return
+            self._post(workflow_id, _Reply(run_id, seq, command.topic, command.payload, sender))
+            return
+        target = self._workflow_id(command.dest)
         self._post(
             command.dest if target is None else target,
             _Message(command.topic, command.payload, sender),
@@ -566,6 +618,8 @@ class _Run:
                 continue
             if isinstance(run, _Cancel):
                 name, args = CANCEL_SIGNAL, [run.reason]
+            elif isinstance(run, _Reply):
+                name, args = REPLY_SIGNAL, [run.run_id, run.seq, run.topic, run.payload, run.sender]
             elif len(run) == 1:
                 name, args = run[0].topic, [run[0].payload, run[0].sender]
             else:

@@ -4,7 +4,9 @@
 history recorded by the old build does not have (``roost replay`` says it diverged).
 """
 
+import json
 import os
+import time
 
 import roost
 from roost import channel, funcs, process, workflow
@@ -49,3 +51,32 @@ async def cancellable():
 @app.workflow
 async def failing():
     raise roost.Error("it went wrong", kind=roost.ErrorKind.CONFLICT)
+
+
+def _effects(line):
+    """Append one JSON line to the file the multi-node test reads (``TCLI_EFFECTS``)."""
+    with open(os.environ["TCLI_EFFECTS"], "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+@app.activity
+def effect(order_id):
+    """Begin, wait for the test's release (heartbeating), then apply the side effect once."""
+    info = roost.activity_info()
+    base = {"order": order_id, "key": info.idempotency_key, "pid": os.getpid()}
+    _effects({**base, "event": "begin", "attempt": info.attempt})
+    release = os.environ["TCLI_EFFECTS"] + ".release"
+    while not os.path.exists(release):
+        roost.heartbeat()
+        time.sleep(0.05)
+    _effects({**base, "event": "effect", "attempt": info.attempt})
+    return info.attempt
+
+
+@app.workflow
+async def effectful(order_id):
+    step = funcs.new().with_options(
+        heartbeat_timeout="2s",
+        retry_policy=roost.RetryPolicy(initial_interval="100ms", maximum_attempts=5),
+    )
+    return await step.call(effect, order_id)

@@ -202,3 +202,59 @@ def test_a_second_roost_run_with_a_taken_name_and_bad_cluster_arguments_fail(
     assert bad_status.exit_code == 2 and "unknown status 'asleep'" in bad_status.output
     own_topic = cli("workflow", "signal", "x", "@roost.cancel", "--temporal", temporal_server)
     assert own_topic.exit_code == 2 and "roost's own" in own_topic.output
+
+
+@pytest.mark.slow
+def test_a_node_killed_mid_activity_leaves_its_workflows_to_the_other_node(
+    temporal_server, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(HERE)
+    effects = tmp_path / "effects.jsonl"
+    monkeypatch.setenv("TCLI_EFFECTS", str(effects))  # the nodes inherit it
+    nodes = [
+        RunningNode(temporal_server, tmp_path / f"d{n}", f"kill-{n}-{uuid.uuid4().hex[:6]}")
+        for n in range(2)
+    ]
+    try:
+        for node in nodes:
+            node.wait_ready()
+        orders = [_id("order") for _ in range(6)]
+        at = ("--temporal", temporal_server)
+        for order in orders:
+            done = cli(
+                "workflow", "start", "tcli:effectful", json.dumps([order]), "--id", order, *at
+            )
+            assert done.exit_code == 0, done.output
+
+        def begun():
+            if not effects.exists():
+                return []
+            return [json.loads(line) for line in effects.read_text().splitlines()]
+
+        deadline = time.monotonic() + WAIT
+        while len({line["order"] for line in begun()}) < len(orders):  # every one mid-activity
+            assert time.monotonic() < deadline, begun()
+            time.sleep(0.05)
+        busy = {line["pid"] for line in begun()}
+        victim = next(node for node in nodes if node.process.pid in busy)
+        os.kill(victim.process.pid, signal.SIGKILL)
+        victim.process.wait(WAIT)
+        Path(f"{effects}.release").touch()
+        for order in orders:
+            finished = ok_json("workflow", "result", order, "--wait", *at)
+            assert finished["status"] == "completed", finished
+    finally:
+        codes = [node.stop() for node in nodes]
+    survivor = next(node for node in nodes if node is not victim)
+    assert codes[nodes.index(survivor)] == 0, "".join(survivor.lines)
+    applied = [line for line in begun() if line["event"] == "effect"]
+    assert sorted(line["order"] for line in applied) == sorted(orders)  # each applied once
+    assert all(line["pid"] == survivor.process.pid for line in applied)
+    keys = {}
+    for line in begun():
+        keys.setdefault(line["order"], set()).add(line["key"])
+    assert all(len(found) == 1 for found in keys.values())  # one idempotency key per effect
+    retried = {line["order"] for line in begun() if line["pid"] == victim.process.pid}
+    assert retried and all(
+        any(line["order"] == order and line["attempt"] > 1 for line in applied) for order in retried
+    )  # what the dead node had begun, the survivor redid as a later attempt

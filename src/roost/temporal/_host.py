@@ -56,6 +56,7 @@ from roost.temporal._workflow import (
     PROBE_WORKFLOW,
     PROCESS_ACTIVITY,
     REPLY_SIGNAL,
+    SPAWNED_SIGNAL,
     STOP_ACTIVITY,
     TERMINATE_ACTIVITY,
     WORKFLOW_NODE,
@@ -818,7 +819,7 @@ async def _open_workers(
     node_worker = temporalio.worker.Worker(
         client,
         task_queue=node_queue(services.name),
-        activities=[*_node_activities(services, bridge, exits)],
+        activities=[*_node_activities(services, bridge, exits, client)],
         identity=identity,
     )
     running.append(loop.create_task(node_worker.run()))
@@ -843,7 +844,7 @@ async def _shutdown(opened: _Opened) -> None:
 
 
 def _node_activities(
-    services: NodeServices, bridge: Bridge, exits: _Exits
+    services: NodeServices, bridge: Bridge, exits: _Exits, client: temporalio.client.Client
 ) -> list[Callable[..., Any]]:
     """The node queue's activities: a workflow's messages, stops and processes here; a ping."""
 
@@ -898,6 +899,11 @@ def _node_activities(
             await bridge.to_trio(spawn_here)
         except Error as exc:
             raise application_error(exc) from None
+        # Started: the workflow's sends to it may go now (they wait for this signal).
+        try:
+            await client.get_workflow_handle(watcher.id).signal(SPAWNED_SIGNAL, pid)
+        except temporalio.service.RPCError as exc:  # the workflow is gone; the process lives
+            log.warning("roost.temporal: %s started, but %s was not told: %s", pid, watcher, exc)
         while not exited.done():  # alive: the heartbeat tells the workflow this node is too
             await asyncio.wait([exited], timeout=_PROCESS_BEAT)
             temporalio.activity.heartbeat()

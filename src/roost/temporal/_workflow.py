@@ -93,6 +93,7 @@ __all__ = [
     "PROCESS_ACTIVITY",
     "PROCESS_START_TIMEOUT",
     "REPLY_SIGNAL",
+    "SPAWNED_SIGNAL",
     "START_SIGNAL",
     "STOP_ACTIVITY",
     "TERMINATE_ACTIVITY",
@@ -110,6 +111,9 @@ log = logging.getLogger("roost.temporal")
 
 CANCEL_SIGNAL: Final = "@roost.cancel"
 START_SIGNAL: Final = "@roost.start"
+SPAWNED_SIGNAL: Final = "@roost.spawned"
+"""From a node to a workflow: the plain process ``pid`` it spawned there has started (or
+could not start), so what the workflow sends it may go."""
 REPLY_SIGNAL: Final = "@roost.reply"
 """A reply to a workflow's own ``process.call``: ``[run_id, seq, topic, payload, sender]``."""
 MESSAGES_SIGNAL: Final = "@roost.messages"
@@ -320,11 +324,18 @@ class RoostWorkflow:
         # Signals and updates may arrive before ``run`` starts (signal-with-start).
         self.incoming: list[Event] = []
         self.calls: dict[Pid, asyncio.Future[list[Any]]] = {}
+        self.spawned: dict[Pid, asyncio.Future[None]] = {}
 
     @tw.signal(dynamic=True)
     def on_signal(self, name: str, args: Sequence[temporalio.common.RawValue]) -> None:
         """A signal: the events it stands for, for the next activation."""
-        self.incoming.extend(signal_events(name, _decode(args)))
+        values = _decode(args)
+        if name == SPAWNED_SIGNAL:  # not an event: it lets the sends to that process go
+            started = self.spawned.get(values[0]) if values else None
+            if started is not None and not started.done():
+                started.set_result(None)
+            return
+        self.incoming.extend(signal_events(name, values))
 
     @tw.update(dynamic=True)
     async def on_update(self, name: str, args: Sequence[temporalio.common.RawValue]) -> Any:
@@ -358,7 +369,7 @@ class RoostWorkflow:
     async def run(self, args: Sequence[temporalio.common.RawValue]) -> Any:
         """Run the roost workflow of this type to its end."""
         app = apps.find(tw.info().workflow_type)
-        run = _Run(app, f"{app.name}:workflows", self.incoming, self.calls)
+        run = _Run(app, f"{app.name}:workflows", self.incoming, self.calls, self.spawned)
         return await run.run(_decode(args))
 
 
@@ -430,6 +441,7 @@ class _Run:
         host: str,
         incoming: list[Event],
         calls: dict[Pid, asyncio.Future[list[Any]]],
+        spawned: dict[Pid, asyncio.Future[None]],
     ) -> None:
         self.app = app
         self.host = host
@@ -437,6 +449,9 @@ class _Run:
         # The open ``process.call`` updates, by the caller's reply address (the workflow's
         # instance owns it: an update may come before the run starts).
         self.calls = calls
+        # The start of each plain process this run spawned, set by the node's
+        # ``@roost.spawned`` signal: sends to it wait for it, as those to a child do.
+        self.spawned = spawned
         self.activities: dict[int, asyncio.Task[None]] = {}
         # Per destination (a workflow id, or a plain process's PID): what waits to be sent,
         # and the one task sending it (awaited before the run closes).
@@ -519,6 +534,7 @@ class _Run:
             case VersionMarker():
                 pass  # recorded by Temporal as the marker of ``workflow.patched``
             case SpawnProcess():
+                self.spawned[command.pid] = asyncio.get_running_loop().create_future()
                 self._task(self._process(command))
             case Complete() | Fail() | ContinueAsNew():
                 return command
@@ -633,6 +649,9 @@ class _Run:
 
     async def _deliver(self, dest: Pid, batch: list[_Outgoing]) -> None:
         """Hand ``batch`` to the plain process ``dest`` through its node's own queue."""
+        started = self.spawned.get(dest)
+        if started is not None:
+            await started
         queue = node_queue(dest.node)
         for run in _runs(batch):
             if isinstance(run, list):
@@ -687,6 +706,9 @@ class _Run:
                 )
             else:
                 error = error_of(exc)
+        started = self.spawned[pid]
+        if not started.done():  # ended unstarted (or unannounced): what waits for it may go
+            started.set_result(None)
         self.incoming.append(ProcessExited(pid=pid, value=value, error=error))
 
     async def _child(self, command: StartChild) -> None:

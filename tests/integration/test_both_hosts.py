@@ -467,3 +467,39 @@ async def test_context_values_reach_the_workflow_and_its_activities(clock, open_
         with trio.fail_after(30):
             got = await process.with_context({"tenant": "acme"}).exec(tenant_workflow)
     assert got == ["acme", ["activity", "acme"]]
+
+
+# -- the security context (docs/security.md) ---------------------------------------------------
+
+RING = {"k1": b"0123456789abcdef0123456789abcdef"}
+
+
+@app.policy("orders.write")
+def orders_write(actor, action, resource):
+    return actor.id.startswith("user:")
+
+
+@app.activity
+def acting_as():
+    return [roost.security.actor().id, list(roost.security.scope().policies)]
+
+
+@app.workflow
+async def secured():
+    message = await process.listen("approve", message=True).receive()
+    return [roost.security.actor().id, await funcs.call(acting_as), message.payload]
+
+
+async def test_a_secured_workflow_and_its_activities_see_the_signed_context(clock, open_host_node):
+    spawner = (
+        process.with_options(id=_id("secured"))
+        .with_actor(roost.security.Actor("user:42"))
+        .with_scope(roost.security.Scope("orders.write"))
+    )
+    async with open_host_node(signing_keys=RING, signing_key="k1"):
+        pid = await spawner.spawn_monitored(secured)
+        await process.send(pid, "approve", "ann")  # a roost process's send carries a ticket
+        with trio.fail_after(30):
+            event = await process.events().receive()
+    assert event.error is None
+    assert event.value == ["user:42", ["user:42", ["orders.write"]], "ann"]

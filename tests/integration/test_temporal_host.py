@@ -929,3 +929,69 @@ async def test_process_call_from_a_workflow_gets_its_replies_as_signals(temporal
             await process.send(tally_pid, "stop")
             assert (await process.events().receive()).value == 3
         assert node.describe(tally_pid.id)["status"] == "completed"
+
+
+RING = {"k1": b"0123456789abcdef0123456789abcdef"}
+
+
+@app.policy("orders.write")
+def orders_write(actor, action, resource):
+    return True
+
+
+@asynccontextmanager
+async def keyed_node(server):
+    factory = roost.temporal.temporal_host(server, max_cached_workflows=0)
+    async with roost.open_node(
+        app, name=_node_name(), workflow_host=factory, signing_keys=RING, signing_key="k1"
+    ) as node:
+        yield node
+
+
+async def test_a_forged_envelope_fails_the_run_before_its_body(temporal_server):
+    # A hand-written client starts a run whose memo claims an actor it has no key for.
+    workflow_id = _id("forged")
+    forged = {
+        "actor": {"id": "user:root", "meta": {}},
+        "policies": ["orders.write"],
+        "addressee": workflow_id,
+        "key_id": "k1",
+        "sig": "00" * 32,
+    }
+
+    async def start(client):
+        await client.start_workflow(
+            "tshop:waiter",
+            id=workflow_id,
+            task_queue="tshop",
+            memo={"roost.context": {"roost.security": forged}},
+        )
+
+    async with keyed_node(temporal_server) as node:
+        await with_client(temporal_server, start)
+        pid = roost.Pid.parse(f"{{tshop:workflows|{workflow_id}}}")
+        process.monitor(pid)
+        with trio.fail_after(30):
+            event = await process.events().receive()
+        assert event.error.kind is roost.ErrorKind.PERMISSION_DENIED
+        assert "bad signature" in event.error.message
+        assert node.describe(workflow_id)["status"] == "failed"
+
+
+async def test_a_secured_run_drops_an_unsigned_signal_and_takes_a_signed_one(temporal_server):
+    spawner = (
+        process.with_options(id=_id("guarded"))
+        .with_actor(roost.security.Actor("user:1"))
+        .with_scope(roost.security.Scope("orders.write"))
+    )
+    async with keyed_node(temporal_server):
+        pid = await spawner.spawn_monitored(waiter)
+
+        async def unsigned(client):
+            await client.get_workflow_handle(pid.id).signal("go", {"from": "outside"})
+
+        await with_client(temporal_server, unsigned, roost_payloads=False)
+        await process.send(pid, "go", {"from": "inside"})  # ticketed by the node's ring
+        with trio.fail_after(30):
+            event = await process.events().receive()
+    assert event.value["payload"] == {"from": "inside"}  # the unsigned one never reached it

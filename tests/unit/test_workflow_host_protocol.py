@@ -51,6 +51,7 @@ def test_a_host_implements_exactly_what_the_node_asks():
         "spawn",
         "stop",
         "bind_activity",
+        "keyring",
     }
     assert _members(_host_protocol.Durable) == {"is_set", "wait"}
 

@@ -14,6 +14,7 @@ import trio
 
 from roost._errors import Error
 from roost._pid import Pid
+from roost._security import KeyRing
 from roost.actors._app import App, extension_or_none
 from roost.actors._events import Exit
 from roost.actors._node import Node, SpawnRequest
@@ -90,6 +91,12 @@ class HostServices:
     def stop(self, dest: Pid, reason: str | None, *, hard: bool) -> None:
         """Terminate (``hard``) or cancel the plain process ``dest`` (NotFound if not alive)."""
         self._node.stop(dest, reason, hard=hard)
+
+    @property
+    def keyring(self) -> KeyRing | None:
+        """The node's signing keys, or None."""
+        ring: KeyRing | None = self._node.settings.get("keyring")
+        return ring
 
     def bind_activity(self) -> None:
         """No current process, and the node bound: an activity's context on this node."""

@@ -24,6 +24,7 @@ import temporalio.worker
 import temporalio.workflow
 
 from roost._errors import Error, ErrorKind
+from roost._security import SECURITY_KEY
 from roost.actors._app import EntryKind
 from roost.actors._contain import in_worker_thread
 from roost.storage._codec import Codec
@@ -33,6 +34,7 @@ from roost.temporal._options import CONTEXT_MEMO
 from roost.workflow._activity_info import ActivityInfo, ActivityPort, install_port
 from roost.workflow._host_protocol import NodeServices
 from roost.workflow._recorded import is_plain
+from roost.workflow._trust import Trust, activity_context, activity_id
 
 __all__ = ["TemporalActivityPort", "activity_function"]
 
@@ -99,6 +101,18 @@ def activity_function(
         converter = temporalio.activity.payload_converter()
         values = converter.from_payloads([arg.payload for arg in args])
         port = TemporalActivityPort(info, _beater(asyncio.get_running_loop()))
+        if port.context is not None and SECURITY_KEY in port.context:
+            # Checked as on the embedded host: the workflow's envelope, then the activity's
+            # own, sealed for its derived id, before the activity runs.
+            seq = int(info.activity_id) if info.activity_id.isdigit() else 0
+            addressee = activity_id(info.workflow_id or "", info.workflow_run_id or "", seq)
+            trust = Trust(services.keyring, frozenset(app.policies))
+            sealed, refused = activity_context(
+                port.context, info.workflow_id or "", addressee, trust
+            )
+            if refused is not None:
+                raise application_error(refused)
+            port.context = sealed
         try:
             if entry.is_async:
                 value = await bridge.to_trio(_run_async, services, entry.fn, values, port)

@@ -37,7 +37,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost._security import SECURITY_KEY
+from roost._security import SECURITY_KEY, reseal
 from roost.actors._app import Entry
 from roost.actors._contain import must_propagate
 from roost.actors._events import Exit, ExitResult
@@ -267,8 +267,11 @@ class TemporalHost:
         """
         if self._health.failed is not None:
             raise self._health.failed.clone()
-        if SECURITY_KEY in context:  # no unverified run: envelopes are not checked here yet
-            raise unsupported("a workflow started under a security context (docs/security.md)")
+        default_id = f"{self._app.name}-{os.urandom(8).hex()}"
+        if SECURITY_KEY in context:  # signed and bound to the workflow (docs/security.md)
+            workflow_id = options.get("id") or options.get("name") or default_id
+            if isinstance(workflow_id, str):  # another type: the start refuses the option
+                context = dict(reseal(context, workflow_id, self._services.keyring))
         _check(context, "context")
         memo: dict[str, Any] = {PARENT_MEMO: parent, OWNER_MEMO: self._services.name}
         if context:
@@ -284,7 +287,7 @@ class TemporalHost:
                 messages=messages,
                 sender=parent,
                 host=self._host,
-                default_id=f"{self._app.name}-{os.urandom(8).hex()}",
+                default_id=default_id,
             )
         )
 
@@ -300,13 +303,15 @@ class TemporalHost:
     ) -> _Accepted:
         """Signal the workflow: the RPC's success is the durable receipt.
 
-        ``ticket`` is not checked on this host yet (docs/security.md, "Temporal host").
+        ``ticket`` travels with the message: a secured workflow checks it when the signal
+        arrives and drops a message whose ticket does not verify (docs/temporal.md).
         """
         _check(payload, f"payload of message {topic!r}")
         if pid.host == self._replies:  # a reply to a workflow's call
             workflow_id, run_id, seq = reply_target(pid)
             return self._signal(workflow_id, REPLY_SIGNAL, [run_id, seq, topic, payload, sender])
-        return self._signal(pid.id, topic, [payload, sender])
+        args = [payload, sender] if ticket is None else [payload, sender, dict(ticket)]
+        return self._signal(pid.id, topic, args)
 
     def cancel(self, pid: Pid, reason: str | None) -> _Accepted:
         """A ``Cancel`` event with ``reason``, as roost's own signal (Temporal's has none).
@@ -668,7 +673,7 @@ def temporal_host(
         refused: Error | None = None  # raised once the nursery is left: not in a group
         async with trio.open_nursery() as nursery:
             await bridge.start(nursery)
-            apps.add(services.app)
+            apps.add(services.app, services.keyring)
             try:
                 try:
                     opened = await bridge.run(

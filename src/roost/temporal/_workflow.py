@@ -32,7 +32,7 @@ import contextvars
 import datetime as dt
 import logging
 import types
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -42,6 +42,7 @@ import temporalio.workflow as tw
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, KeyRing, reseal, ticket_error
 from roost.actors._app import App, EntryKind
 from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
@@ -83,6 +84,7 @@ from roost.workflow._history import (
     VersionMarker,
 )
 from roost.workflow._recorded import is_plain
+from roost.workflow._trust import Trust
 
 __all__ = [
     "CANCEL_SIGNAL",
@@ -197,6 +199,10 @@ class TemporalPorts(Ports):
         ctx.run(use_backend, driver.backend)
         return ctx
 
+    def trust(self) -> Trust:
+        """The worker's key ring and the app's policies: envelopes are checked here too."""
+        return apps.trust(self.shim.app)
+
     def check(self, value: object, what: str) -> None:
         """Encode ``value`` with roost's codec (raises Invalid if it cannot be)."""
         if not is_plain(value):
@@ -283,10 +289,16 @@ class _Apps:
 
     def __init__(self) -> None:
         self._apps: dict[str, list[App]] = {}
+        self._rings: dict[str, KeyRing | None] = {}
 
-    def add(self, app: App) -> None:
-        """``app``'s workflows are hosted here (until ``remove``)."""
+    def add(self, app: App, ring: KeyRing | None = None) -> None:
+        """``app``'s workflows are hosted here (until ``remove``), checked with ``ring``.
+
+        The nodes of one process that host the same app share one ring: the last one
+        added is the one their runs' envelopes and tickets are checked with.
+        """
         self._apps.setdefault(app.name, []).append(app)
+        self._rings[app.name] = ring
 
     def remove(self, app: App) -> None:
         """Undo one ``add``."""
@@ -295,6 +307,11 @@ class _Apps:
             held.remove(app)
         if not held:
             self._apps.pop(app.name, None)
+            self._rings.pop(app.name, None)
+
+    def trust(self, app: App) -> Trust:
+        """What ``app``'s secured runs are checked against on this worker."""
+        return Trust(self._rings.get(app.name), frozenset(app.policies))
 
     def find(self, workflow_type: str) -> App:
         """The app of ``workflow_type``.
@@ -335,7 +352,32 @@ class RoostWorkflow:
             if started is not None and not started.done():
                 started.set_result(None)
             return
+        if not name.startswith("@roost.") and not self._admits(name, values):
+            return
         self.incoming.extend(signal_events(name, values))
+
+    def _admits(self, topic: str, values: list[Any]) -> bool:
+        """Whether a message from outside may reach this run: a secured one needs a ticket.
+
+        The check reads only the run's memo and the worker's key ring, so a replay decides
+        the same. A refused message stays in Temporal's history but never reaches the
+        workflow's code (the embedded host refuses it at the sender).
+        """
+        context = tw.memo_value(CONTEXT_MEMO, {})
+        if SECURITY_KEY not in context:
+            return True
+        info = tw.info()
+        ticket = values[2] if len(values) > 2 else None
+        refused = ticket_error(ticket, info.workflow_id, topic, apps.trust(self._app()).ring)
+        if refused is None:
+            return True
+        if not tw.unsafe.is_replaying():
+            log.warning("workflow %s: message %r dropped: %s", info.workflow_id, topic, refused)
+        return False
+
+    @staticmethod
+    def _app() -> App:
+        return apps.find(tw.info().workflow_type)
 
     @tw.update(dynamic=True)
     async def on_update(self, name: str, args: Sequence[temporalio.common.RawValue]) -> Any:
@@ -711,6 +753,16 @@ class _Run:
             started.set_result(None)
         self.incoming.append(ProcessExited(pid=pid, value=value, error=error))
 
+    def _child_context(self, workflow_id: str) -> Mapping[str, Any]:
+        """The run's context for a child: a security context sealed for the child's id.
+
+        The seal is an HMAC of the same inputs, so a replay computes the same memo.
+        """
+        context: Mapping[str, Any] = tw.memo_value(CONTEXT_MEMO, {})
+        if SECURITY_KEY not in context:
+            return context
+        return reseal(context, workflow_id, apps.trust(self.app).ring)
+
     async def _child(self, command: StartChild) -> None:
         pid = Pid.trusted(WORKFLOW_NODE, self.host, command.workflow_id)
         started = self.children[command.workflow_id]
@@ -725,7 +777,7 @@ class _Run:
                         parent_close_policy=command.parent_close_policy,
                         task_queue=tw.info().task_queue,
                         memo={
-                            CONTEXT_MEMO: tw.memo_value(CONTEXT_MEMO, {}),
+                            CONTEXT_MEMO: self._child_context(command.workflow_id),
                             PARENT_MEMO: self.pid,
                             OWNER_MEMO: tw.memo_value(OWNER_MEMO, None),
                         },

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from roost._errors import Error
     from roost._pid import Pid
+    from roost._security import KeyRing
     from roost.actors._app import App, Entry
     from roost.actors._events import Exit, ExitResult
 
@@ -115,6 +116,14 @@ class NodeServices(Protocol):
 
         Raises:
             roost.Error: NotFound when ``dest`` is not alive.
+        """
+
+    @property
+    def keyring(self) -> KeyRing | None:
+        """The node's signing keys (docs/security.md), or None if it has none.
+
+        A host seals a secured workflow's context for its id with it at the start, and
+        checks envelopes and relay tickets against it.
         """
 
     def bind_activity(self) -> None:

@@ -503,3 +503,17 @@ async def test_a_secured_workflow_and_its_activities_see_the_signed_context(cloc
             event = await process.events().receive()
     assert event.error is None
     assert event.value == ["user:42", ["user:42", ["orders.write"]], "ann"]
+
+
+async def test_a_call_to_a_secured_workflow_is_answered(clock, open_host_node):
+    spawner = (
+        process.with_options(id=_id("secured-echo"))
+        .with_actor(roost.security.Actor("user:7"))
+        .with_scope(roost.security.Scope("orders.write"))
+    )
+    async with open_host_node(signing_keys=RING, signing_key="k1"):
+        pid = await spawner.spawn_monitored(echo_server)
+        with trio.fail_after(30):
+            assert await process.call(pid, "ping", 1, timeout="20s") == {"echo": 1}
+            await process.send(pid, "stop")
+            assert (await process.events().receive()).value == "stopped"

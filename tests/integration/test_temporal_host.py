@@ -995,3 +995,32 @@ async def test_a_secured_run_drops_an_unsigned_signal_and_takes_a_signed_one(tem
         with trio.fail_after(30):
             event = await process.events().receive()
     assert event.value["payload"] == {"from": "inside"}  # the unsigned one never reached it
+
+
+async def test_a_secured_run_rejects_an_update_without_a_ticket(temporal_server):
+    spawner = (
+        process.with_options(id=_id("guarded-echo"))
+        .with_actor(roost.security.Actor("user:1"))
+        .with_scope(roost.security.Scope("orders.write"))
+    )
+    async with keyed_node(temporal_server) as node:
+        pid = await spawner.spawn_monitored(echo_server)
+
+        async def update(client):
+            handle = client.get_workflow_handle(pid.id)
+            try:
+                await handle.execute_update("ping", args=[1, node.pid])
+            except Exception as exc:
+                return exc
+            return None
+
+        rejected = await with_client(temporal_server, update)
+        assert rejected is not None and "does not verify" not in str(rejected)
+        assert "takes only signed messages" in str(rejected.cause)
+        events = await history_events(temporal_server, pid.id)
+        assert not any(
+            e.HasField("workflow_execution_update_accepted_event_attributes") for e in events
+        )
+        await process.send(pid, "stop")
+        with trio.fail_after(30):
+            assert (await process.events().receive()).value == "stopped"

@@ -229,7 +229,14 @@ async def call(
         if isinstance(calling, CallingHost):  # the host carries the call and its final reply
             final: Message | None = None
             with trio.move_on_after(seconds):
-                answer, value = await calling.call(alias.pid, target, topic, payload)
+                ring = node.settings.get("keyring")
+                actor = actor_of(proc.context)
+                ticket = (
+                    make_ticket(ring, target.id, topic, actor.id if actor is not None else None)
+                    if ring is not None
+                    else None
+                )
+                answer, value = await calling.call(alias.pid, target, topic, payload, ticket)
                 final = Message(answer, value, target)
             if final is None:
                 raise _call_timeout(target, topic, seconds)

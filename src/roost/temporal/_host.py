@@ -359,7 +359,14 @@ class TemporalHost:
             if self._tails.get(workflow_id) is me:
                 del self._tails[workflow_id]
 
-    async def call(self, caller: Pid, pid: Pid, topic: str, payload: Any) -> tuple[str, Any]:
+    async def call(
+        self,
+        caller: Pid,
+        pid: Pid,
+        topic: str,
+        payload: Any,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> tuple[str, Any]:
         """``process.call`` as a Temporal update from ``caller``: the workflow's final reply.
 
         The update is sent after the signals asked before it to the same workflow (and
@@ -370,7 +377,8 @@ class TemporalHost:
                 replied; Invalid for a payload roost's codec cannot encode.
         """
         _check(payload, f"payload of call {topic!r}")
-        answer: list[Any] = await self._bridge.run(self._update(pid.id, topic, [payload, caller]))
+        args = [payload, caller] if ticket is None else [payload, caller, dict(ticket)]
+        answer: list[Any] = await self._bridge.run(self._update(pid.id, topic, args))
         return answer[0], answer[1]
 
     async def _update(self, workflow_id: str, topic: str, args: list[Any]) -> Any:

@@ -352,28 +352,29 @@ class RoostWorkflow:
             if started is not None and not started.done():
                 started.set_result(None)
             return
-        if not name.startswith("@roost.") and not self._admits(name, values):
-            return
+        if not name.startswith("@roost."):
+            refused = self._refusal(name, values)
+            if refused is not None:
+                if not tw.unsafe.is_replaying():
+                    log.warning(
+                        "workflow %s: message %r dropped: %s", tw.info().workflow_id, name, refused
+                    )
+                return
         self.incoming.extend(signal_events(name, values))
 
-    def _admits(self, topic: str, values: list[Any]) -> bool:
-        """Whether a message from outside may reach this run: a secured one needs a ticket.
+    def _refusal(self, topic: str, values: list[Any]) -> Error | None:
+        """Why a message from outside may not reach this run (a secured one needs a ticket).
 
         The check reads only the run's memo and the worker's key ring, so a replay decides
-        the same. A refused message stays in Temporal's history but never reaches the
-        workflow's code (the embedded host refuses it at the sender).
+        the same. A refused signal stays in Temporal's history but never reaches the
+        workflow's code; a refused update is rejected by its validator and leaves none (the
+        embedded host refuses both at the sender).
         """
         context = tw.memo_value(CONTEXT_MEMO, {})
         if SECURITY_KEY not in context:
-            return True
-        info = tw.info()
+            return None
         ticket = values[2] if len(values) > 2 else None
-        refused = ticket_error(ticket, info.workflow_id, topic, apps.trust(self._app()).ring)
-        if refused is None:
-            return True
-        if not tw.unsafe.is_replaying():
-            log.warning("workflow %s: message %r dropped: %s", info.workflow_id, topic, refused)
-        return False
+        return ticket_error(ticket, tw.info().workflow_id, topic, apps.trust(self._app()).ring)
 
     @staticmethod
     def _app() -> App:
@@ -406,6 +407,13 @@ class RoostWorkflow:
             raise application_error(exc) from None
         finally:
             del self.calls[caller]
+
+    @on_update.validator
+    def admit_update(self, name: str, args: Sequence[temporalio.common.RawValue]) -> None:
+        """A secured run takes a call only with a relay ticket (refused: nothing recorded)."""
+        refused = self._refusal(name, _decode(args))
+        if refused is not None:
+            raise application_error(refused)
 
     @tw.run
     async def run(self, args: Sequence[temporalio.common.RawValue]) -> Any:

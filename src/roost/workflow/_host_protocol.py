@@ -262,14 +262,23 @@ class CallingHost(Protocol):
     returns the workflow's first reply to ``caller`` that is not ``"ack"``.
     """
 
-    async def call(self, caller: Pid, pid: Pid, topic: str, payload: Any) -> tuple[str, Any]:
+    async def call(
+        self,
+        caller: Pid,
+        pid: Pid,
+        topic: str,
+        payload: Any,
+        ticket: Mapping[str, Any] | None = None,
+    ) -> tuple[str, Any]:
         """Deliver the request and wait for its final reply: ``(topic, payload)``.
 
-        The node cancels the wait at the call's timeout.
+        The node cancels the wait at the call's timeout. ``ticket`` is the caller's relay
+        ticket (as for ``signal``) when the node has a key ring.
 
         Raises:
             roost.Error: NotFound when the workflow is not running, or closes before it
-                replied; Invalid for a payload the host cannot carry.
+                replied; Invalid for a payload the host cannot carry; PermissionDenied
+                when the workflow is secured and ``ticket`` does not admit the call.
         """
 
 

@@ -78,3 +78,17 @@ def test_the_async_client_under_asyncio(tmp_path: Path) -> None:
 
     with NodeThread(app, data):
         assert asyncio.run(main()) == EXPECTED
+
+
+@app.workflow
+async def takes_an_order() -> list:
+    message = await roost.process.listen("order", message=True).receive()
+    return [message.payload["id"], message.payload["tier"]]
+
+
+def test_a_signal_payload_of_plain_python_types_is_sent_as_its_data(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with NodeThread(app, data), roost.connect(data) as client:
+        wid = client.start(takes_an_order, id="sig-1")
+        client.signal(wid, "order", ORDER)  # a dataclass, as its plain data
+        assert client.result(wid, timeout="30s") == ["o-1", "gold"]

@@ -430,7 +430,7 @@ class Core:
         """Send ``topic`` with ``payload`` to a running workflow (durable once returned)."""
         workflow_id = _text(workflow_id, "a workflow id")
         topic = _text(topic, "a message topic")
-        body = {"topic": topic, "payload": _json(payload, f"the payload of {topic!r}")}
+        body = {"topic": topic, "payload": _json(plain_data(payload), f"the payload of {topic!r}")}
 
         def online(admin: Admin) -> Http:
             return Http(admin, "POST", f"/api/workflows/{_quote(workflow_id)}/signal", body)
@@ -453,7 +453,7 @@ class Core:
         )
         body = {
             "topic": topic,
-            "payload": _json(payload, f"the payload of {topic!r}"),
+            "payload": _json(plain_data(payload), f"the payload of {topic!r}"),
             "timeout": seconds,
         }
         route = yield from self._route()
@@ -567,7 +567,10 @@ class Core:
         """Enqueue a call of ``entry`` with ``payload`` on ``queue``; the receipt id."""
         queue = _text(queue, "a queue name")
         entry_id = _entry_id(entry)
-        body = {"entry": entry_id, "payload": _json(payload, f"the payload for {queue!r}")}
+        body = {
+            "entry": entry_id,
+            "payload": _json(plain_data(payload), f"the payload for {queue!r}"),
+        }
 
         def online(admin: Admin) -> Http:
             return Http(admin, "POST", f"/api/queues/{_quote(queue)}/messages", body)

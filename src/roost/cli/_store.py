@@ -61,12 +61,15 @@ def check(data_dir: Path, as_json: bool) -> None:
 def salvage(source: Path, dest: Path, as_json: bool) -> None:
     """Copy every readable record of the store in SOURCE into a new store in DEST.
 
-    SOURCE is only read (stop its node first); what cannot be read is listed.
+    SOURCE is only read (stop its node first); what cannot be read is listed, and the
+    command then exits 1 (records were lost).
     """
     with failures():
         report = salvage_store(source, dest)
     if as_json:
         echo_json(report.to_json())
+        if report.lost:
+            sys.exit(1)
         return
     for problem in report.problems:
         click.echo(f"damaged: {problem}")
@@ -83,6 +86,8 @@ def salvage(source: Path, dest: Path, as_json: bool) -> None:
         f"copied {total} records; {len(report.lost)} damaged page(s) could not be read"
         f"; start the node on {report.dest}"
     )
+    if report.lost:
+        sys.exit(1)
 
 
 @store.command()

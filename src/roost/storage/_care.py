@@ -158,10 +158,10 @@ class SalvageReport:
         return attrs.asdict(self)
 
 
-def _empty_dest(dest: str) -> None:
+def _empty_dest(dest: str, command: str) -> None:
     if os.path.exists(os.path.join(dest, DATA_FILE)):
         raise Error(
-            f"{dest} already holds a store: salvage writes into a new data directory only; "
+            f"{dest} already holds a store: {command} writes into a new data directory only; "
             "give a path that does not exist yet (or an empty directory)",
             kind=ErrorKind.INVALID,
             retryable=False,
@@ -191,7 +191,7 @@ def salvage_store(
     src = os.path.realpath(os.fspath(source))
     out = os.path.realpath(os.fspath(dest))
     data = _store_file(src)
-    _empty_dest(out)
+    _empty_dest(out, "salvage")
     if holder_alive(src):
         raise Error(
             f"a process still holds {src} (its roost.lock names a live process): salvage "
@@ -254,7 +254,7 @@ def backup_store(data_dir: str | os.PathLike[str], dest: str | os.PathLike[str])
             store already; Unavailable if the store is damaged or the copy fails.
     """
     out = os.path.realpath(os.fspath(dest))
-    _empty_dest(out)
+    _empty_dest(out, "backup")
     store = open_lmdb_store(data_dir, readonly=True, lock=False)
     try:
         try:

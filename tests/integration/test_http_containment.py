@@ -132,7 +132,9 @@ async def test_a_hostile_body_is_400_and_nothing_is_stored(name):
     body, fragment = HOSTILE_BODIES[name]
     async with serving() as (node, client):
         for path in ("/store", "/store-workflow"):
-            response = await client.post(path, content=body)
+            response = await client.post(
+                path, content=body, headers={"content-type": "application/json"}
+            )
             assert response.status_code == 400, response.text
             error = error_of(response)
             assert error["kind"] == "Invalid"

@@ -336,19 +336,22 @@ class App:
         """
         return _extension("subscribe")(self, topic, entry, durable=durable, queue=queue)
 
-    def http(self, method: str, path: str, entry: Any) -> Any:
+    def http(self, method: str, path: str, entry: Any, *, auth: Any = None) -> Any:
         """Declare an HTTP trigger: ``method`` on ``path`` runs ``entry``; see ``roost.http``.
 
         ``app.http("GET", "/orders/{id}", get_order)``: the entry (an activity, process or
         workflow) gets one ``roost.http.Request`` and returns a value (sent as JSON) or a
         ``roost.http.Response``. Served by nodes opened with ``open_node(..., http=...)``.
+        ``auth``: an activity or process entry that gets the ``Request`` first and returns
+        the actor (a ``security.Actor``) the handler runs as, or raises PermissionDenied
+        (401, or 403 with ``details={"status": 403}``): the handler never runs.
 
         Raises:
             roost.Error: kind Invalid for an unknown method, a path not starting with '/',
-                a duplicate method and path, or an entry that cannot serve requests (by id:
-                checked by ``validate()``).
+                a duplicate method and path, or an entry (or auth entry) that cannot serve
+                requests (by id: checked by ``validate()``).
         """
-        return _extension("http")(self, method, path, entry)
+        return _extension("http")(self, method, path, entry, auth)
 
     def _decorate(
         self,

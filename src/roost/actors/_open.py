@@ -192,6 +192,7 @@ async def open_node(
     signing_key: str | None = None,
     loop_stall: Duration = "1s",
     mailbox_warning: int = 10_000,
+    allowed_hosts: Any = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -237,6 +238,9 @@ async def open_node(
             code").
         mailbox_warning: how many unread messages a process's mailbox may hold before a
             WARNING (once per process) and the ``roost_mailboxes_over_warning`` gauge.
+        allowed_hosts: the ``Host`` names the HTTP trigger and admin servers answer (others
+            get 421): host names, ``"host:port"``, ``"*.domain"`` or ``"*"``. None (the
+            default): the bound address, localhost, 127.0.0.1 and [::1] (docs/security.md).
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -268,6 +272,7 @@ async def open_node(
         workflow_host = _temporal_host(temporal, temporal_namespace, workflow_host)
     http_bind = _extension("http_bind")(http) if http is not None else None
     admin_bind = _extension("admin_bind")(admin) if admin is not None else None
+    hosts = _extension("allowed_hosts")(allowed_hosts) if allowed_hosts is not None else None
     app.validate()
     root_entry = app.resolve(root) if root is not None else None
     temp = data_dir is None
@@ -289,6 +294,7 @@ async def open_node(
                     "http": http_bind,
                     "workflow_unread_limit": workflow_unread_limit,
                     "admin": admin_bind,
+                    "allowed_hosts": hosts,
                     "data_dir": path,
                     "workflow_host": workflow_host,
                     "keyring": keyring,

@@ -12,14 +12,19 @@ SameSite does not tell ports apart: a page served from any other port of 127.0.0
 must also come from the admin server's own origin (``Origin`` and ``Sec-Fetch-Site``, when
 the browser sends them, name it; anything else is 403) and carry the per-node form token
 (``form_token``: an HMAC of the token, in a hidden field of each console form; checked by
-the console). Anything unauthenticated is answered 401 with a JSON error before any route
-runs, so nothing changes. Tokens are compared with ``secrets.compare_digest``.
+the console). Anything unauthenticated is answered 401 before any route runs, so nothing
+changes: a browser (``Accept: text/html``) asking for a console page gets an HTML login page
+whose form POSTs the token to ``/login`` (answered like ``?token=``: the cookie and a redirect
+back), everything else a JSON error. Tokens are compared with ``secrets.compare_digest``.
+The token comes from a ``TokenSource`` (``_token``): the one kept in the data directory, read
+again when ``roost admin token --rotate`` replaces it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import html
 import json
 import secrets
 import urllib.parse
@@ -28,23 +33,21 @@ from typing import Any, Final
 
 from roost._errors import Error, ErrorKind
 from roost.admin._json import error_json
+from roost.admin._token import TokenSource, new_token
 
-__all__ = ["AUTH_SCOPE_KEY", "COOKIE", "TokenAuth", "form_token", "new_token"]
+__all__ = ["AUTH_SCOPE_KEY", "COOKIE", "LOGIN_PATH", "TokenAuth", "form_token", "new_token"]
 
 COOKIE: Final = "roost_token"
 AUTH_SCOPE_KEY: Final = "roost.auth"  # how a request got in: "bearer" or "cookie"
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+LOGIN_PATH: Final = "/login"
+_MAX_LOGIN_BODY: Final = 4096
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def new_token() -> str:
-    """A fresh token: 32 random bytes, URL-safe text."""
-    return secrets.token_urlsafe(32)
 
 
 def form_token(token: str) -> str:
@@ -63,11 +66,18 @@ def _same(given: str, token: str) -> bool:
 class TokenAuth:
     """ASGI middleware: pass requests carrying ``token``; answer the others 401."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenSource) -> None:
         self.app = app
-        self.token = token
+        self.tokens = tokens
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    @property
+    def token(self) -> str:
+        """The token in force now."""
+        return self.tokens.current()
+
+    async def __call__(  # noqa: PLR0911 - one answer per way in, in order
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         """The ASGI entry point."""
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
@@ -78,6 +88,9 @@ class TokenAuth:
             await self.app(scope, receive, send)
             return
         api = _bearer_only(scope["path"])
+        if scope["type"] == "http" and scope["path"] == LOGIN_PATH and scope["method"] == "POST":
+            await self._login(receive, send)
+            return
         if not api and self._cookie(headers):
             if scope["type"] == "http" and scope["method"] not in _SAFE_METHODS:
                 foreign = _foreign(scope, headers)
@@ -99,7 +112,44 @@ class TokenAuth:
             or "authorization" in headers
             or (api and COOKIE in headers.get("cookie", ""))
         )
+        if not api and scope["type"] == "http" and "text/html" in headers.get("accept", ""):
+            await _login_page(send, _back_to(scope), wrong=bool(given))
+            return
         await _refuse(scope, send, wrong, api=api)
+
+    async def _login(self, receive: Receive, send: Send) -> None:
+        """``POST /login`` from the login page: the cookie and a redirect, or the page again."""
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            if len(body) > _MAX_LOGIN_BODY or not message.get("more_body", False):
+                break
+        form = urllib.parse.parse_qs(body[:_MAX_LOGIN_BODY].decode("latin-1"))
+        given = form.get("token", [""])[0].strip()
+        back = _safe_path(form.get("next", ["/"])[0])
+        if given and _same(given, self.token):
+            await self._redirect_with_cookie(back, send)
+        else:
+            await _login_page(send, back, wrong=bool(given))
+
+    async def _redirect_with_cookie(self, location: str, send: Send) -> None:
+        cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 303,
+                "headers": [
+                    (b"location", location.encode("latin-1")),
+                    (b"set-cookie", cookie.encode("latin-1")),
+                    (b"cache-control", b"no-store"),
+                    (b"content-length", b"0"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
 
     def _bearer(self, value: str) -> bool:
         scheme, _, given = value.partition(" ")
@@ -117,20 +167,68 @@ class TokenAuth:
         # One leading slash: "//evil.example/" would send the browser to another host.
         path = "/" + urllib.parse.quote(scope.get("root_path", "") + scope["path"]).lstrip("/")
         location = f"{path}?{rest}" if rest else path
-        cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 303,
-                "headers": [
-                    (b"location", location.encode("latin-1")),
-                    (b"set-cookie", cookie.encode("latin-1")),
-                    (b"cache-control", b"no-store"),
-                    (b"content-length", b"0"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})
+        await self._redirect_with_cookie(location, send)
+
+
+def _safe_path(value: str) -> str:
+    # Only a path of this server: "//evil.example/" or "https://..." would leave it.
+    if not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    return "/" + value.lstrip("/")
+
+
+def _back_to(scope: Scope) -> str:
+    path = "/" + urllib.parse.quote(scope.get("root_path", "") + scope["path"]).lstrip("/")
+    query = urllib.parse.parse_qsl(
+        scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True
+    )
+    rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "token"])
+    return f"{path}?{rest}" if rest else path
+
+
+_LOGIN_HTML: Final = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>roost console: log in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}}
+input[type=password]{{width:100%;padding:.4rem;font-family:monospace}}
+.wrong{{color:#a00}}</style></head>
+<body><h1>roost console</h1>
+{wrong}<p>Paste the node's admin token: it is in <code>admin.token</code> in the node's data
+directory (or <code>ROOST_ADMIN_TOKEN</code>; <code>roost admin token</code> prints it).</p>
+<form method="post" action="/login">
+<input type="hidden" name="next" value="{back}">
+<p><label for="token">Admin token</label><br>
+<input type="password" id="token" name="token" autocomplete="current-password" autofocus
+required></p>
+<p><button type="submit">Log in</button></p>
+</form></body></html>
+"""
+
+
+async def _login_page(send: Send, back: str, *, wrong: bool) -> None:
+    note = '<p class="wrong" id="wrong">That token is not this node\'s.</p>\n' if wrong else ""
+    body = _LOGIN_HTML.format(wrong=note, back=html.escape(back, quote=True)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"text/html; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                (b"x-frame-options", b"DENY"),
+                (
+                    b"content-security-policy",
+                    (
+                        b"default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+                        b"frame-ancestors 'none'"
+                    ),
+                ),
+                (b"www-authenticate", b'Bearer realm="roost"'),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -150,7 +150,7 @@ def _render(request: Request, template: str, *, status: int = 200, **context: An
         path=request.url.path,
         done=_DONE.get(done or ""),
         done_count=request.query_params.get("n", ""),
-        form_token=form_token(request.app.state.token),
+        form_token=form_token(request.app.state.tokens.current()),
         **context,
     )
     return HTMLResponse(page, status_code=status)
@@ -350,7 +350,7 @@ async def _form(request: Request) -> dict[str, str]:
     for name, value in pairs:
         form.setdefault(name, value)
     if request.scope.get(AUTH_SCOPE_KEY) != "bearer":  # a browser's cookie: prove the page
-        expected = form_token(request.app.state.token)
+        expected = form_token(request.app.state.tokens.current())
         given = form.get("form_token", "")
         if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode()):
             raise Error(

@@ -7,7 +7,12 @@ app on hypercorn's trio worker (as the HTTP triggers are served), listening befo
 directory and removes it on close; a file left by a killed node names a URL that no longer
 answers (the CLI checks), and the next node with ``admin=`` replaces it.
 
-Every route is behind the token (``_auth``). The address is loopback unless a host is given
+Every route is behind the token (``_auth``), the one kept in the data directory's
+``admin.token`` (``_token``: the same for every node on the directory, so logins and scrapes
+survive restarts; ``ROOST_ADMIN_TOKEN`` overrides it). In front of the token check, the Host
+and Origin checks the HTTP triggers make (``queues._http_guard``: 421 for a Host outside the
+allow-list, 403 for a state-changing request from another origin); behind it, every change
+is recorded with its actor (``_audit``). The address is loopback unless a host is given
 explicitly: any other host is served as asked, and logged as a warning, since whoever
 reaches it with the token controls the node.
 """
@@ -24,8 +29,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from roost._errors import Error, invalid
-from roost.admin._auth import TokenAuth, new_token
+from roost._errors import Error, ErrorKind, invalid
+from roost.admin._audit import AuditChanges
+from roost.admin._auth import AUTH_SCOPE_KEY, TokenAuth
+from roost.admin._json import error_json
+from roost.admin._token import TokenSource
+from roost.queues._http_guard import HostGuard
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -81,11 +90,18 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
+def build_admin_app(
+    node: NodeHandle,
+    *,
+    token: str | None = None,
+    tokens: TokenSource | None = None,
+    guard: HostGuard | None = None,
+) -> Starlette:
     """The admin ASGI app for ``node``: the API, ``/metrics`` and the console, behind the token.
 
-    ``app.state.node`` is the ``NodeHandle``, ``app.state.token`` the token (a fresh one
-    unless given).
+    ``app.state.node`` is the ``NodeHandle``, ``app.state.tokens`` the ``TokenSource``
+    (``tokens``, else one fixed on ``token``, else the data directory's kept token);
+    ``guard``: the Host/Origin checks (default: loopback names).
     """
     from starlette.applications import Starlette  # noqa: PLC0415 - loaded with the server
     from starlette.middleware import Middleware  # noqa: PLC0415
@@ -95,7 +111,8 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
     from roost.admin._console import console_routes  # noqa: PLC0415
     from roost.admin._metrics import CONTENT_TYPE, metrics_text, new_registry  # noqa: PLC0415
 
-    token = new_token() if token is None else token
+    if tokens is None:
+        tokens = TokenSource(None if token is not None else node.data_dir, token)
     registry = new_registry(node)
 
     async def metrics(request: Request) -> Response:
@@ -105,19 +122,29 @@ def build_admin_app(node: NodeHandle, *, token: str | None = None) -> Starlette:
 
     routes = [*api_routes(), Route("/metrics", metrics, methods=["GET"])]
     routes += console_routes()
-    app = Starlette(routes=routes, middleware=[Middleware(TokenAuth, token=token)])
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(_Guarded, guard=guard or HostGuard("127.0.0.1")),
+            Middleware(TokenAuth, tokens=tokens),
+            Middleware(AuditChanges, data_dir=node.data_dir, auth_key=AUTH_SCOPE_KEY),
+        ],
+    )
     app.state.node = node
-    app.state.token = token
+    app.state.tokens = tokens
     app.state.metrics = registry
     app.state.closing = Closing()
     return app
 
 
-def write_admin_file(data_dir: Path, url: str, token: str) -> Path:
-    """Write ``admin.json`` into ``data_dir``: mode 0600, replacing any old one atomically."""
+def write_admin_file(data_dir: Path, url: str, token: str, *, pid: int | None = None) -> Path:
+    """Write ``admin.json`` into ``data_dir``: mode 0600, replacing any old one atomically.
+
+    ``pid``: the OS process serving ``url`` (default: this one).
+    """
     target = data_dir / ADMIN_FILE
     temp = data_dir / f".{ADMIN_FILE}.{os.getpid()}.tmp"
-    data = json.dumps({"url": url, "token": token, "pid": os.getpid()}).encode()
+    data = json.dumps({"url": url, "token": token, "pid": pid or os.getpid()}).encode()
     with contextlib.suppress(FileNotFoundError):
         temp.unlink()
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -130,13 +157,56 @@ def write_admin_file(data_dir: Path, url: str, token: str) -> Path:
     return target
 
 
-def _remove_admin_file(path: Path, token: str) -> None:
+def _remove_admin_file(path: Path, url: str | None) -> None:
     # Only our own: whatever else is there now was written by someone else.
     try:
-        if json.loads(path.read_text()).get("token") == token:
+        info = json.loads(path.read_text())
+        if info.get("pid") == os.getpid() and info.get("url") == url:
             path.unlink()
     except (OSError, ValueError, AttributeError):
         pass
+
+
+class _Guarded:
+    """ASGI middleware: the Host and Origin checks, before the token is looked at."""
+
+    def __init__(self, app: Any, guard: HostGuard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+            }
+            method = scope.get("method", "GET") if scope["type"] == "http" else "GET"
+            refusal = self.guard.check(method, headers, scope.get("scheme", "http"))
+            if refusal is not None:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                err = Error(
+                    refusal.message,
+                    kind=ErrorKind.PERMISSION_DENIED
+                    if refusal.status == 403
+                    else ErrorKind.INVALID,
+                    details={"status": refusal.status},
+                )
+                body = json.dumps({"error": error_json(err)}).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": refusal.status,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"cache-control", b"no-store"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
 
 
 class AdminServer:
@@ -145,16 +215,22 @@ class AdminServer:
     def __init__(self, node: Node, data_dir: Path) -> None:
         self.node = node
         self.data_dir = data_dir
-        self.token = new_token()
+        self.tokens = TokenSource(data_dir)
+        self.guard = HostGuard("127.0.0.1")
         self.url: str | None = None
         self._app: Starlette | None = None
+
+    @property
+    def token(self) -> str:
+        """The token in force now."""
+        return self.tokens.current()
 
     def app(self) -> Starlette | None:
         """The Starlette app, or None while the node is still starting (no handle yet)."""
         if self._app is None:
             handle = self.node.ext.get("handle")
             if handle is not None:
-                self._app = build_admin_app(handle, token=self.token)
+                self._app = build_admin_app(handle, tokens=self.tokens, guard=self.guard)
         return self._app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -180,6 +256,7 @@ class AdminServer:
 
         from roost.queues._http_server import bound_fd  # noqa: PLC0415
 
+        self.guard = HostGuard(host, self.node.settings.get("allowed_hosts"))
         config = Config()
         config.bind = [bound_fd(host, port, "the admin API")]
         config.accesslog = None
@@ -223,7 +300,7 @@ class AdminServer:
         try:
             await trio.sleep_forever()
         finally:
-            _remove_admin_file(path, self.token)
+            _remove_admin_file(path, self.url)
             app = self.app()
             if app is not None:
                 app.state.closing.close()

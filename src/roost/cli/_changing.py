@@ -7,6 +7,10 @@ would its own. A node that holds the directory without one cannot be changed fro
 no node, the command takes the directory's lock for the duration, so no node opens
 meanwhile, and writes the rows the runtime would write for the same request; nothing runs,
 and the next node picks them up.
+
+Either way the change is recorded with its actor (``operator:<user>``, ``admin._audit``): the
+node records what its admin API was asked (the CLI names itself in ``X-Roost-Actor``); a
+change to a stopped store is recorded here, in the directory's ``audit.log``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import attrs
+import click
 
 from roost._errors import Error, ErrorKind
+from roost.admin._audit import ACTOR_HEADER, operator_actor, record_change
 from roost.cli._common import Failed
 from roost.storage import Codec, WriteTxn, open_lmdb_store
 
@@ -84,7 +90,11 @@ class AdminClient:
             self.url + path,
             data=data,
             method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+                ACTOR_HEADER: operator_actor(),
+            },
         )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as answer:  # noqa: S310 - as above
@@ -166,8 +176,31 @@ def change(
             "and run this command again"
         ) from None
     codec = Codec()
+    outcome = "failed"
     try:
         (data_dir / ADMIN_FILE).unlink(missing_ok=True)  # a killed node's: the lock was free
-        return store.transact_sync(lambda txn: offline(txn, codec))
+        result = store.transact_sync(lambda txn: offline(txn, codec))
+    except Error as exc:
+        outcome = f"failed: {exc.kind.value}"
+        raise
+    else:
+        outcome = "ok"
+        return result
     finally:
         store.close()
+        record_change(
+            data_dir, actor=operator_actor(), via="cli", action=_command(), outcome=outcome
+        )
+
+
+def _command() -> str:
+    """The command line being run, as the audit trail shows it (without --data-dir)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return "roost"
+    params = " ".join(
+        f"{name}={value!r}"
+        for name, value in ctx.params.items()
+        if name != "data_dir" and value not in (None, False, ())
+    )
+    return f"{ctx.command_path} {params}".strip()

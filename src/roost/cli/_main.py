@@ -11,6 +11,7 @@ import click
 
 from roost._errors import Error, NondeterminismError
 from roost.actors._app import App
+from roost.cli._admin import admin
 from roost.cli._apps import load_app
 from roost.cli._common import failures
 from roost.cli._progress import progress
@@ -47,7 +48,7 @@ def main() -> None:
     """roost: processes, supervisors and durable workflows on trio."""
 
 
-for _command in (run, workflow, queue, dlq, cron, history, store):
+for _command in (run, workflow, queue, dlq, cron, history, store, admin):
     main.add_command(_command)
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "render",
     "routes_of",
     "status_for",
+    "unsupported_type",
 ]
 
 METHODS: Final = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -77,6 +78,7 @@ _STATUS: Final[Mapping[ErrorKind, int]] = {
     ErrorKind.TIMEOUT: 504,
 }
 _HANDLER_KINDS: Final = (EntryKind.ACTIVITY, EntryKind.PROCESS, EntryKind.WORKFLOW)
+_AUTH_KINDS: Final = (EntryKind.ACTIVITY, EntryKind.PROCESS)
 _PARAM: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _BAD_PATH_CHARS: Final = frozenset("?#%\\ \t\r\n")
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
@@ -161,7 +163,29 @@ def _str_dict(value: Mapping[str, Any] | None) -> dict[str, str]:
 # -- request and response -----------------------------------------------------------------
 
 
-@record("roost.http.request")
+def _request_v2(version: int, fields: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 stored the parsed body as "json" and had no content-type refusal or actor.
+    if version < 2:
+        fields = dict(fields)
+        fields["_json"] = fields.pop("json", None)
+        fields.setdefault("_refused_type", None)
+        fields.setdefault("actor", None)
+    return fields
+
+
+def unsupported_type(content_type: str | None) -> Error:
+    """The 415 error for reading ``.json`` of a body whose Content-Type is not JSON."""
+    shown_type = "no Content-Type" if content_type is None else repr(content_type[:100])
+    return Error(
+        f"this route reads a JSON body, and the request has {shown_type}: send the body "
+        "with 'Content-Type: application/json'",
+        kind=ErrorKind.INVALID,
+        retryable=False,
+        details={"http_status": 415, "content_type": content_type},
+    )
+
+
+@record("roost.http.request", version=2, migrate=_request_v2)
 @attrs.frozen(kw_only=True)
 class Request:
     """What an HTTP trigger's entry is called with.
@@ -172,9 +196,15 @@ class Request:
         path_params: the values of the route's ``{name}`` segments.
         query: the query string parameters (``QueryParams``, a string mapping).
         headers: the request headers (``Headers``, a case-insensitive string mapping).
-        json: the parsed JSON body; None when the request has no body.
-        body: the raw body bytes (e.g. to check a webhook signature).
+        json: the parsed JSON body; None when the request has no body. Reading it for a
+            body whose Content-Type is not JSON raises ``roost.Error`` (kind Invalid,
+            answered 415): a browser page of another origin can send ``text/plain`` without
+            a preflight, never ``application/json``.
+        body: the raw body bytes (e.g. to check a webhook signature); readable whatever
+            the Content-Type.
         route: the path template that matched ("/orders/{id}").
+        actor: what the route's ``auth`` entry returned (a ``security.Actor``); None for
+            a route without one.
     """
 
     method: str
@@ -186,9 +216,23 @@ class Request:
     _headers: tuple[tuple[str, str], ...] = attrs.field(
         default=(), converter=_header_pairs, alias="headers"
     )
-    json: Any = None
+    _json: Any = attrs.field(default=None, alias="json")
     body: bytes = b""
     route: str = ""
+    _refused_type: str | None = attrs.field(default=None, alias="refused_type")
+    actor: Any = None
+
+    @property
+    def json(self) -> Any:
+        """The parsed JSON body (None without a body).
+
+        Raises:
+            roost.Error: kind Invalid (the server answers 415) when the body's Content-Type
+                is not JSON.
+        """
+        if self._refused_type is not None:
+            raise unsupported_type(self._refused_type or None)
+        return self._json
 
     @property
     def query(self) -> QueryParams:
@@ -251,13 +295,17 @@ class Response:
 
 @attrs.frozen
 class Route:
-    """One declared trigger: ``method`` on ``path`` runs the entry ``entry`` (an id)."""
+    """One declared trigger: ``method`` on ``path`` runs the entry ``entry`` (an id).
+
+    ``auth``: the id of the entry that checks each request first (None: no check).
+    """
 
     method: str
     path: str
     entry: str
     segments: tuple[str | None, ...]  # None where a parameter sits: routes of one shape collide
     params: tuple[str, ...]
+    auth: str | None = None
 
 
 @attrs.frozen
@@ -323,7 +371,7 @@ class Router:
         """Every route, in declaration order."""
         return tuple(self._routes)
 
-    def add(self, method: object, path: object, entry_id: str) -> Route:
+    def add(self, method: object, path: object, entry_id: str, auth: str | None = None) -> Route:
         """Add a route for ``entry_id``.
 
         Raises:
@@ -345,7 +393,9 @@ class Router:
                     method=verb,
                     path=path,
                 )
-        route = Route(method=verb, path=path, entry=entry_id, segments=segments, params=params)
+        route = Route(
+            method=verb, path=path, entry=entry_id, segments=segments, params=params, auth=auth
+        )
         self._routes.append(route)
         return route
 
@@ -420,6 +470,24 @@ def _entry_id(app: App, entry: object) -> str:
     )
 
 
+def _check_auth(app: App, route: str, auth_id: str, *, known_only: bool) -> None:
+    found = app.entries.get(auth_id)
+    if found is None:
+        if known_only:
+            return
+        known = ", ".join(sorted(app.entries)) or "none"
+        raise invalid(
+            f"HTTP route {route} names unknown auth entry {auth_id!r}; registered entries: {known}",
+            entry=auth_id,
+        )
+    if found.kind not in _AUTH_KINDS:
+        raise invalid(
+            f"HTTP route {route}: the auth entry {auth_id!r} is a {found.kind.value}; an auth "
+            "entry is an activity or a process (it answers before anything durable starts)",
+            entry=auth_id,
+        )
+
+
 def _check_entry(app: App, route: str, entry_id: str, *, known_only: bool) -> None:
     found = app.entries.get(entry_id)
     if found is None:
@@ -438,20 +506,29 @@ def _check_entry(app: App, route: str, entry_id: str, *, known_only: bool) -> No
         )
 
 
-def declare_http(app: App, method: object, path: object, entry: object) -> Route:
+def declare_http(
+    app: App, method: object, path: object, entry: object, auth: object = None
+) -> Route:
     """``App.http``: declare that ``method path`` runs ``entry`` with a ``Request``.
 
-    An entry given by id may be registered later; ``app.validate()`` (run by
+    ``auth``: an activity or process entry called with the ``Request`` before the handler;
+    it returns the actor the handler runs as (``request.actor``), or raises
+    ``PermissionDenied`` (401; 403 with ``details={"status": 403}``) and the handler never
+    runs. An entry given by id may be registered later; ``app.validate()`` (run by
     ``open_node``) checks it then.
 
     Raises:
         roost.Error: kind Invalid for an unknown method, a bad or duplicate path, or an
-            entry that is not an activity, process or workflow.
+            entry that is not an activity, process or workflow (an auth entry: not an
+            activity or process).
     """
     entry_id = _entry_id(app, entry)
     # By id, the entry may be registered after the route: validate() checks it then.
     _check_entry(app, f"{method} {path}", entry_id, known_only=isinstance(entry, str))
-    route = routes_of(app).add(method, path, entry_id)  # raises Invalid for a duplicate
+    auth_id = None if auth is None else _entry_id(app, auth)
+    if auth_id is not None:
+        _check_auth(app, f"{method} {path}", auth_id, known_only=isinstance(auth, str))
+    route = routes_of(app).add(method, path, entry_id, auth_id)  # Invalid for a duplicate
     app.declared.setdefault("http", {})[f"{route.method} {route.path}"] = route
     return route
 
@@ -464,6 +541,8 @@ def check_routes(app: App) -> None:
     """
     for route in app.declared.get("http", {}).values():
         _check_entry(app, f"{route.method} {route.path}", route.entry, known_only=False)
+        if route.auth is not None:
+            _check_auth(app, f"{route.method} {route.path}", route.auth, known_only=False)
 
 
 # -- bodies and statuses ------------------------------------------------------------------

@@ -30,11 +30,12 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
+import attrs
 import trio
 
 from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind, invalid
-from roost.actors._app import register_extension, register_node_service
+from roost.actors._app import EntryKind, register_extension, register_node_service
 from roost.actors._current import reset_current, set_current
 from roost.queues._contain import contain, describe
 from roost.queues._http import (
@@ -47,13 +48,16 @@ from roost.queues._http import (
     read_json,
     render,
     routes_of,
+    unsupported_type,
 )
+from roost.queues._http_guard import HostGuard, Refusal, is_json_type, parse_allowed_hosts
 from roost.queues._runtime import invoke
 
 if TYPE_CHECKING:
     from roost.actors._node import Node
 
 __all__ = [
+    "ACTOR_CONTEXT_KEY",
     "DEFAULT_HOST",
     "HttpServer",
     "bound_fd",
@@ -69,11 +73,22 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 DEFAULT_HOST: Final = "127.0.0.1"
+ACTOR_CONTEXT_KEY: Final = "roost.actor"
+"""The context key (``roost.ctx.get``) of the actor a route's auth entry returned."""
 _MAX_QUERY_FIELDS: Final = 1000
 
 
 class _ClientGone(Exception):  # noqa: N818 - private control-flow signal, not an error type
     """The client disconnected before its request body arrived."""
+
+
+class _Denied(Exception):  # noqa: N818 - private control-flow signal, not an error type
+    """The route's auth entry refused the request (401 or 403)."""
+
+    def __init__(self, error: Error, status: int) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.status = status
 
 
 class _TooLarge(Exception):  # noqa: N818 - private control-flow signal, not an error type
@@ -110,6 +125,7 @@ class HttpServer:
         self.node = node
         self._router = routes_of(node.app)
         self.url: str | None = None
+        self.guard = HostGuard(DEFAULT_HOST)
 
     @property
     def router(self) -> Router:
@@ -128,6 +144,7 @@ class HttpServer:
         from hypercorn.config import Config  # noqa: PLC0415
         from hypercorn.trio import serve  # noqa: PLC0415
 
+        self.guard = HostGuard(host, self.node.settings.get("allowed_hosts"))
         config = Config()
         config.bind = [bound_fd(host, port, "HTTP")]
         config.accesslog = None
@@ -161,9 +178,17 @@ class HttpServer:
         body = b"" if scope["method"] == "HEAD" else rendered.body
         await send({"type": "http.response.body", "body": body})
 
-    async def _respond(self, scope: dict[str, Any], receive: Receive) -> Rendered:
+    async def _respond(  # noqa: PLR0911 - one answer per way a request ends
+        self, scope: dict[str, Any], receive: Receive
+    ) -> Rendered:
         method: str = scope["method"]
         path: str = scope["path"]
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        refusal = self.guard.check(
+            method, {k.lower(): v for k, v in reversed(headers)}, scope.get("scheme", "http")
+        )
+        if refusal is not None:  # before routing: a refused request learns nothing of them
+            return _refused(refusal)
         raw = scope.get("raw_path") or path.encode()
         match = self.router.match(method, split_raw_path(raw))
         if match.route is None:
@@ -171,20 +196,16 @@ class HttpServer:
         if self.node.stopping:
             return error_response(Error("the node is shutting down", kind=ErrorKind.UNAVAILABLE))
         try:
-            body = await _read_body(scope, receive)
-            request = Request(
-                method=method,
-                path=path,
-                path_params=match.params,
-                query=parse_query(scope.get("query_string", b"")),
-                headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
-                json=read_json(body),
-                body=body,
-                route=match.route.path,
-            )
+            request = await self._request(scope, receive, match.route, match.params, headers)
+            if match.route.auth is not None:
+                actor = await self._authenticate(match.route, request)
+                request = attrs.evolve(request, actor=actor)
             return render(await self._run(match.route, request))
         except _ClientGone:
             raise  # nobody to answer (``__call__`` drops the request)
+        except _Denied as denied:
+            extra = {"www-authenticate": 'Bearer realm="roost"'} if denied.status == 401 else {}
+            return error_response(denied.error, status=denied.status, headers=extra)
         except _TooLarge:
             err = Error(
                 f"the request body is larger than {MAX_BODY} bytes",
@@ -194,7 +215,65 @@ class HttpServer:
         except BaseException as exc:  # noqa: BLE001 - any handler failure is the answer
             return self._failed(method, path, contain(exc))  # (cancellation goes on up)
 
+    async def _request(
+        self,
+        scope: dict[str, Any],
+        receive: Receive,
+        route: Route,
+        params: dict[str, str],
+        headers: list[tuple[str, str]],
+    ) -> Request:
+        """The ``Request`` value: the body read, and parsed only when declared JSON."""
+        body = await _read_body(scope, receive)
+        content_type = next((v for k, v in headers if k.lower() == "content-type"), None)
+        refused_type = None
+        if body and not is_json_type(content_type):
+            if self._takes_workflow(route):
+                # A workflow's request is its durable input: refused before it starts.
+                raise unsupported_type(content_type)
+            refused_type = content_type or ""  # reading .json raises; .body stays readable
+        return Request(
+            method=scope["method"],
+            path=scope["path"],
+            path_params=params,
+            query=parse_query(scope.get("query_string", b"")),
+            headers=headers,
+            json=None if refused_type is not None else read_json(body),
+            body=body,
+            route=route.path,
+            refused_type=refused_type,
+        )
+
+    def _takes_workflow(self, route: Route) -> bool:
+        entry = self.node.app.entries.get(route.entry)
+        return entry is not None and entry.kind is EntryKind.WORKFLOW
+
+    async def _authenticate(self, route: Route, request: Request) -> Any:
+        """Run the route's auth entry; its value is the actor, a refusal is 401 or 403."""
+        assert route.auth is not None
+        try:
+            actor = await self._call(route.auth, request, None)
+        except BaseException as exc:
+            err = contain(exc)
+            if err.kind is ErrorKind.PERMISSION_DENIED:
+                status = 403 if err.details.get("status") == 403 else 401
+                raise _Denied(err, status) from None
+            raise
+        if actor is None:
+            raise _Denied(
+                Error(
+                    f"the auth entry {route.auth!r} returned None: return the request's "
+                    "actor (a security.Actor), or raise PermissionDenied to refuse",
+                    kind=ErrorKind.PERMISSION_DENIED,
+                ),
+                401,
+            )
+        return actor
+
     def _failed(self, method: str, path: str, err: Error) -> Rendered:
+        status = err.details.get("http_status")
+        if err.kind is ErrorKind.INVALID and status == 415:
+            return error_response(err, status=415)
         answer = error_response(err)
         text = describe(err)
         if answer.status >= 500:
@@ -214,19 +293,24 @@ class HttpServer:
 
     async def _run(self, route: Route, request: Request) -> Any:
         """Run the route's entry with ``request`` as a process of its own."""
-        node = self.node
-        if route.entry not in node.app.entries:  # a route added after open_node, by id
-            raise Error(
-                f"HTTP route {route.method} {route.path} runs unknown entry {route.entry!r}",
-                kind=ErrorKind.INTERNAL,
-            )
         if telemetry.tracing:
             telemetry.http_route(request.method, route.path)
-        proc = node.attach()
+        return await self._call(route.entry, request, request.actor)
+
+    async def _call(self, entry_id: str, request: Request, actor: Any) -> Any:
+        """Run ``entry_id`` with ``request`` as a process of its own (as ``actor``, if any)."""
+        node = self.node
+        if entry_id not in node.app.entries:  # a route added after open_node, by id
+            raise Error(
+                f"HTTP route {request.method} {request.route} runs unknown entry {entry_id!r}",
+                kind=ErrorKind.INTERNAL,
+            )
+        # The actor is a context value of the request's process, inherited by what it starts.
+        proc = node.attach(None if actor is None else {ACTOR_CONTEXT_KEY: actor})
         token = set_current(proc)
         try:
             with proc.scope:
-                return await invoke(node, route.entry, request, None)
+                return await invoke(node, entry_id, request, None)
             # The scope was cancelled: the request's process was terminated or killed.
             failure = proc.kill_error
             raise failure.clone() if failure is not None else _stopped()
@@ -320,6 +404,11 @@ def _no_route(method: str, path: str, allowed: tuple[str, ...]) -> Rendered:
     return error_response(err, status=405, headers={"allow": methods})
 
 
+def _refused(refusal: Refusal) -> Rendered:
+    kind = ErrorKind.PERMISSION_DENIED if refusal.status == 403 else ErrorKind.INVALID
+    return error_response(Error(refusal.message, kind=kind), status=refusal.status)
+
+
 def _stopped() -> Error:
     return Error("the request's process was stopped", kind=ErrorKind.CANCELED)
 
@@ -365,4 +454,5 @@ async def start_http(node: Node, nursery: trio.Nursery) -> None:
 
 
 register_extension("http_bind", parse_bind)  # open_node checks http= before it starts
+register_extension("allowed_hosts", parse_allowed_hosts)
 register_node_service(start_http)

@@ -291,9 +291,10 @@ class Node:
             [sys.executable, "-m", "roost", "run", APP, "--data-dir", str(data_dir), *extra],
             cwd=HERE,
             stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,  # a line or two (the console's URL): read at stop
             text=True,
         )
+        self.out = ""
         self.lines = []
         self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -319,6 +320,8 @@ class Node:
         code = self.proc.wait(timeout=WAIT)
         self.reader.join(WAIT)
         self.proc.stderr.close()
+        self.out = self.proc.stdout.read()
+        self.proc.stdout.close()
         assert code == 0, self.log
         return self.log
 
@@ -390,3 +393,16 @@ async def test_changes_go_through_the_admin_api_of_a_running_node(tmp_path, auto
     finally:
         node.stop()
     assert not (data / "admin.json").exists()
+    # The console's URL, printed once (without the token); every change with its actor.
+    url = node.out.strip().splitlines()
+    assert len(url) == 1 and url[0].startswith("console: http://127.0.0.1:"), node.out
+    token = (data / "admin.token").read_text().strip()
+    assert token not in node.out
+    changes = [json.loads(line) for line in (data / "audit.log").read_text().splitlines()]
+    by_api = [c for c in changes if c["via"] == "admin API"]
+    assert [c["action"] for c in by_api][:2] == [
+        "POST /api/workflows/w1/signal",
+        "POST /api/workflows",
+    ]
+    assert {c["actor"] for c in by_api} == {changes[0]["actor"]}
+    assert changes[0]["actor"].startswith("operator:")

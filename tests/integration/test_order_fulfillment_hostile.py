@@ -121,12 +121,17 @@ def stored(data_dir: Path) -> dict[str, Any]:
     return {"state": state, "messages": messages, "dead": dead}
 
 
+JSON = {
+    "content-type": "application/json"
+}  # the bodies are declared JSON: refused for what they hold
+
+
 def test_hostile_orders_are_refused_and_the_node_restarts(tmp_path: Path, nodes: list[Node]):
     data_dir, work = tmp_path / "data", tmp_path / "work"
     work.mkdir()
     node = Node(data_dir, work, "first")
     nodes.append(node)
-    with httpx.Client(base_url=node.url, timeout=WAIT) as client:
+    with httpx.Client(base_url=node.url, timeout=WAIT, headers=JSON) as client:
         for name, body in HOSTILE.items():
             response = client.post("/orders", content=body)
             assert response.status_code == 400, (name, response.status_code, response.text)
@@ -145,7 +150,7 @@ def test_hostile_orders_are_refused_and_the_node_restarts(tmp_path: Path, nodes:
 
     again = Node(data_dir, work, "restart")  # starts: nothing unreadable was stored
     nodes.append(again)
-    with httpx.Client(base_url=again.url, timeout=WAIT) as client:
+    with httpx.Client(base_url=again.url, timeout=WAIT, headers=JSON) as client:
         order = client.get("/orders/o-good")
         assert order.status_code == 200, order.text
         assert order.json()["order"]["items"] == ["kettle"]

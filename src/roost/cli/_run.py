@@ -60,6 +60,13 @@ async def serve(
                 f"; HTTP triggers at {node.http_url}" if node.http_url else "",
                 f"; admin API at {admin_url}" if admin_url else "",
             )
+            if admin_url:
+                # Once, on stdout (the log is stderr): the link to open. The token stays out
+                # of it (stdout may be a shared log); the login page asks for it.
+                click.echo(
+                    f"console: {admin_url}/  (log in with the token of "
+                    f"`roost admin token --data-dir {node.data_dir}`)"
+                )
             async for signum in signals:
                 log.info("%s received: shutting down", signal.Signals(signum).name)
                 break

@@ -37,6 +37,8 @@ from roost.admin._api import read_limited
 from roost.admin._auth import AUTH_SCOPE_KEY, form_token
 from roost.admin._console_format import (
     ago,
+    duration,
+    pid_url,
     preview,
     queue_url,
     short,
@@ -63,6 +65,9 @@ _DONE: Final = {
     "redrive": "Dead letter redriven.",
     "redrive_all": "Dead letters redriven.",
     "discard": "Dead letter discarded.",
+    "process_cancel": "Cancel sent to the process (it decides how to stop).",
+    "process_terminate": "Process terminated.",
+    "trigger": "Cron trigger started.",
 }
 # Defence in depth beside autoescape: no inline script, nothing from elsewhere, no framing.
 _SECURITY_HEADERS: Final = {
@@ -89,6 +94,8 @@ _env.filters.update(
     ts=timestamp,
     workflow_url=workflow_url,
     queue_url=queue_url,
+    pid_url=pid_url,
+    duration=duration,
 )
 try:
     _env.globals.update(version=importlib.metadata.version("roost"))
@@ -110,7 +117,10 @@ def console_routes() -> list[BaseRoute]:
         Route("/queues/{rest:path}", _page(_queue_action), methods=["POST"]),
         Route("/queue", _page(_queue_action), methods=["POST"]),
         Route("/cron", _page(_cron), methods=["GET"]),
+        Route("/cron", _page(_cron_action), methods=["POST"]),
         Route("/processes", _page(_processes), methods=["GET"]),
+        Route("/processes/{rest:path}", _page(_process), methods=["GET"]),
+        Route("/processes/{rest:path}", _page(_process_action), methods=["POST"]),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="console-static"),
     ]
 
@@ -210,15 +220,20 @@ async def _workflow(request: Request) -> Response:
     except Error as err:  # a quarantined workflow: its describe still shows
         history, history_error = [], err
     status = described.get("status", "")
+    # The input is the start record's (the first event of the run's first activation).
     started = next((e for e in history[:3] if type(e).__name__ == "Started"), None)
     return _render(
         request,
         "workflow.html",
         input_args=getattr(started, "args", None),
+        has_input=started is not None,
         wf=described,
+        running=status == "running",
         workflow_id=workflow_id,
         url=workflow_url(workflow_id),
-        timeline=_timeline(history[:_HISTORY_LIMIT]),
+        parent_id=data.parent_workflow(node, described.get("parent")),
+        timeline=data.history_rows(history[:_HISTORY_LIMIT]),
+        activities=data.activity_rows(history, described.get("pending_activities") or []),
         history_total=len(history),
         history_error=history_error,
         timers=data.pending_timers(history, status),
@@ -226,23 +241,6 @@ async def _workflow(request: Request) -> Response:
         now=_now(node),
         ago=ago,
     )
-
-
-def _timeline(history: list[Any]) -> list[dict[str, Any]]:
-    """Rows of the event timeline: an activation header, then its events and commands."""
-    names = data.activity_names(history)
-    rows = []
-    for item in history:
-        kind = type(item).__name__
-        fields = to_jsonable(item)
-        if isinstance(fields, dict):
-            fields.pop("$type", None)
-        if kind == "WorkflowTask":
-            rows.append({"task": True, "index": item.index, "at": item.at, "size": item.size})
-            continue
-        label = names.get(getattr(item, "seq", -1), "") if kind == "ActivityResolved" else ""
-        rows.append({"task": False, "kind": kind, "label": label, "fields": fields})
-    return rows
 
 
 def _now(node: Any) -> Any:
@@ -299,6 +297,7 @@ async def _queue(request: Request) -> Response:
         url=queue_url(queue),
         stats=stats,
         letters=data.dead_letters(node, queue, limit),
+        messages=data.queue_messages(node, queue, limit),
         limit=limit,
     )
 
@@ -326,9 +325,34 @@ async def _cron(request: Request) -> Response:
     return _render(request, "cron.html", triggers=data.cron_triggers(node), now=_now(node), ago=ago)
 
 
+async def _cron_action(request: Request) -> Response:
+    form = await _form(request)
+    if form.get("action") != "trigger":
+        raise invalid(f"unknown action {form.get('action', '')[:40]!r}: use trigger")
+    data.trigger_cron(request.app.state.node, form.get("trigger", ""))
+    return _back("/cron", "trigger")
+
+
 async def _processes(request: Request) -> Response:
     roots, count = data.process_tree(request.app.state.node)
     return _render(request, "processes.html", roots=roots, count=count)
+
+
+async def _process(request: Request) -> Response:
+    pid = _tail(request, "/processes/", "pid")
+    info = data.process_info(request.app.state.node, pid)
+    return _render(request, "process.html", proc=info, url=pid_url(pid))
+
+
+async def _process_action(request: Request) -> Response:
+    pid = _tail(request, "/processes/", "pid")
+    form = await _form(request)
+    action = form.get("action", "")
+    if action not in ("cancel", "terminate"):
+        raise invalid(f"unknown action {action[:40]!r}: use cancel or terminate")
+    reason = form.get("reason", "").strip() or None
+    data.stop_process(request.app.state.node, pid, hard=action == "terminate", reason=reason)
+    return _back("/processes", f"process_{action}")
 
 
 # -- forms -------------------------------------------------------------------------------------

@@ -16,23 +16,43 @@ from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
 from roost.actors._app import EntryKind
 from roost.actors._current import reset_current, set_current
+from roost.admin._console_format import short
+from roost.admin._json import to_jsonable
 from roost.workflow._history import (
+    ActivityResolved,
+    CancelActivity,
+    CancelRequested,
+    Complete,
+    Fail,
+    MessageArrived,
+    ProcessExited,
     ScheduleActivity,
+    SendMessage,
+    SpawnProcess,
     StartChild,
+    Started,
     StartTimer,
+    StopProcess,
     TimerFired,
     WorkflowTask,
 )
 
 __all__ = [
+    "activity_rows",
     "cancel_workflow",
     "children",
     "cron_triggers",
+    "history_rows",
+    "parent_workflow",
     "pending_timers",
+    "process_info",
     "process_tree",
+    "queue_messages",
     "queue_stats",
     "signal_workflow",
+    "stop_process",
     "terminate_workflow",
+    "trigger_cron",
 ]
 
 T = TypeVar("T")
@@ -75,6 +95,150 @@ def children(handle: Any, history: list[Any]) -> list[dict[str, Any]]:
                 status = "unknown"
             found.append({"workflow_id": item.workflow_id, "entry": item.entry, "status": status})
     return found
+
+
+def _resolved(item: ActivityResolved, names: dict[int, str]) -> str:
+    what = names.get(item.seq, "?")
+    if item.error is not None:
+        return f"#{item.seq} {what} failed: {short(item.error.message, 120)}"
+    return f"#{item.seq} {what} returned {short(item.value, 100)}"
+
+
+def _arrived(item: MessageArrived, _names: dict[int, str]) -> str:
+    sender = f" from {item.sender}" if item.sender is not None else ""
+    return f"{item.topic!r} {short(item.payload, 100)}{sender}"
+
+
+def _exited(item: ProcessExited, _names: dict[int, str]) -> str:
+    if item.error is not None:
+        return f"{item.pid} failed: {short(item.error.message, 100)}"
+    return f"{item.pid} exited"
+
+
+# What the Summary column says of each kind of history item (others: their fields).
+_SUMMARIES: dict[type, Callable[[Any, dict[int, str]], str]] = {
+    Started: lambda e, _: f"{e.workflow_type} attempt {e.attempt}, input {short(e.args, 120)}",
+    ScheduleActivity: lambda e, _: f"#{e.seq} {e.entry}({short(e.args, 100)[1:-1]})",
+    ActivityResolved: _resolved,
+    StartTimer: lambda e, _: f"#{e.seq} for {e.seconds:g} s",
+    TimerFired: lambda e, _: f"#{e.seq} fired",
+    MessageArrived: _arrived,
+    SendMessage: lambda e, _: f"{e.topic!r} to {e.dest}",
+    CancelRequested: lambda e, _: f"reason {e.reason!r}" if e.reason else "no reason given",
+    CancelActivity: lambda e, names: f"#{e.activity} {names.get(e.activity, '?')}",
+    StartChild: lambda e, _: f"{e.workflow_id} ({e.entry})",
+    SpawnProcess: lambda e, _: f"{e.pid} ({e.entry})",
+    StopProcess: lambda e, _: f"{'terminate' if e.hard else 'cancel'} {e.dest}",
+    ProcessExited: _exited,
+    Complete: lambda e, _: f"returned {short(e.value, 120)}",
+    Fail: lambda e, _: f"failed: {short(e.error.message, 120)}",
+}
+
+
+def _summary(item: Any, names: dict[int, str]) -> str:
+    """One line saying what a history item is about (the table's Summary column)."""
+    summarize = _SUMMARIES.get(type(item))
+    if summarize is not None:
+        return summarize(item, names)
+    fields = to_jsonable(item)
+    if isinstance(fields, dict):
+        fields.pop("$type", None)
+        fields.pop("seq", None)
+    return short(fields, 160)
+
+
+def history_rows(history: list[Any]) -> list[dict[str, Any]]:
+    """The history as table rows, each with its activation's time and the time since before.
+
+    "Since" is the time since the previous row of its kind (the events of one activation
+    share its time: ``+0 s``). An activation's marker is a row of its own (``task``); the
+    others have ``n`` (the item's place in the history), ``kind``, ``summary`` and
+    ``fields`` (the whole record, shown when the row is expanded).
+    """
+    names = activity_names(history)
+    rows: list[dict[str, Any]] = []
+    at: dt.datetime | None = None
+    last_event_at: dt.datetime | None = None
+    for n, item in enumerate(history):
+        if isinstance(item, WorkflowTask):
+            since = item.at - at if at is not None else None
+            at = item.at
+            rows.append(
+                {"task": True, "index": item.index, "at": at, "size": item.size, "since": since}
+            )
+            continue
+        fields = to_jsonable(item)
+        if isinstance(fields, dict):
+            fields.pop("$type", None)
+        since = at - last_event_at if at is not None and last_event_at is not None else None
+        last_event_at = at
+        rows.append(
+            {
+                "task": False,
+                "n": n,
+                "at": at,
+                "since": since,
+                "kind": type(item).__name__,
+                "summary": _summary(item, names),
+                "fields": fields,
+            }
+        )
+    return rows
+
+
+def activity_rows(history: list[Any], pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every activity the run scheduled: when, how it ended and how long it took.
+
+    A pending one has its attempt, the previous attempt's error and when the next attempt
+    may start.
+    """
+    rows: dict[int, dict[str, Any]] = {}
+    at: dt.datetime | None = None
+    for item in history:
+        if isinstance(item, WorkflowTask):
+            at = item.at
+        elif isinstance(item, ScheduleActivity):
+            rows[item.seq] = {
+                "seq": item.seq,
+                "entry": item.entry,
+                "args": item.args,
+                "scheduled_at": at,
+                "closed_at": None,
+                "took": None,
+                "status": "scheduled",
+                "value": None,
+                "error": None,
+                "attempt": None,
+                "next_attempt_at": None,
+            }
+        elif isinstance(item, ActivityResolved) and item.seq in rows:
+            row = rows[item.seq]
+            row["closed_at"] = at
+            if at is not None and row["scheduled_at"] is not None:
+                row["took"] = at - row["scheduled_at"]
+            row["status"] = "failed" if item.error is not None else "completed"
+            row["value"], row["error"] = item.value, item.error
+        elif (
+            isinstance(item, CancelActivity)
+            and rows.get(item.activity, {}).get("status") == "scheduled"
+        ):
+            rows[item.activity]["status"] = "canceled"
+    for task in pending:
+        waiting = rows.get(task.get("seq", -1))
+        if waiting is not None:
+            waiting["status"] = "running"
+            waiting["attempt"] = task.get("attempt")
+            waiting["error"] = task.get("last_error")
+            waiting["next_attempt_at"] = task.get("next_attempt_at")
+    return list(rows.values())
+
+
+def parent_workflow(handle: Any, parent: Any) -> str | None:
+    """The workflow id of ``parent`` when it is a workflow of this node (else None)."""
+    host = _node(handle).workflows
+    if not isinstance(parent, Pid) or host is None or parent.host != host.host:
+        return None
+    return parent.id
 
 
 def activity_names(history: list[Any]) -> dict[int, str]:
@@ -170,9 +334,14 @@ def dead_letters(handle: Any, queue: str, limit: int) -> list[Any]:
 
 
 def cron_triggers(handle: Any) -> list[dict[str, Any]]:
-    """Each cron trigger: expression, entry, catch-up rule and next fire time (UTC)."""
+    """Each cron trigger: expression, entry, catch-up rule, next and last fire (UTC).
+
+    ``last_fire_at`` is the stored last fire time; ``outcome`` how the latest run in this
+    node's life went (a ``CronOutcome``, None before the first).
+    """
     node = _node(handle)
     now = node.now()
+    runtime = node.ext.get("cron")
     triggers = []
     for trigger in node.app.declared.get("cron", {}).values():
         try:
@@ -181,14 +350,38 @@ def cron_triggers(handle: Any) -> list[dict[str, Any]]:
             entry = str(trigger.entry)
         triggers.append(
             {
+                "id": trigger.id,
                 "expression": trigger.schedule.expression,
                 "entry": entry,
                 "catch_up": trigger.catch_up,
                 "next_fire_at": trigger.schedule.next_after(now),
+                "last_fire_at": runtime.last_fire(trigger.id) if runtime is not None else None,
+                "outcome": runtime.outcomes.get(trigger.id) if runtime is not None else None,
             }
         )
     triggers.sort(key=lambda t: (t["next_fire_at"] is None, t["next_fire_at"] or now))
     return triggers
+
+
+def trigger_cron(handle: Any, trigger_id: str) -> None:
+    """Run a cron trigger's entry once now (its schedule and last fire time stay).
+
+    Raises:
+        roost.Error: NotFound for an unknown trigger; InvalidState while it runs.
+    """
+    runtime = _node(handle).ext.get("cron")
+    if runtime is None:
+        raise not_found(f"no cron trigger {trigger_id!r}: this node runs none", trigger=trigger_id)
+    runtime.trigger_now(trigger_id)
+
+
+def queue_messages(handle: Any, queue: str, limit: int) -> dict[str, list[Any]]:
+    """The messages of ``queue`` waiting (oldest first) and in flight, at most ``limit`` each."""
+    state = _queues(handle).states[queue]
+    return {
+        "waiting": list(state.pending.values())[:limit],
+        "in_flight": list(state.running.values())[:limit],
+    }
 
 
 # -- processes ---------------------------------------------------------------------------------
@@ -218,6 +411,7 @@ def process_tree(handle: Any) -> tuple[list[dict[str, Any]], int]:
             "monitors": sorted(str(p) for p in proc.watching or ()),
             "children": [],
             "child_id": None,
+            "mailbox": proc.mailbox.unread() if proc.mailbox is not None else 0,
         }
     for sup_pid, state in states.items():
         parent = rows.get(sup_pid)
@@ -237,6 +431,7 @@ def process_tree(handle: Any) -> tuple[list[dict[str, Any]], int]:
                     "monitors": [],
                     "children": [],
                     "child_id": None,
+                    "mailbox": 0,
                 }
             row["parent"] = parent["pid"]
             row["child_id"] = child.key
@@ -244,6 +439,67 @@ def process_tree(handle: Any) -> tuple[list[dict[str, Any]], int]:
     roots = [row for row in rows.values() if row["parent"] is None]
     roots.sort(key=lambda r: (r["kind"] != EntryKind.SUPERVISOR.value, r["pid"]))
     return roots, len(node.procs)
+
+
+def _live_process(handle: Any, pid_text: str) -> Any:
+    node = _node(handle)
+    pid = Pid.parse(pid_text)  # Invalid for what is no PID
+    proc = node.procs.get(pid)
+    if proc is None or not proc.alive:
+        raise not_found(
+            f"no live process {pid_text!r} on this node (it exited, or it is a workflow: "
+            "workflows have their own pages)",
+            pid=pid_text,
+        )
+    return proc
+
+
+def process_info(handle: Any, pid_text: str) -> dict[str, Any]:
+    """One live process: entry, names, mailbox length, links, monitors and supervisor.
+
+    Raises:
+        roost.Error: Invalid for a malformed PID; NotFound for no live process.
+    """
+    node = _node(handle)
+    proc = _live_process(handle, pid_text)
+    supervisor = None
+    for sup_pid, state in node.ext.get(_SUPERVISOR_STATES, {}).items():
+        if any(child.pid == proc.pid for child in state.children):
+            supervisor = str(sup_pid)
+    entry = proc.entry
+    box = proc.mailbox
+    return {
+        "pid": str(proc.pid),
+        "entry": entry.id if entry is not None else "(attached)",
+        "kind": entry.kind.value if entry is not None else "attached",
+        "names": sorted(node.registry._by_pid.get(proc.pid, ())),
+        "mailbox": box.unread() if box is not None else 0,
+        "mailbox_limit": box.limit if box is not None else None,
+        "links": sorted(str(p) for p in proc.links or ()),
+        "monitoring": sorted(str(p) for p in proc.watching or ()),
+        "monitored_by": sorted(str(p) for p in proc.watchers or ()),
+        "traps_exits": proc.trap_links,
+        "supervisor": supervisor,
+        "context": dict(proc.context),
+        "attached": entry is None,
+    }
+
+
+def stop_process(handle: Any, pid_text: str, *, hard: bool, reason: str | None) -> None:
+    """Cancel (a CANCEL event it may act on) or terminate a live process.
+
+    Raises:
+        roost.Error: NotFound for no live process; InvalidState for an attached one (the
+            node's own block, a request under way: not the console's to stop).
+    """
+    proc = _live_process(handle, pid_text)
+    if proc.entry is None:
+        raise Error(
+            f"{pid_text} is an attached process (the node's own block or a request under "
+            "way); the console stops only spawned processes",
+            kind=ErrorKind.INVALID_STATE,
+        )
+    _node(handle).stop(proc.pid, reason, hard=hard)
 
 
 def parse_limit(value: str | None, default: int, most: int) -> int:

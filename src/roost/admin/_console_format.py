@@ -16,7 +16,17 @@ from typing import Any, Final
 
 from roost.admin._json import to_jsonable
 
-__all__ = ["ago", "path_part", "preview", "queue_url", "short", "timestamp", "workflow_url"]
+__all__ = [
+    "ago",
+    "duration",
+    "path_part",
+    "pid_url",
+    "preview",
+    "queue_url",
+    "short",
+    "timestamp",
+    "workflow_url",
+]
 
 _INDENT: Final = "  "
 _ELLIPSIS: Final = "…"
@@ -158,6 +168,16 @@ def ago(value: Any, now: dt.datetime) -> str:
     return f"in {text}" if seconds >= 0 else f"{text} ago"
 
 
+def duration(value: Any) -> str:
+    """A ``timedelta`` as ``"+0.25 s"``, ``"+4m 10s"``; empty for None."""
+    if not isinstance(value, dt.timedelta):
+        return ""
+    seconds = value.total_seconds()
+    if abs(seconds) < 60:
+        return f"+{seconds:.3g} s" if seconds else "+0 s"
+    return "+" + _span(int(seconds))
+
+
 def _span(seconds: int) -> str:
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
@@ -185,6 +205,11 @@ def workflow_url(workflow_id: str) -> str:
     if workflow_id in (".", ".."):
         return "/workflow?" + urllib.parse.urlencode({"id": workflow_id})
     return "/workflows/" + path_part(workflow_id)
+
+
+def pid_url(pid: Any) -> str:
+    """The console page of one process (its PID string as one encoded segment)."""
+    return "/processes/" + path_part(str(pid))
 
 
 def queue_url(queue: str) -> str:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from functools import partial
 from typing import Any
 
 import attrs
 import trio
 
 from roost._cron import CronSchedule, parse_firing_cron
-from roost._errors import ErrorKind, invalid
+from roost._errors import Error, ErrorKind, invalid
 from roost._text import check_text
 from roost.actors._app import register_extension, register_node_service
 from roost.actors._node import Node
@@ -29,7 +30,7 @@ from roost.storage._codec import record
 from roost.storage._quarantine import set_aside
 from roost.workflow._host_protocol import FIRES_CRON
 
-__all__ = ["CronTick", "CronTrigger", "declare_cron"]
+__all__ = ["CronOutcome", "CronRuntime", "CronTick", "CronTrigger", "declare_cron"]
 
 log = logging.getLogger("roost.queues")
 
@@ -80,14 +81,27 @@ def declare_cron(app: Any, expression: str, entry: Any, catch_up: str = "skip") 
     return trigger
 
 
-class CronRuntime:
-    """The cron triggers of one node."""
+@attrs.define
+class CronOutcome:
+    """How a trigger's latest run (in this node's life) went; the console shows it."""
 
-    def __init__(self, node: Node) -> None:
+    scheduled_at: dt.datetime
+    fired_at: dt.datetime
+    manual: bool = False  # started by hand ("trigger now"), not by the schedule
+    finished_at: dt.datetime | None = None  # None while it runs
+    error: Error | None = None
+
+
+class CronRuntime:
+    """The cron triggers of one node (``node.ext["cron"]``)."""
+
+    def __init__(self, node: Node, nursery: trio.Nursery) -> None:
         self.node = node
         self.codec = Codec()
         assert node.store is not None
         self.store = node.store
+        self._nursery = nursery
+        self.outcomes: dict[str, CronOutcome] = {}
 
     @classmethod
     async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
@@ -97,10 +111,37 @@ class CronRuntime:
             return
         if getattr(node.settings.get("workflow_host"), FIRES_CRON, False):
             return  # the workflow host fires them (Temporal: once per cluster)
-        runtime = cls(node)
+        runtime = cls(node, nursery)
         for trigger in triggers.values():
             node.app.resolve(trigger.entry)  # an unknown entry fails the node start
             nursery.start_soon(runtime._run, trigger, name=f"roost.cron {trigger.id}")
+        node.ext["cron"] = runtime
+
+    def last_fire(self, trigger_id: str) -> dt.datetime | None:
+        """The stored last fire time of a trigger (None if it never fired)."""
+        trigger = self.node.app.declared.get("cron", {}).get(trigger_id)
+        return None if trigger is None else self._last(trigger)
+
+    def trigger_now(self, trigger_id: str) -> None:
+        """Run a trigger's entry once now, outside its schedule (its last fire time stays).
+
+        Raises:
+            roost.Error: NotFound for an unknown trigger; InvalidState while a run of it is
+                under way (a trigger never runs twice at once).
+        """
+        trigger = self.node.app.declared.get("cron", {}).get(trigger_id)
+        if trigger is None:
+            raise Error(f"no cron trigger {trigger_id!r}", kind=ErrorKind.NOT_FOUND)
+        running = self.outcomes.get(trigger_id)
+        if running is not None and running.finished_at is None:
+            raise Error(
+                f"cron trigger {trigger_id!r} is running (since {running.fired_at}); a trigger "
+                "runs once at a time: try again when it is done",
+                kind=ErrorKind.INVALID_STATE,
+            )
+        now = self.node.now()
+        call = partial(self._call, trigger, now, manual=True)
+        self._nursery.start_soon(call, name=f"roost.cron {trigger_id} (by hand)")
 
     def _last(self, trigger: CronTrigger) -> dt.datetime | None:
         row = key(trigger.id)
@@ -163,14 +204,24 @@ class CronRuntime:
                 due,
             )
             return
-        tick = CronTick(
-            scheduled_at=due, fired_at=self.node.now(), expression=trigger.schedule.expression
+        await self._call(trigger, due, manual=False)
+
+    async def _call(self, trigger: CronTrigger, due: dt.datetime, *, manual: bool) -> None:
+        running = self.outcomes.get(trigger.id)
+        if running is not None and running.finished_at is None:
+            log.warning("cron %s: the run due at %s is skipped: one is under way", trigger.id, due)
+            return
+        fired = self.node.now()
+        outcome = self.outcomes[trigger.id] = CronOutcome(
+            scheduled_at=due, fired_at=fired, manual=manual
         )
+        tick = CronTick(scheduled_at=due, fired_at=fired, expression=trigger.schedule.expression)
         try:
             entry_id = self.node.app.resolve(trigger.entry).id
             await run_target(self.node, entry_id, tick, None)
         except BaseException as exc:  # a failed run is logged; the schedule goes on
             error = contain(exc)  # (cancellation goes on up)
+            outcome.error = error
             log.warning(
                 "cron %s: the run due at %s failed: %s",
                 trigger.id,
@@ -178,6 +229,8 @@ class CronRuntime:
                 describe(error),
                 exc_info=exc if error.kind is ErrorKind.INTERNAL else None,
             )
+        finally:
+            outcome.finished_at = self.node.now()
 
 
 register_extension("cron", declare_cron)

@@ -1,0 +1,242 @@
+"""The console as a debugger: history table, activities, parent links, closed runs, queue
+messages, cron outcomes and "trigger now", process pages with stop.
+
+A real client against the admin server on 127.0.0.1, on trio's MockClock without autojump
+(as in test_console.py): time moves only when a test jumps it.
+"""
+
+import datetime as dt
+import html
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+import roost
+from roost import channel, funcs, process
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from console_fixture import open_console_node
+
+app = roost.App("dbg")
+ATTEMPTS: list[int] = []
+GATE: list[trio.Event] = []
+
+
+@app.activity(retry_policy=roost.RetryPolicy(initial_interval="10s", maximum_attempts=3))
+async def wobbly(order: Any) -> dict:
+    ATTEMPTS.append(len(ATTEMPTS) + 1)
+    if len(ATTEMPTS) == 1:
+        raise roost.Error("the <b>bank</b> is napping", kind=roost.ErrorKind.UNAVAILABLE)
+    return {"paid": order}
+
+
+@app.workflow
+async def pay(order: Any) -> Any:
+    paid = await funcs.call(wobbly, order)
+    await roost.sleep("30s")
+    return paid
+
+
+@app.workflow
+async def child(order: Any) -> None:
+    await channel.select(process.listen("go"), roost.after("1h"))
+
+
+@app.workflow
+async def parent(order: Any) -> None:
+    await process.spawn(child, order)
+    await roost.sleep("2h")
+
+
+@app.workflow
+async def broken() -> None:
+    raise SystemExit("workflow code called sys.exit()")
+
+
+@app.activity
+async def slow_job(payload: Any) -> None:
+    await GATE[0].wait()
+
+
+@app.activity
+async def nightly(tick: roost.CronTick) -> None:
+    raise ValueError(f"nightly run of {tick.expression} fell over")
+
+
+@app.process
+async def holder() -> None:
+    await roost.sleep("1h")  # never reads its mailbox
+
+
+@app.process
+async def watcher(target: roost.Pid) -> None:
+    process.link(target)
+    process.monitor(target)
+    await roost.sleep("1h")
+
+
+app.queue("slow", concurrency=1, max_retries=0)
+app.cron("0 3 * * *", nightly)
+
+
+async def settle() -> None:
+    await trio.testing.wait_all_tasks_blocked()
+
+
+def section(page: str, element_id: str, end: str = "</table>") -> str:
+    return page.split(f'id="{element_id}"')[1].split(end, maxsplit=1)[0]
+
+
+def text_of(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", fragment))
+
+
+async def test_the_history_is_a_table_with_times_and_the_activities_show_each_attempt(
+    mock_clock,
+):
+    ATTEMPTS.clear()
+    async with open_console_node(app) as c, c.client() as http:
+        await process.with_options(id="pay-1").spawn(pay, {"sku": "A-1"})
+        await settle()
+        page = (await http.get("/workflows/pay-1")).text
+        # The first attempt failed: the activity is running, attempt 2 waits 10 s.
+        activities = section(page, "activities")
+        assert "dbg:wobbly" in activities and "attempt 2" in activities
+        assert "the &lt;b&gt;bank&lt;/b&gt; is napping" in activities
+        assert "<b>bank" not in page
+        mock_clock.jump(10)
+        await settle()
+        mock_clock.jump(30)
+        await settle()
+        assert c.node.describe("pay-1")["status"] == "completed"
+        page = (await http.get("/workflows/pay-1")).text
+        table = section(page, "timeline")
+        rows = re.findall(r"<tr class=\"(task|ev ev-\w+)\">(.*?)</tr>", table, re.DOTALL)
+        kinds = [re.search(r'class="kind">(\w+)<', r).group(1) for c_, r in rows if c_ != "task"]
+        assert kinds[:2] == ["Started", "ScheduleActivity"]
+        assert kinds[-1] == "Complete" and "ActivityResolved" in kinds and "TimerFired" in kinds
+        tasks = [text_of(r) for c_, r in rows if c_ == "task"]
+        assert tasks[0].split()[:2] == ["Activation", "1"]
+        # The resolution came 10 s after the start, the timer 30 s after that.
+        assert any("+10 s" in t for t in tasks) and any("+30 s" in t for t in tasks)
+        resolved = next(r for c_, r in rows if "ActivityResolved" in r)
+        assert "#1 dbg:wobbly returned" in text_of(resolved)
+        assert "<details>" in resolved and 'class="value fields"' in resolved  # expandable
+        activities = text_of(section(page, "activities"))
+        assert "completed" in activities and "+10 s" in activities
+        # Closed: shown as closed, with no pending sections and no buttons.
+        assert 'id="closed-note"' in page and 'id="pending-timers"' not in page
+        assert 'id="cancel"' not in page
+        started = section(page, "wf-input", "</pre>")
+        assert "&#34;sku&#34;: &#34;A-1&#34;" in started  # from the start record
+
+
+async def test_children_and_parent_link_to_each_other(mock_clock):
+    async with open_console_node(app) as c, c.client() as http:
+        await process.with_options(id="fam").spawn(parent, {"n": 1})
+        await settle()
+        family = (await http.get("/workflows/fam")).text
+        assert 'href="/workflows/fam.1"' in section(family, "children")
+        kid = (await http.get("/workflows/fam.1")).text
+        assert 'href="/workflows/fam"' in section(kid, "wf-parent", "</dd>")
+
+
+async def test_a_terminated_run_shows_no_task_failure_and_no_failing_badge(mock_clock):
+    async with open_console_node(app) as c, c.client() as http:
+        await process.with_options(id="oops").spawn(broken)
+        await settle()
+        assert c.node.describe("oops")["task_failure"] is not None
+        running = (await http.get("/workflows/oops")).text
+        assert 'id="task-failure"' in running
+        assert "task failing" in (await http.get("/")).text
+        process.terminate(roost.Pid.parse("{dbg:workflows|oops}"))
+        await settle()
+        assert c.node.describe("oops")["status"] == "terminated"
+        closed = (await http.get("/workflows/oops")).text
+        assert 'id="task-failure"' not in closed and "retried with backoff" not in closed
+        assert 'id="closed-note"' in closed and "terminated" in section(
+            closed, "closed-note", "</p>"
+        )
+        assert "task failing" not in (await http.get("/")).text
+
+
+async def test_a_queue_page_lists_waiting_and_in_flight_messages(mock_clock):
+    GATE[:] = [trio.Event()]
+    async with open_console_node(app) as c, c.client() as http:
+        receipts = [await roost.enqueue("slow", slow_job, {"n": n}) for n in range(3)]
+        await settle()
+        page = (await http.get("/queues/slow")).text
+        in_flight, waiting = section(page, "in-flight"), section(page, "waiting")
+        assert receipts[0] in in_flight and receipts[0] not in waiting
+        assert receipts[1] in waiting and receipts[2] in waiting
+        assert "&#34;n&#34;: 2" in waiting
+        GATE[0].set()
+        await settle()
+        page = (await http.get("/queues/slow")).text
+        assert "None." in section(page, "in-flight") and "None." in section(page, "waiting")
+
+
+async def test_cron_shows_the_last_fire_and_outcome_and_triggers_now(mock_clock):
+    async with open_console_node(app) as c, c.client() as http:
+        before = section((await http.get("/cron")).text, "cron")
+        assert "never" in text_of(before) and "none since the node started" in before
+        started = await http.post(
+            "/cron", data={"action": "trigger", "trigger": "nightly @ 0 3 * * *"}
+        )
+        assert started.status_code == 303, started.text
+        assert started.headers["location"] == "/cron?done=trigger&n=1"
+        await settle()
+        after = (await http.get(started.headers["location"])).text
+        assert "Cron trigger started." in after
+        row = section(after, "cron")
+        assert "failed" in row and "fell over" in row and "by hand" in row
+        assert "never" in text_of(row.split('class="last-fire"')[1].split("</td>")[0])
+        unknown = await http.post("/cron", data={"action": "trigger", "trigger": "nope"})
+        assert unknown.status_code == 404
+        # The schedule's own fire: the stored last fire time and its outcome.
+        now = c.node._node.now()
+        due = now.replace(hour=3, minute=0, second=0, microsecond=0)
+        if due <= now:
+            due += dt.timedelta(days=1)
+        mock_clock.jump((due - now).total_seconds())
+        await settle()
+        fired = section((await http.get("/cron")).text, "cron")
+        last = text_of(fired.split('class="last-fire"')[1].split("</td>")[0])
+        assert due.strftime("%Y-%m-%d 03:00:00 UTC") in last
+        assert "by hand" not in fired and "failed" in fired
+
+
+async def test_a_process_page_shows_its_mailbox_links_and_monitors_and_stops_it(mock_clock):
+    async with open_console_node(app) as c, c.client() as http:
+        target = await process.spawn(holder)
+        other = await process.spawn(watcher, target)
+        for n in range(3):
+            process.send(target, "note", n)
+        await settle()
+        tree = (await http.get("/processes")).text
+        target_url = "/processes/" + re.sub(
+            r"[{|}:]", lambda m: "%" + format(ord(m.group()), "02X"), str(target)
+        )
+        assert f'href="{target_url}"' in tree
+        page = (await http.get(target_url)).text
+        assert 'id="proc-mailbox">3<' in page
+        assert str(other) in text_of(section(page, "proc-links", "</dd>"))
+        assert str(other) in text_of(section(page, "proc-monitored-by", "</dd>"))
+        watcher_page = (await http.get(f"/processes/{other}")).text
+        assert str(target) in text_of(section(watcher_page, "proc-monitoring", "</dd>"))
+        stopped = await http.post(target_url, data={"action": "terminate"})
+        assert stopped.status_code == 303
+        assert stopped.headers["location"] == "/processes?done=process_terminate&n=1"
+        await settle()
+        assert c.node.process_count() < 4  # the target is gone, and the linked watcher with it
+        assert (await http.get(target_url)).status_code == 404
+        node_pid = await http.get(f"/processes/{process.pid()}")
+        assert node_pid.status_code == 200 and 'id="proc-terminate"' not in node_pid.text
+        refused = await http.post(f"/processes/{process.pid()}", data={"action": "terminate"})
+        assert refused.status_code == 409
+        assert (await http.get("/processes/not-a-pid")).status_code == 400

@@ -7,8 +7,10 @@ A real client against the admin server on 127.0.0.1, on trio's MockClock without
 
 import datetime as dt
 import html
+import os
 import re
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +242,92 @@ async def test_a_process_page_shows_its_mailbox_links_and_monitors_and_stops_it(
         refused = await http.post(f"/processes/{process.pid()}", data={"action": "terminate"})
         assert refused.status_code == 409
         assert (await http.get("/processes/not-a-pid")).status_code == 400
+
+
+# -- in a real browser -------------------------------------------------------------------------
+
+
+def browse(url: str, token: str, target: str, shots: Path) -> dict[str, Any]:
+    """A session in headless Chromium (a worker thread); returns what it saw."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only this test needs it
+    from test_console_browser import CHROMIUM, FLAGS  # noqa: PLC0415
+
+    seen: dict[str, Any] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.set_default_timeout(10_000)
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            # No cookie: the login page, then the token typed into it.
+            seen["login_status"] = page.goto(f"{url}/workflows/pay-2").status
+            page.screenshot(path=str(shots / "console-login.png"))
+            page.fill("#token", token)
+            page.click("button[type=submit]")
+            page.wait_for_selector("#timeline")
+            seen["after_login"] = page.url
+            seen["login_errors"] = errors[:]  # the 401 of the login page itself, and only it
+            errors.clear()
+            # Expand one history row: its whole record shows.
+            row = page.locator("#timeline tr.ev-ActivityResolved").first
+            seen["collapsed"] = row.locator("pre").is_visible()
+            row.locator("summary").click()
+            seen["expanded"] = row.locator("pre").inner_text()
+            page.screenshot(path=str(shots / "console-history.png"), full_page=True)
+            # The child's parent is a link.
+            page.goto(f"{url}/workflows/fam2.1")
+            page.click("#wf-parent a")
+            page.wait_for_url(f"{url}/workflows/fam2")
+            seen["parent_url"] = page.url
+            # Trigger a cron run by hand; the live refresh brings its outcome.
+            page.goto(f"{url}/cron")
+            page.click("button.trigger-now")
+            page.wait_for_selector("#cron .outcome .s-failed")
+            seen["cron_outcome"] = page.inner_text("#cron .outcome")
+            # A process page, and its stop button.
+            page.goto(f"{url}/processes")
+            page.click(f"a[href='/processes/{urllib.parse.quote(target, safe='')}']")
+            page.wait_for_selector("#process")
+            seen["mailbox"] = page.inner_text("#proc-mailbox")
+            page.screenshot(path=str(shots / "console-process.png"), full_page=True)
+            page.click("#proc-terminate")
+            page.wait_for_selector(".flash.ok")
+            seen["stopped"] = page.inner_text(".flash.ok")
+            seen["errors"] = errors
+        finally:
+            browser.close()
+    return seen
+
+
+async def test_debugging_in_headless_chromium(tmp_path, mock_clock):
+    from test_console_browser import need_chromium  # noqa: PLC0415
+
+    need_chromium()
+    shots = Path(os.environ.get("ROOST_CONSOLE_SCREENSHOTS") or tmp_path)
+    await trio.Path(shots).mkdir(parents=True, exist_ok=True)
+    ATTEMPTS.clear()
+    async with open_console_node(app) as c:
+        await process.with_options(id="pay-2").spawn(pay, {"sku": "B-7", "qty": 2})
+        await process.with_options(id="fam2").spawn(parent, {"n": 2})
+        target = await process.spawn(holder)
+        process.send(target, "note", "unread")
+        await settle()
+        mock_clock.jump(10)  # the second attempt of the activity succeeds
+        await settle()
+        seen = await trio.to_thread.run_sync(browse, c.url, c.token, str(target), shots)
+        assert c.node.process_count() == 1 + sum(1 for p in c.node._node.procs if p == target)
+    assert seen["login_status"] == 401
+    assert seen["after_login"] == f"{c.url}/workflows/pay-2"
+    assert seen["collapsed"] is False
+    assert '"value"' in seen["expanded"] and '"paid"' in seen["expanded"]
+    assert seen["parent_url"] == f"{c.url}/workflows/fam2"
+    assert "failed" in seen["cron_outcome"] and "by hand" in seen["cron_outcome"]
+    assert seen["mailbox"] == "1"
+    assert seen["stopped"] == "Process terminated."
+    assert [e for e in seen["login_errors"] if "401" not in e] == []
+    assert seen["errors"] == []  # no script error, no CSP violation
+    for name in ["console-login.png", "console-history.png", "console-process.png"]:
+        assert (shots / name).stat().st_size > 10_000, name

@@ -232,6 +232,7 @@ async def _workflow(request: Request) -> Response:
         workflow_id=workflow_id,
         url=workflow_url(workflow_id),
         parent_id=data.parent_workflow(node, described.get("parent")),
+        parent_pid=data.parent_process(node, described.get("parent")),
         timeline=data.history_rows(history[:_HISTORY_LIMIT]),
         activities=data.activity_rows(history, described.get("pending_activities") or []),
         history_total=len(history),

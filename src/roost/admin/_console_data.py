@@ -43,6 +43,7 @@ __all__ = [
     "children",
     "cron_triggers",
     "history_rows",
+    "parent_process",
     "parent_workflow",
     "pending_timers",
     "process_info",
@@ -239,6 +240,14 @@ def parent_workflow(handle: Any, parent: Any) -> str | None:
     if not isinstance(parent, Pid) or host is None or parent.host != host.host:
         return None
     return parent.id
+
+
+def parent_process(handle: Any, parent: Any) -> str | None:
+    """``parent`` as a PID string when it is a live plain process of this node (else None)."""
+    if not isinstance(parent, Pid):
+        return None
+    proc = _node(handle).procs.get(parent)
+    return str(parent) if proc is not None and proc.alive else None
 
 
 def activity_names(history: list[Any]) -> dict[int, str]:

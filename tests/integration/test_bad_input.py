@@ -356,7 +356,9 @@ async def test_a_lone_surrogate_in_request_json_is_a_400_and_one_in_a_result_goe
         httpx.AsyncClient(base_url=node.http_url) as client,
     ):
         sent = b'{"name": "bad \\ud800 name"}'
-        refused = await client.post("/echo", content=sent)
+        refused = await client.post(
+            "/echo", content=sent, headers={"content-type": "application/json"}
+        )
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["kind"] == "Invalid"
         response = await client.get("/odd")

@@ -1,10 +1,12 @@
 """The Host / Origin checks and the JSON content types, pure (no server)."""
 
+import cbor2
 import pytest
 
 from roost import Error
 from roost.queues._http import Request, _request_v2
 from roost.queues._http_guard import HostGuard, is_json_type, parse_allowed_hosts
+from roost.storage import Codec
 
 
 @pytest.mark.parametrize(
@@ -78,14 +80,20 @@ def test_json_content_types(value, json):
 
 
 def test_a_version_1_request_reads_as_version_2():
-    fields = _request_v2(1, {"method": "GET", "path": "/", "json": {"a": 1}})
-    assert fields == {
+    # A request stored before the Content-Type check (e.g. a workflow's input): tag 39003.
+    stored = {
         "method": "GET",
-        "path": "/",
-        "_json": {"a": 1},
-        "_refused_type": None,
-        "actor": None,
+        "path": "/o",
+        "path_params": {},
+        "_query": [],
+        "_headers": [["x", "1"]],
+        "json": {"k": 2},
+        "body": b"",
+        "route": "/o",
     }
+    old = Codec().decode(cbor2.dumps(cbor2.CBORTag(39003, ["roost.http.request", 1, stored])))
+    assert (old.json, old.actor, old.headers["x"]) == ({"k": 2}, None, "1")
+    assert _request_v2(2, {"a": 1}) == {"a": 1}
     request = Request(method="POST", path="/", body=b"x", refused_type="text/plain")
     with pytest.raises(Error) as raised:
         _ = request.json

@@ -139,13 +139,14 @@ async def test_a_browser_without_a_cookie_gets_a_login_page(tmp_path):
             assert page.headers["content-type"].startswith("text/html")
             assert '<form method="post" action="/login">' in page.text
             assert 'value="/queues?x=1"' in page.text
-            # Not a browser: the JSON error, as before.
+            # Not a browser: a JSON error.
             plain = await client.get("/queues")
             assert (plain.status_code, plain.headers["content-type"]) == (401, "application/json")
             wrong = await client.post("/login", data={"token": "nope", "next": "/queues"})
             assert wrong.status_code == 401 and 'id="wrong"' in wrong.text
-            escape = await client.post("/login", data={"token": token, "next": "//evil.example/"})
-            assert escape.headers["location"] == "/"
+            for away in ["//evil.example/", "https://evil.example/", "/x\r\nSet-Cookie: a=b"]:
+                escape = await client.post("/login", data={"token": token, "next": away})
+                assert escape.headers["location"] == "/", away
             login = await client.post("/login", data={"token": token, "next": "/queues?x=1"})
             assert login.status_code == 303 and login.headers["location"] == "/queues?x=1"
             assert "HttpOnly" in login.headers["set-cookie"]

@@ -171,8 +171,14 @@ class TokenAuth:
 
 
 def _safe_path(value: str) -> str:
-    # Only a path of this server: "//evil.example/" or "https://..." would leave it.
-    if not value.startswith("/") or value.startswith("//") or "\\" in value:
+    # Only a path of this server: "//evil.example/" or "https://..." would leave it, and
+    # a control character would break the Location header.
+    if (
+        not value.startswith("/")
+        or value.startswith("//")
+        or "\\" in value
+        or any(not " " < ch <= "~" for ch in value)
+    ):
         return "/"
     return "/" + value.lstrip("/")
 

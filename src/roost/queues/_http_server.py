@@ -187,7 +187,7 @@ class HttpServer:
         refusal = self.guard.check(
             method, {k.lower(): v for k, v in reversed(headers)}, scope.get("scheme", "http")
         )
-        if refusal is not None:  # before routing: a refused request learns nothing of them
+        if refusal is not None:  # before routing: a refused request learns nothing of the routes
             return _refused(refusal)
         raw = scope.get("raw_path") or path.encode()
         match = self.router.match(method, split_raw_path(raw))

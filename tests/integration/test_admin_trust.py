@@ -71,7 +71,7 @@ async def test_roost_admin_token_overrides_and_rotates(tmp_path, monkeypatch):
     runner = CliRunner()
     printed = runner.invoke(main, ["admin", "token", "--data-dir", str(tmp_path)])
     assert printed.exit_code == 0, printed.output
-    old = printed.output.strip()
+    old = printed.stdout.strip()
     assert old == kept_token(tmp_path)
     async with (
         admin_node(tmp_path) as node,
@@ -80,7 +80,7 @@ async def test_roost_admin_token_overrides_and_rotates(tmp_path, monkeypatch):
         assert (await client.get("/api/node", headers=bearer(old))).status_code == 200
         rotated = runner.invoke(main, ["admin", "token", "--rotate", "--data-dir", str(tmp_path)])
         assert rotated.exit_code == 0, rotated.output
-        new = rotated.output.strip()
+        new = rotated.stdout.strip()
         assert new != old and new == kept_token(tmp_path)
         # The running node refuses the old token at once and takes the new one.
         assert (await client.get("/api/node", headers=bearer(old))).status_code == 401

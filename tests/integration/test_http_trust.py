@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import roost
-from roost import ErrorKind
+from roost import ErrorKind, security
 from roost.http import Request
 
 app = roost.App("trust")
@@ -19,9 +19,18 @@ app = roost.App("trust")
 RAN: list[str] = []
 
 
+KEYS = {"k1": b"0123456789abcdef0123456789abcdef"}
+
+
+@app.policy("web")
+def web(actor: security.Actor, action: str, resource: str) -> bool:
+    return actor.meta.get("tier") == "paid" or action == "process.spawn"
+
+
 @app.workflow
 async def place_order(req: Request) -> dict:
-    return {"order": req.json, "actor": req.actor}
+    actor = security.actor()
+    return {"order": req.json, "actor": actor.id if actor is not None else None}
 
 
 @app.activity
@@ -45,11 +54,22 @@ async def read_only(req: Request) -> str:
 @app.activity
 async def who(req: Request) -> dict:
     RAN.append("who")
-    return {"actor": req.actor, "ctx": roost.ctx.get("roost.actor")}
+    actor, scope = security.actor(), security.scope()
+    return {
+        "actor": actor.id if actor is not None else None,
+        "scope": list(scope) if scope is not None else None,
+        "ctx": roost.ctx.all(),  # the security context is not a ctx value
+    }
+
+
+@app.process
+async def saves(req: Request) -> str:
+    await roost.state.set("orders", "last", req.json)  # checked against the scope's policies
+    return "saved"
 
 
 @app.activity
-async def check_key(req: Request) -> str:
+async def check_key(req: Request) -> tuple[security.Actor, security.Scope]:
     key = req.headers.get("x-api-key")
     if key is None:
         raise roost.Error("no API key", kind=ErrorKind.PERMISSION_DENIED)
@@ -59,7 +79,11 @@ async def check_key(req: Request) -> str:
         return None  # type: ignore[return-value]
     if key == "boom":
         raise ValueError("the key store is down")
-    return f"user:{key}"
+    if key == "text":
+        return "user:text"  # type: ignore[return-value]
+    if key == "paid":
+        return security.Actor("user:paid", meta={"tier": "paid"}), security.Scope("web")
+    return security.Actor(f"user:{key}"), security.Scope("web")
 
 
 app.http("POST", "/orders", place_order)
@@ -68,6 +92,7 @@ app.http("POST", "/hook", webhook)
 app.http("GET", "/read", read_only)
 app.http("POST", "/who", who, auth=check_key)
 app.http("POST", "/orders-by", place_order, auth=check_key)
+app.http("POST", "/save", saves, auth=check_key)
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +103,7 @@ def _clear() -> None:
 @asynccontextmanager
 async def serving(**options) -> AsyncIterator[tuple[roost.NodeHandle, httpx.AsyncClient]]:
     async with (
-        roost.open_node(app, http="127.0.0.1:0", **options) as node,
+        roost.open_node(app, http="127.0.0.1:0", signing_keys=KEYS, **options) as node,
         httpx.AsyncClient(base_url=node.http_url) as client,
     ):
         yield node, client
@@ -182,7 +207,10 @@ async def test_allowed_hosts_replaces_the_default_list():
 async def test_an_auth_entry_names_the_actor_or_refuses_before_the_handler():
     async with serving() as (node, client):
         ok = await client.post("/who", json={}, headers={"x-api-key": "42"})
-        assert (ok.status_code, ok.json()) == (200, {"actor": "user:42", "ctx": "user:42"})
+        assert (ok.status_code, ok.json()) == (
+            200,
+            {"actor": "user:42", "scope": ["web"], "ctx": {}},
+        )
         assert RAN == ["who"]
         RAN.clear()
         missing = await client.post("/who", json={})
@@ -193,13 +221,21 @@ async def test_an_auth_entry_names_the_actor_or_refuses_before_the_handler():
         assert "returned None" in error_of(nothing, 401)["message"]
         broken = await client.post("/who", json={}, headers={"x-api-key": "boom"})
         assert error_of(broken, 500)["kind"] == "Internal"  # a failing check refuses too
+        text = await client.post("/who", json={}, headers={"x-api-key": "text"})
+        assert error_of(text, 500)["kind"] == "Internal"  # not an Actor: refused
         refused = await client.post("/orders-by", json={"item": "z"})
         assert refused.status_code == 401
         assert RAN == []
         assert node.list_workflows() == []
-        # A workflow handler gets the actor with its request (it crossed the codec).
+        # A workflow handler runs as the actor: its start record carries the signed context.
         placed = await client.post("/orders-by", json={"item": "z"}, headers={"x-api-key": "7"})
         assert placed.json() == {"order": {"item": "z"}, "actor": "user:7"}
+        # The handler's actions are checked against the scope the auth entry gave.
+        free = await client.post("/save", json={"n": 1}, headers={"x-api-key": "7"})
+        assert error_of(free, 403)["kind"] == "PermissionDenied"
+        paid = await client.post("/save", json={"n": 2}, headers={"x-api-key": "paid"})
+        assert (paid.status_code, paid.json()) == (200, "saved")
+        assert await roost.state.get("orders", "last") == {"n": 2}
 
 
 def test_an_auth_entry_is_an_activity_or_a_process():

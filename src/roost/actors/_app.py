@@ -343,8 +343,9 @@ class App:
         workflow) gets one ``roost.http.Request`` and returns a value (sent as JSON) or a
         ``roost.http.Response``. Served by nodes opened with ``open_node(..., http=...)``.
         ``auth``: an activity or process entry that gets the ``Request`` first and returns
-        the actor (a ``security.Actor``) the handler runs as, or raises PermissionDenied
-        (401, or 403 with ``details={"status": 403}``): the handler never runs.
+        the ``security.Actor`` (or an ``(Actor, Scope)`` pair) the handler runs as, or raises
+        PermissionDenied (401, or 403 with ``details={"status": 403}``): the handler never
+        runs.
 
         Raises:
             roost.Error: kind Invalid for an unknown method, a path not starting with '/',

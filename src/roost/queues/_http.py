@@ -164,12 +164,11 @@ def _str_dict(value: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def _request_v2(version: int, fields: dict[str, Any]) -> dict[str, Any]:
-    # Version 1 stored the parsed body as "json" and had no content-type refusal or actor.
+    # Version 1 stored the parsed body as "json" and had no content-type refusal.
     if version < 2:
         fields = dict(fields)
         fields["_json"] = fields.pop("json", None)
         fields.setdefault("_refused_type", None)
-        fields.setdefault("actor", None)
     return fields
 
 
@@ -203,8 +202,6 @@ class Request:
         body: the raw body bytes (e.g. to check a webhook signature); readable whatever
             the Content-Type.
         route: the path template that matched ("/orders/{id}").
-        actor: what the route's ``auth`` entry returned (a ``security.Actor``); None for
-            a route without one.
     """
 
     method: str
@@ -220,7 +217,6 @@ class Request:
     body: bytes = b""
     route: str = ""
     _refused_type: str | None = attrs.field(default=None, alias="refused_type")
-    actor: Any = None
 
     @property
     def json(self) -> Any:
@@ -512,7 +508,8 @@ def declare_http(
     """``App.http``: declare that ``method path`` runs ``entry`` with a ``Request``.
 
     ``auth``: an activity or process entry called with the ``Request`` before the handler;
-    it returns the actor the handler runs as (``request.actor``), or raises
+    it returns the ``security.Actor`` the handler runs as (or an ``(Actor, Scope)`` pair), or
+    raises
     ``PermissionDenied`` (401; 403 with ``details={"status": 403}``) and the handler never
     runs. An entry given by id may be registered later; ``app.validate()`` (run by
     ``open_node``) checks it then.

@@ -30,11 +30,11 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-import attrs
 import trio
 
 from roost import _telemetry as telemetry
 from roost._errors import Error, ErrorKind, invalid
+from roost._security import SECURITY_KEY, Actor, Scope, claim
 from roost.actors._app import EntryKind, register_extension, register_node_service
 from roost.actors._current import reset_current, set_current
 from roost.queues._contain import contain, describe
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from roost.actors._node import Node
 
 __all__ = [
-    "ACTOR_CONTEXT_KEY",
     "DEFAULT_HOST",
     "HttpServer",
     "bound_fd",
@@ -73,8 +72,6 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 DEFAULT_HOST: Final = "127.0.0.1"
-ACTOR_CONTEXT_KEY: Final = "roost.actor"
-"""The context key (``roost.ctx.get``) of the actor a route's auth entry returned."""
 _MAX_QUERY_FIELDS: Final = 1000
 
 
@@ -197,10 +194,10 @@ class HttpServer:
             return error_response(Error("the node is shutting down", kind=ErrorKind.UNAVAILABLE))
         try:
             request = await self._request(scope, receive, match.route, match.params, headers)
+            context = None
             if match.route.auth is not None:
-                actor = await self._authenticate(match.route, request)
-                request = attrs.evolve(request, actor=actor)
-            return render(await self._run(match.route, request))
+                context = await self._authenticate(match.route, request)
+            return render(await self._run(match.route, request, context))
         except _ClientGone:
             raise  # nobody to answer (``__call__`` drops the request)
         except _Denied as denied:
@@ -248,18 +245,22 @@ class HttpServer:
         entry = self.node.app.entries.get(route.entry)
         return entry is not None and entry.kind is EntryKind.WORKFLOW
 
-    async def _authenticate(self, route: Route, request: Request) -> Any:
-        """Run the route's auth entry; its value is the actor, a refusal is 401 or 403."""
+    async def _authenticate(self, route: Route, request: Request) -> dict[str, Any]:
+        """Run the route's auth entry: the security context the handler runs under.
+
+        The entry returns a ``security.Actor`` or an ``(Actor, Scope)`` pair; it refuses
+        with PermissionDenied (401, or 403 when its details say so).
+        """
         assert route.auth is not None
         try:
-            actor = await self._call(route.auth, request, None)
+            value = await self._call(route.auth, request, None)
         except BaseException as exc:
             err = contain(exc)
             if err.kind is ErrorKind.PERMISSION_DENIED:
                 status = 403 if err.details.get("status") == 403 else 401
                 raise _Denied(err, status) from None
             raise
-        if actor is None:
+        if value is None:
             raise _Denied(
                 Error(
                     f"the auth entry {route.auth!r} returned None: return the request's "
@@ -268,7 +269,14 @@ class HttpServer:
                 ),
                 401,
             )
-        return actor
+        actor, scope = value if isinstance(value, tuple) and len(value) == 2 else (value, None)
+        if not isinstance(actor, Actor) or not (scope is None or isinstance(scope, Scope)):
+            raise Error(
+                f"the auth entry {route.auth!r} returned {type(value).__name__}: it returns a "
+                "roost.security.Actor, or an (Actor, Scope) pair",
+                kind=ErrorKind.INTERNAL,
+            )
+        return {SECURITY_KEY: claim(actor, scope)}
 
     def _failed(self, method: str, path: str, err: Error) -> Rendered:
         status = err.details.get("http_status")
@@ -291,22 +299,25 @@ class HttpServer:
             log.debug("HTTP %s %s answered %d: %s", method, path, answer.status, text)
         return answer
 
-    async def _run(self, route: Route, request: Request) -> Any:
+    async def _run(
+        self, route: Route, request: Request, context: dict[str, Any] | None = None
+    ) -> Any:
         """Run the route's entry with ``request`` as a process of its own."""
         if telemetry.tracing:
             telemetry.http_route(request.method, route.path)
-        return await self._call(route.entry, request, request.actor)
+        return await self._call(route.entry, request, context)
 
-    async def _call(self, entry_id: str, request: Request, actor: Any) -> Any:
-        """Run ``entry_id`` with ``request`` as a process of its own (as ``actor``, if any)."""
+    async def _call(self, entry_id: str, request: Request, context: dict[str, Any] | None) -> Any:
+        """Run ``entry_id`` with ``request`` as a process of its own (under ``context``)."""
         node = self.node
         if entry_id not in node.app.entries:  # a route added after open_node, by id
             raise Error(
                 f"HTTP route {request.method} {request.route} runs unknown entry {entry_id!r}",
                 kind=ErrorKind.INTERNAL,
             )
-        # The actor is a context value of the request's process, inherited by what it starts.
-        proc = node.attach(None if actor is None else {ACTOR_CONTEXT_KEY: actor})
+        # The auth entry's security context is the request process's: the handler runs as
+        # its actor, and what it starts inherits it.
+        proc = node.attach(context)
         token = set_current(proc)
         try:
             with proc.scope:

@@ -13,7 +13,6 @@ applied to a stopped store is recorded by the CLI itself.
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import json
 import logging
 import os
@@ -25,7 +24,6 @@ __all__ = [
     "ACTOR_HEADER",
     "AUDIT_FILE",
     "AuditChanges",
-    "operator_actor",
     "read_audit",
     "record_change",
 ]
@@ -42,15 +40,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def operator_actor() -> str:
-    """The actor the CLI acts as: ``operator:<OS user>``."""
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):
-        user = str(os.getuid())
-    return f"operator:{user}"
 
 
 def record_change(

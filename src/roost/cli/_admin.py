@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
-from roost.admin._audit import operator_actor, record_change
+from roost.admin._audit import record_change
 from roost.admin._server import ADMIN_FILE, write_admin_file
 from roost.admin._token import load_token, rotate_token
 from roost.cli._common import data_dir_option, failures
+from roost.cli._signing import operator_actor
 
 __all__ = ["admin"]
 

@@ -28,8 +28,9 @@ import attrs
 import click
 
 from roost._errors import Error, ErrorKind
-from roost.admin._audit import ACTOR_HEADER, operator_actor, record_change
+from roost.admin._audit import ACTOR_HEADER, record_change
 from roost.cli._common import Failed
+from roost.cli._signing import operator_actor
 from roost.storage import Codec, WriteTxn, open_lmdb_store
 
 __all__ = ["AdminClient", "change", "quote"]

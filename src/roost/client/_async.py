@@ -15,6 +15,7 @@ from roost._duration import Duration
 from roost._errors import Error
 from roost.client._core import Blocking, Core, Http, Plan, Step, WorkflowId
 from roost.client._target import core_for
+from roost.client._temporal import TemporalCore
 
 __all__ = ["AsyncClient", "connect_async"]
 
@@ -25,24 +26,34 @@ _Ts = TypeVarTuple("_Ts")
 _R = TypeVar("_R")
 
 
-def connect_async(target: str | os.PathLike[str], *, token: str | None = None) -> AsyncClient:
+def connect_async(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    token: str | None = None,
+    temporal: str | None = None,
+    temporal_namespace: str = "default",
+) -> AsyncClient:
     """An async client of the node on ``target`` (as ``roost.connect``), for asyncio or trio.
 
     Use it as an async context manager (``async with roost.connect_async(...) as client``)
     or close it with ``await client.aclose()``. Requests on a stopped data directory run in
     a worker thread, so they never block the event loop.
 
+    With ``temporal="HOST:PORT"`` (and ``temporal_namespace``) the workflow requests go to
+    that Temporal cluster, where the app's workflows run (docs/temporal.md); ``target`` is
+    then optional and serves ``enqueue`` (queues stay on the nodes).
+
     Raises:
         roost.Error: Invalid for a target that is neither a data directory nor an admin
             URL, or an admin URL without a token.
     """
-    return AsyncClient(core_for(target, token))
+    return AsyncClient(core_for(target, token, temporal, temporal_namespace))
 
 
 class AsyncClient:
     """An async client of one node (see ``roost.connect_async``)."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core | TemporalCore) -> None:
         self._core = core
         self._http = httpx.AsyncClient(trust_env=False)
 

@@ -14,6 +14,7 @@ from roost._duration import Duration
 from roost._errors import Error
 from roost.client._core import Blocking, Core, Http, Plan, Step, WorkflowId
 from roost.client._target import core_for
+from roost.client._temporal import TemporalCore
 
 __all__ = ["Client", "connect"]
 
@@ -24,7 +25,13 @@ _Ts = TypeVarTuple("_Ts")
 _R = TypeVar("_R")
 
 
-def connect(target: str | os.PathLike[str], *, token: str | None = None) -> Client:
+def connect(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    token: str | None = None,
+    temporal: str | None = None,
+    temporal_namespace: str = "default",
+) -> Client:
     """A client of the node on ``target``: a data directory, or an admin URL with its token.
 
     Use it as a context manager (``with roost.connect("roost-data") as client: ...``) or
@@ -32,17 +39,21 @@ def connect(target: str | os.PathLike[str], *, token: str | None = None) -> Clie
     ``signal``, ``cancel``, ``terminate`` and ``enqueue`` store the request for the next
     node (as ``roost workflow start`` does), and ``result`` of an open run raises Timeout.
 
+    With ``temporal="HOST:PORT"`` (and ``temporal_namespace``) the workflow requests go to
+    that Temporal cluster, where the app's workflows run (docs/temporal.md); ``target`` is
+    then optional and serves ``enqueue`` (queues stay on the nodes).
+
     Raises:
         roost.Error: Invalid for a target that is neither, or an admin URL without a token
             (``token=``, or ``ROOST_ADMIN_TOKEN``).
     """
-    return Client(core_for(target, token))
+    return Client(core_for(target, token, temporal, temporal_namespace))
 
 
 class Client:
     """A blocking client of one node (see ``roost.connect``); safe to share between threads."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core | TemporalCore) -> None:
         self._core = core
         self._http = httpx.Client(trust_env=False)
 

@@ -10,16 +10,43 @@ import httpx
 from roost._errors import invalid, shown
 from roost.client._core import Core
 from roost.client._local import Admin
+from roost.client._temporal import TemporalCore
 
 __all__ = ["core_for"]
 
 
-def core_for(target: str | os.PathLike[str], token: str | None) -> Core:
+def core_for(
+    target: str | os.PathLike[str] | None,
+    token: str | None,
+    temporal: str | None = None,
+    temporal_namespace: str = "default",
+) -> Core | TemporalCore:
     """The client core for ``target``: ``http(s)://...`` is an admin URL, anything else a path.
+
+    With ``temporal`` (``"host:port"`` of a Temporal cluster) the workflow requests go to the
+    cluster, and ``target`` (optional then) serves ``enqueue``.
 
     Raises:
         roost.Error: Invalid for a target that is neither, or an admin URL without a token.
     """
+    if temporal is not None:
+        if not isinstance(temporal, str) or ":" not in temporal:
+            raise invalid(f"temporal is 'host:port' of a Temporal server, got {shown(temporal)}")
+        if not isinstance(temporal_namespace, str) or not temporal_namespace:
+            raise invalid(
+                f"temporal_namespace is a non-empty string, got {shown(temporal_namespace)}"
+            )
+        nodes = None if target is None else _node_core(target, token)
+        return TemporalCore(temporal, temporal_namespace, nodes)
+    if target is None:
+        raise invalid(
+            "roost.connect takes a data directory or an admin URL (or temporal='host:port' "
+            "for an app on a Temporal cluster)"
+        )
+    return _node_core(target, token)
+
+
+def _node_core(target: str | os.PathLike[str], token: str | None) -> Core:
     if token is not None and (not isinstance(token, str) or not token):
         raise invalid(f"token is the node's admin token (a non-empty string), got {shown(token)}")
     if isinstance(target, str) and target.startswith(("http://", "https://")):

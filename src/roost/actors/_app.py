@@ -119,8 +119,7 @@ def check_arguments(entry: Entry, args: tuple[Any, ...], app: App | None = None)
             f"process.spawn(entry, input, host={first!r}), not as Wippy's second argument"
         )
     raise invalid(
-        f"the arguments do not fit {entry.id} {signature}: {problem}{hint}; "
-        "nothing was started",
+        f"the arguments do not fit {entry.id} {signature}: {problem}{hint}; nothing was started",
         entry=entry.id,
         signature=signature,
         arguments=len(args),

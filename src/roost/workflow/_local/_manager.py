@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from roost._counters import RuntimeCounters
-from roost._errors import Error, not_found
+from roost._errors import Error, ErrorKind, not_found
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, ticket_error
 from roost.actors._app import Entry
@@ -38,6 +38,7 @@ from roost.workflow._local._eager import EagerStarts
 from roost.workflow._local._executors import Executors, freeze_startup_heap
 from roost.workflow._local._forwarding import Forwarding
 from roost.workflow._local._incoming import Incoming
+from roost.workflow._local._phases import RunPhase
 from roost.workflow._local._quarantine import Quarantines
 from roost.workflow._local._records import (
     RunRecord,
@@ -63,6 +64,8 @@ __all__ = ["WorkflowManager"]
 
 
 log = logging.getLogger("roost.workflow")
+# A run in these phases has no activation in flight that might complete before a close.
+_UNSTARTED_CANCELABLE = frozenset({RunPhase.IDLE, RunPhase.QUEUED, RunPhase.HELD, RunPhase.BACKOFF})
 
 
 class WorkflowManager:
@@ -293,6 +296,7 @@ class WorkflowManager:
             process_exited=self.incoming.process_exited,
             ready=self.executors.ready,
             terminate=lambda run: self.closing.terminate(run, terminated_error(run.pid)),
+            cancel_unstarted=self._cancel_unstarted,
         ).recover()
 
     async def _close_gate_at_exit(self) -> None:
@@ -367,7 +371,15 @@ class WorkflowManager:
         run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
+        if run.record.activations == 0 and run.phase in _UNSTARTED_CANCELABLE:
+            return self._cancel_unstarted(run, reason)
         return self.incoming.from_outside(run, CancelRequested(reason=reason))
+
+    def _cancel_unstarted(self, run: Run, reason: str | None) -> trio.Event:
+        """Close as canceled a run no code of which ran to hear a cancel request."""
+        why = f"canceled before its first activation completed: {reason or 'no reason given'}"
+        error = Error(why, kind=ErrorKind.CANCELED, retryable=False, details={"reason": reason})
+        return self.closing.cancel_unstarted(run, error)
 
     def _not_open(self, pid: Pid) -> Error:
         """The error for steering a workflow id that has no open run on this node."""

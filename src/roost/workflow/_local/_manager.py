@@ -185,6 +185,7 @@ class WorkflowManager:
             spawn=self.spawn_task,
             ready=ready,
             stats=self.stats,
+            counters=self.counters,
         )
         self.tasks = Tasks(
             routes=self.routes,
@@ -403,6 +404,20 @@ class WorkflowManager:
         elif workflow_id in self.unloadable and described["status"] == RunStatus.RUNNING.value:
             described["task_failure"] = self.unloadable[workflow_id]
         return described
+
+    def gauges(self) -> dict[str, Any]:
+        """What ``/metrics`` shows as gauges, read now.
+
+        ``open``: open runs by workflow type; ``activities``: activity tasks not resolved
+        yet (running, or waiting for a retry); ``timers``: durable timers armed.
+        """
+        open_by_type: dict[str, int] = {}
+        timers = 0
+        for run in self.runs.values():
+            kind = run.record.workflow_type
+            open_by_type[kind] = open_by_type.get(kind, 0) + 1
+            timers += len(run.armed_timers)
+        return {"open": open_by_type, "activities": len(self.activities.running), "timers": timers}
 
     def history(self, workflow_id: str) -> list[Any]:
         """See ``NodeHandle.history``."""

@@ -48,6 +48,7 @@ from roost.workflow._misuse import exception_text
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from roost._counters import RuntimeCounters
     from roost.storage import Codec, WriteTxn
     from roost.workflow._local._runs import RunTable
 
@@ -197,7 +198,7 @@ def _held(error: Error) -> float:
 class TaskFailures:
     """Fails workflow tasks: discards each at once, stores why, retries it after a backoff."""
 
-    __slots__ = ("_codec", "_ready", "_runs", "_spawn", "_stats", "_transact")
+    __slots__ = ("_codec", "_counters", "_ready", "_runs", "_spawn", "_stats", "_transact")
 
     def __init__(
         self,
@@ -208,6 +209,7 @@ class TaskFailures:
         spawn: Callable[..., None],
         ready: Callable[[Run], None],
         stats: dict[str, int],
+        counters: RuntimeCounters,
     ) -> None:
         """Build it from the few collaborators it uses.
 
@@ -218,9 +220,11 @@ class TaskFailures:
             spawn: starts the background task that stores it and waits out the backoff.
             ready: queues the run for its retry.
             stats: counts task failures.
+            counters: counts them by workflow type (for /metrics).
         """
         self._runs, self._codec, self._transact = runs, codec, transact
         self._spawn, self._ready, self._stats = spawn, ready, stats
+        self._counters = counters
 
     def fail(
         self, run: Run, batch: list[Pending], error: Error, cause: BaseException | None
@@ -238,6 +242,7 @@ class TaskFailures:
         run.task_failed(batch, error)
         self._runs.move(run, PhaseEvent.FAIL)
         self._stats["task_failures"] += 1
+        self._counters.task_failed(run.record.workflow_type)
         log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
         self._spawn(self._record_and_retry, run, task_backoff(run.task_failures, _held(error)))
 

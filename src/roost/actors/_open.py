@@ -203,6 +203,7 @@ async def open_node(
     loop_stall: Duration = "1s",
     mailbox_warning: int = 10_000,
     allowed_hosts: Any = None,
+    cron: bool = True,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -251,6 +252,8 @@ async def open_node(
         allowed_hosts: the ``Host`` names the HTTP trigger and admin servers answer (others
             get 421): host names, ``"host:port"``, ``"*.domain"`` or ``"*"``. None (the
             default): the bound address, localhost, 127.0.0.1 and [::1] (docs/security.md).
+        cron: False: the app's cron triggers do not fire on this node (their stored last
+            fire times stay as they are).
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -310,6 +313,7 @@ async def open_node(
                     "keyring": keyring,
                     "loop_stall": stall,
                     "mailbox_warning": mailbox_warning,
+                    "cron": bool(cron),
                 },
             }
             async with _running(

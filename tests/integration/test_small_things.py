@@ -5,16 +5,18 @@ name per cron trigger in ``roost cron list`` (store or --app), ``open_test_node(
 import datetime as dt
 import importlib.metadata
 import json
+import re
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import roost
 from roost import process
 from roost.cli import main
 from roost.storage import Codec, key, open_lmdb_store
-from roost.testing import open_test_node, save_history
+from roost.testing import Replayer, open_test_node, save_history
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -108,3 +110,41 @@ async def test_a_test_node_with_cron_off_fires_no_trigger():
     async with open_test_node(app):
         await roost.sleep("1h")
     assert len(FIRED) >= 59
+
+
+shop = roost.App("app")
+
+
+@shop.activity
+async def charge(order: dict) -> str:
+    return order["id"]
+
+
+@shop.activity
+async def ship(order: dict) -> str:
+    return order["id"]
+
+
+@shop.workflow
+async def order_workflow(order: dict) -> str:
+    step = ship if CHANGED else charge  # the "new build" ships first
+    return f"shipped {await roost.funcs.call(step, order)}"
+
+
+CHANGED = False
+
+
+def normalized(text: str) -> str:
+    return re.sub(r" at \S+:\d+,", " at LOCATION,", " ".join(text.split()))
+
+
+async def test_docs_quote_the_divergence_message_as_it_is(autojump_clock, monkeypatch):
+    async with roost.open_node(shop) as node:
+        await process.with_options(id="order-1").exec(order_workflow, {"id": "o-1"})
+        history = node.history("order-1")
+    monkeypatch.setattr(sys.modules[__name__], "CHANGED", True)
+    with pytest.raises(roost.NondeterminismError) as caught:
+        Replayer(shop).replay(history)
+    docs = (HERE.parents[1] / "docs" / "testing.md").read_text()
+    quoted = docs.split("workflow 'order-1' diverged", 1)[1].split("```", 1)[0]
+    assert normalized("workflow 'order-1' diverged" + quoted) == normalized(caught.value.message)

@@ -6,6 +6,8 @@ import datetime as dt
 import importlib.metadata
 import json
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -148,3 +150,29 @@ async def test_docs_quote_the_divergence_message_as_it_is(autojump_clock, monkey
     docs = (HERE.parents[1] / "docs" / "testing.md").read_text()
     quoted = docs.split("workflow 'order-1' diverged", 1)[1].split("```", 1)[0]
     assert normalized("workflow 'order-1' diverged" + quoted) == normalized(caught.value.message)
+
+
+@pytest.mark.slow
+def test_the_node_the_demo_tells_you_to_run_serves_the_app(tmp_path):
+    """``make demo`` ends with ``roost run examples.order_fulfillment:app ...``: it serves."""
+    root = HERE.parents[1]
+    node = subprocess.Popen(
+        [
+            sys.executable, "-m", "roost", "run", "examples.order_fulfillment:app",
+            "--data-dir", str(tmp_path / "shop-data"), "--http", "0", "--admin", "0",
+        ],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    lines = []
+    for line in node.stderr:
+        lines.append(line)
+        if "stop it with Ctrl-C or SIGTERM" in line:
+            node.send_signal(signal.SIGTERM)
+    node.stderr.close()
+    assert node.wait(60) == 0, "".join(lines)
+    log = "".join(lines)
+    assert "runs app 'shop'" in log and "HTTP triggers at http://127.0.0.1:" in log
+    assert "admin API at http://127.0.0.1:" in log

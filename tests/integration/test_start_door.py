@@ -175,3 +175,18 @@ async def test_a_cancel_of_a_run_that_has_activated_is_delivered_to_its_code(aut
         await process.send(pid, "go", None)
         await trio.testing.wait_all_tasks_blocked()
         assert node.describe("w-1")["status"] == "canceled"  # returned after a cancel
+
+
+@pytest.mark.slow
+async def test_the_cli_beside_a_node_with_an_admin_server_gets_the_refusal(tmp_path):
+    data = tmp_path / "data"
+    async with roost.open_node(door_app.app, data, admin="127.0.0.1:0") as node:
+        # Another OS process, as a user's shell is: the node's own one may not open its dir.
+        done = await trio.run_process(
+            [sys.executable, "-m", "roost", "workflow", "start", "door:order", '["o-6"]',
+             "--id", "o-6", "--data-dir", str(data)],
+            cwd=HERE, capture_stdout=True, capture_stderr=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert SIGNATURE in done.stderr.decode()
+        assert node.list_workflows() == []

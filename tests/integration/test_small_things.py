@@ -3,6 +3,7 @@ name per cron trigger in ``roost cron list`` (store or --app), ``open_test_node(
 """
 
 import datetime as dt
+import importlib
 import importlib.metadata
 import json
 import re
@@ -22,7 +23,6 @@ from roost.testing import Replayer, open_test_node, save_history
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-import cli_app  # noqa: E402
 
 FIRED: list[roost.CronTick] = []
 
@@ -47,10 +47,14 @@ def test_version_is_the_package_metadata():
 
 
 async def test_replay_json_reports_each_history(tmp_path, monkeypatch):
+    monkeypatch.delenv("ROOST_CLI_CHANGED", raising=False)
+    sys.modules.pop("cli_app", None)  # the first build, whatever an earlier test imported
+    cli_app = importlib.import_module("cli_app")
     async with roost.open_node(cli_app.app) as node:
         await process.with_options(id="flow-1").exec("cli:flow")
         path = save_history(node.history("flow-1"), tmp_path / "flow-1.cbor")
     monkeypatch.chdir(HERE)
+    sys.modules.pop("cli_app", None)
     ok = cli("replay", "--history", str(path), "--app", "cli_app:app", "--json")
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output) == [{"history": str(path), "outcome": "result", "result": "b"}]

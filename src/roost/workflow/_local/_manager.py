@@ -186,6 +186,7 @@ class WorkflowManager:
             ready=ready,
             stats=self.stats,
             counters=self.counters,
+            cancel_unstarted=self._cancel_unstarted,
         )
         self.tasks = Tasks(
             routes=self.routes,
@@ -297,7 +298,6 @@ class WorkflowManager:
             process_exited=self.incoming.process_exited,
             ready=self.executors.ready,
             terminate=lambda run: self.closing.terminate(run, terminated_error(run.pid)),
-            cancel_unstarted=self._cancel_unstarted,
         ).recover()
 
     async def _close_gate_at_exit(self) -> None:
@@ -372,12 +372,19 @@ class WorkflowManager:
         run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
-        if run.record.activations == 0 and run.phase in _UNSTARTED_CANCELABLE:
+        record = run.record
+        # Its first activation keeps failing, and no attempt of it is in flight.
+        failing = record.activations == 0 and record.task_failure is not None
+        if failing and run.phase in _UNSTARTED_CANCELABLE:
             return self._cancel_unstarted(run, reason)
         return self.incoming.from_outside(run, CancelRequested(reason=reason))
 
     def _cancel_unstarted(self, run: Run, reason: str | None) -> trio.Event:
-        """Close as canceled a run no code of which ran to hear a cancel request."""
+        """Close as canceled a run whose first activation keeps failing, on a cancel request.
+
+        No activation of it ever completed, so no code of it can hear the request: without
+        this only a terminate would end it.
+        """
         why = f"canceled before its first activation completed: {reason or 'no reason given'}"
         error = Error(why, kind=ErrorKind.CANCELED, retryable=False, details={"reason": reason})
         return self.closing.cancel_unstarted(run, error)

@@ -25,7 +25,7 @@ from roost.storage._quarantine import (
     decode_error,
     read_quarantine,
 )
-from roost.workflow._history import CancelRequested, ProcessExited, TimerFired
+from roost.workflow._history import ProcessExited, TimerFired
 from roost.workflow._local._delivery import lost_error
 from roost.workflow._local._pending import read_open
 from roost.workflow._local._phases import RunPhase
@@ -149,7 +149,6 @@ class Recovery:
 
     __slots__ = (
         "_app",
-        "_cancel_unstarted",
         "_codec",
         "_commits",
         "_host",
@@ -188,7 +187,6 @@ class Recovery:
         process_exited: Callable[[Pid, Exit], None],
         ready: Callable[[Run], None],
         terminate: Callable[[Run], None],
-        cancel_unstarted: Callable[[Run, str | None], object],
     ) -> None:
         """Build it from the collaborators it uses: recovery touches every kind of row.
 
@@ -210,8 +208,6 @@ class Recovery:
             process_exited: records the exit of a child that ended meanwhile.
             ready: queues a run with pending events.
             terminate: terminates a run whose terminate request is stored.
-            cancel_unstarted: closes as canceled a run with a stored cancel request none
-                of whose activations completed (no code of it ran to hear it).
         """
         self._codec, self._commits, self._runs, self._app = codec, commits, runs, app
         self._registry, self._node_name, self._host, self._now = registry, node_name, host, now
@@ -219,7 +215,6 @@ class Recovery:
         self._quarantines, self._timers, self._submit = quarantines, timers, submit
         self._settle_now, self._process_exited = settle_now, process_exited
         self._ready, self._terminate = ready, terminate
-        self._cancel_unstarted = cancel_unstarted
 
     def _read(
         self, txn: ReadTxn, bad: _Unreadable
@@ -329,10 +324,6 @@ class Recovery:
             if any(type(event) is TerminateRequest for _, event in run.pending):
                 self._terminate(run)  # committed by another workflow; its close was not
                 continue
-            cancel = _unstarted_cancel(run)
-            if cancel is not None:  # stored by `roost workflow cancel` with no node running
-                self._cancel_unstarted(run, cancel.reason)
-                continue
             self._ready(run)
             self._report_children(run)
         for task, stored in tasks:
@@ -408,13 +399,3 @@ class Recovery:
         if record.name is not None:
             self._registry.register(record.name, pid)
         return run
-
-
-def _unstarted_cancel(run: Run) -> CancelRequested | None:
-    """The stored cancel request of a run none of whose activations completed, if any."""
-    if run.record.activations:
-        return None
-    for _, event in run.pending:
-        if type(event) is CancelRequested:
-            return event
-    return None

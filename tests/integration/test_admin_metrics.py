@@ -234,6 +234,6 @@ async def test_gauges_of_open_workflows_pending_activities_timers_and_mailboxes(
         assert value(samples, "roost_workflows_open", type="met:holder") == 1
         assert value(samples, "roost_activities_pending") == 1
         assert value(samples, "roost_timers") == 2
-        assert value(samples, "roost_mailbox_unread") >= 3
+        assert value(samples, "roost_unread_messages") >= 3
         assert value(samples, "roost_mailbox_unread_max") == 3
         EVENTS["release"].set()

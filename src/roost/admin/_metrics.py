@@ -78,7 +78,7 @@ def _mailboxes(node: Any) -> Iterator[Metric]:
             over += unread >= warn_at
             total += unread
     depth = GaugeMetricFamily(
-        "roost_mailbox_unread", "Unread messages in live processes' mailboxes, summed."
+        "roost_unread_messages", "Unread messages in live processes' mailboxes, summed."
     )
     depth.add_metric([], total)
     yield depth

@@ -82,20 +82,9 @@ def replay(histories: tuple[Path, ...], app_ref: str, as_json: bool) -> None:
     for path in progress(histories, "replaying"):
         temporal = _temporal_replay(app, path)
         if temporal is not None:
-            if temporal.failure is None:
-                report.append(
-                    {"history": str(path), "outcome": "replayed", "workflow_id": temporal.workflow_id}
-                )
-                if not as_json:
-                    click.echo(f"ok {path}: replays (Temporal history of {temporal.workflow_id})")
-            else:
-                diverged += 1
-                report.append(
-                    {"history": str(path), "outcome": "diverged", "message": str(temporal.failure)}
-                )
-                if not as_json:
-                    click.echo(f"DIVERGED {path}", err=True)
-                    click.echo(f"  {temporal.failure}", err=True)
+            outcome = _temporal_outcome(path, temporal, as_json=as_json)
+            diverged += outcome["outcome"] == "diverged"
+            report.append(outcome)
             continue
         try:
             result = replayer.replay(load_history(path))
@@ -127,3 +116,15 @@ def replay(histories: tuple[Path, ...], app_ref: str, as_json: bool) -> None:
         click.echo(f"{diverged} of {len(histories)} histories diverged", err=True)
     if diverged:
         sys.exit(1)
+
+
+def _temporal_outcome(path: Path, replayed: Any, *, as_json: bool) -> dict[str, Any]:
+    """The report of one Temporal history's replay, printed unless ``as_json``."""
+    if replayed.failure is None:
+        if not as_json:
+            click.echo(f"ok {path}: replays (Temporal history of {replayed.workflow_id})")
+        return {"history": str(path), "outcome": "replayed", "workflow_id": replayed.workflow_id}
+    if not as_json:
+        click.echo(f"DIVERGED {path}", err=True)
+        click.echo(f"  {replayed.failure}", err=True)
+    return {"history": str(path), "outcome": "diverged", "message": str(replayed.failure)}

@@ -6,19 +6,33 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench bench-quick clean
 
-# One line says what the install does; pip's own output goes to $(VENV)/install.log and is
-# shown only when the install fails.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+DEMO_DATA := roost-demo-data
+
+# One line says what the install does and how long it takes; pip's own output goes to
+# $(VENV)/install.log and is shown only when the install fails. The demo needs roost alone
+# (~60 MB, under a minute); the tests and linters need the dev tools too (~550 MB, a few
+# minutes on a fresh clone: mypy, ruff, Playwright's driver for the console's browser test,
+# Temporal's SDK with its dev server for the Temporal host's tests).
+$(RUNTIME_STAMP): pyproject.toml
+	@echo "Installing roost into $(VENV) (editable, runtime dependencies only: ~60 MB, under a minute; pip's log: $(VENV)/install.log)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e .; } \
+		> $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; echo "the install failed (log above)"; exit 1; }
+	@touch $(RUNTIME_STAMP)
+
 $(STAMP): pyproject.toml
-	@echo "Installing roost and its dev tools into $(VENV) (editable; pip's log: $(VENV)/install.log)"
+	@echo "Installing roost and its dev tools into $(VENV) (editable; ~550 MB, a few minutes on a fresh clone; pip's log: $(VENV)/install.log)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[dev]'; } \
 		> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; echo "the install failed (log above)"; exit 1; }
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUNTIME_STAMP)
 
-demo: $(STAMP)
-	@echo "Running examples/order_fulfillment.py: the order pipeline, with a SIGKILL mid-way"
-	@$(PY) examples/order_fulfillment.py
+demo: $(RUNTIME_STAMP)
+	@echo "Running examples/order_fulfillment.py: the order pipeline, with a SIGKILL mid-way (data kept in $(DEMO_DATA)/)"
+	@$(PY) examples/order_fulfillment.py --keep-data $(DEMO_DATA)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks
@@ -39,4 +53,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(DEMO_DATA)

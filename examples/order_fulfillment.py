@@ -6,7 +6,8 @@ POST /orders enqueues ``validate`` (queue order-validate, 2 retries), which hand
 progress in ``roost.state`` (current step, status, per-step status and time, nested) and
 publishes it on the ``order.progress`` stream. An hourly cron marks orders stale after 24 h.
 
-Run it: ``make demo`` (or ``.venv/bin/python examples/order_fulfillment.py``). The demo starts
+Run it: ``make demo`` (or ``.venv/bin/python examples/order_fulfillment.py``; with
+``--keep-data DIR`` its data stays in DIR to look at afterwards). The demo starts
 the node in a child process, posts orders over real HTTP, SIGKILLs the node in the middle of
 the pipeline and starts it again on the same data directory (nothing is lost, nothing is
 charged twice), shows a payment that keeps failing go through its retries to the DLQ, fixes
@@ -15,9 +16,11 @@ the card and redrives it, and prints the final state.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -284,8 +288,20 @@ def wait_for(base: str, order_id: str, want: str, limit: float = 20.0) -> dict[s
         time.sleep(0.05)
 
 
-def demo() -> None:
-    with tempfile.TemporaryDirectory(prefix="roost-shop-") as data_dir:
+@contextlib.contextmanager
+def demo_data(keep: str | None) -> Iterator[str]:
+    """The demo's data directory: ``keep`` (emptied first, left for a look), or a temporary one."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="roost-shop-") as data_dir:
+            yield data_dir
+        return
+    shutil.rmtree(keep, ignore_errors=True)
+    Path(keep).mkdir(parents=True)
+    yield keep
+
+
+def demo(keep: str | None = None) -> None:
+    with demo_data(keep) as data_dir:
         bad_cards = Path(data_dir) / "declined-cards.json"
         bad_cards.write_text(json.dumps(["4000-0000-0000-0002"]))
         print("1. start the node and post orders over HTTP")
@@ -346,6 +362,38 @@ def demo() -> None:
     print("5. the hourly cron, on a test node whose clock skips ahead")
     trio.run(stale_orders)
     print("order fulfillment demo finished")
+    print(next_steps(keep))
+
+
+def next_steps(kept: str | None) -> str:
+    """How to run and watch a node of your own: ``roost run``, the CLI, the console."""
+    data = kept or "shop-data"
+    here = os.path.relpath(Path(sys.executable).with_name("roost"))
+    roost_cli = here if not here.startswith("..") else str(Path(sys.executable).with_name("roost"))
+    app_ref = "--app examples.order_fulfillment:app"
+    lines = ["", "Your turn: run this app as a node of your own, and watch it."]
+    if kept:
+        lines += [
+            f"  What the demo left in {kept}/ (its queues, their dead letters, the cron):",
+            f"    {roost_cli} queue stats {app_ref} --data-dir {kept}",
+            f"    {roost_cli} dlq list order-payment --data-dir {kept}",
+            f"    {roost_cli} cron list {app_ref} --data-dir {kept}",
+        ]
+    lines += [
+        "  Serve it (HTTP on :8080, the admin API and web console on :8081; Ctrl-C stops it):",
+        (
+            f"    {roost_cli} run examples.order_fulfillment:app --data-dir {data} "
+            "--http 8080 --admin 8081"
+        ),
+        "  From another terminal:",
+        "    curl -X POST localhost:8080/orders -H 'content-type: application/json' \\",
+        """      -d '{"order_id": "o-10", "items": ["kettle"], "card": "4242-1"}'""",
+        "    curl localhost:8080/orders/o-10",
+        f"    {roost_cli} queue stats --data-dir {data}",
+        f"  The console: http://127.0.0.1:8081/?token=TOKEN, TOKEN from {data}/admin.json",
+        "  (docs/admin.md); docs/operating.md has every command.",
+    ]
+    return "\n".join(lines)
 
 
 async def stale_orders() -> None:
@@ -399,5 +447,7 @@ def report(data_dir: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
         trio.run(serve, sys.argv[2])
+    elif sys.argv[1:2] == ["--keep-data"]:
+        demo(keep=sys.argv[2])  # `make demo`: the data stays, to look at afterwards
     else:
         demo()

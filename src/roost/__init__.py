@@ -23,6 +23,7 @@ if _typing.TYPE_CHECKING:
     from roost._duration import Duration
     from roost._errors import ChannelClosed, Error, ErrorKind, NondeterminismError
     from roost._pid import Pid
+    from roost._version import __version__ as __version__
     from roost.actors._api import Receipt
     from roost.actors._app import App
     from roost.actors._chance import after, now, random, random_bytes, sleep, ticker, uuid4, uuid7
@@ -44,6 +45,7 @@ if _typing.TYPE_CHECKING:
 # Where each public name lives: importing roost runs none of it, the first use of a name
 # loads its module (PEP 562).
 _NAMES = {
+    "__version__": "roost._version",
     "ActivityInfo": "roost.workflow._activity_info",
     "App": "roost.actors._app",
     "AsyncClient": "roost.client._async",

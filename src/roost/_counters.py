@@ -70,18 +70,27 @@ class Histogram:
 class RuntimeCounters:
     """What the workflow runtime counts: runs started and closed, activity attempts.
 
-    Keyed by entry id (a workflow's type, an activity's entry); closed runs also by their
-    final status (``completed``, ``failed``, ``canceled``, ``terminated``, ``timed_out``).
+    Keyed by entry id (a workflow's type, an activity's entry: activity latencies too, and
+    workflow task failures by the failing run's type); closed runs also by their final
+    status (``completed``, ``failed``, ``canceled``, ``terminated``, ``timed_out``).
     """
 
-    __slots__ = ("activity_seconds", "attempts", "closed", "failures", "started")
+    __slots__ = (
+        "activity_seconds",
+        "attempts",
+        "closed",
+        "failures",
+        "started",
+        "task_failures",
+    )
 
     def __init__(self) -> None:
         self.started: dict[str, int] = {}
         self.closed: dict[tuple[str, str], int] = {}
         self.attempts: dict[str, int] = {}
         self.failures: dict[str, int] = {}
-        self.activity_seconds = Histogram(ACTIVITY_BUCKETS)
+        self.activity_seconds: dict[str, Histogram] = {}  # by activity entry
+        self.task_failures: dict[str, int] = {}  # by workflow type
 
     def run_started(self, workflow_type: str) -> None:
         """A workflow started (its first run; continue-as-new and retries are not starts)."""
@@ -97,10 +106,17 @@ class RuntimeCounters:
         self.attempts[entry] = self.attempts.get(entry, 0) + 1
         return time.perf_counter()
 
-    def attempt_done(self, began: float) -> float:
-        """An attempt that began at ``began`` has its outcome; returns 0.0 (not running)."""
-        self.activity_seconds.observe(time.perf_counter() - began)
+    def attempt_done(self, entry: str, began: float) -> float:
+        """An attempt of ``entry`` that began at ``began`` has its outcome; returns 0.0."""
+        hist = self.activity_seconds.get(entry)
+        if hist is None:
+            hist = self.activity_seconds[entry] = Histogram(ACTIVITY_BUCKETS)
+        hist.observe(time.perf_counter() - began)
         return 0.0
+
+    def task_failed(self, workflow_type: str) -> None:
+        """A workflow task of a run of ``workflow_type`` failed (it is retried)."""
+        self.task_failures[workflow_type] = self.task_failures.get(workflow_type, 0) + 1
 
     def attempt_failed(self, entry: str) -> None:
         """An attempt of ``entry`` failed (to be retried, or for good)."""

@@ -188,7 +188,7 @@ async def test_cron_shows_the_last_fire_and_outcome_and_triggers_now(mock_clock)
         before = section((await http.get("/cron")).text, "cron")
         assert "never" in text_of(before) and "none since the node started" in before
         started = await http.post(
-            "/cron", data={"action": "trigger", "trigger": "nightly @ 0 3 * * *"}
+            "/cron", data={"action": "trigger", "trigger": "dbg:nightly @ 0 3 * * *"}
         )
         assert started.status_code == 303, started.text
         assert started.headers["location"] == "/cron?done=trigger&n=1"

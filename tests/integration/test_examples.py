@@ -134,6 +134,10 @@ EXPECTED: dict[str, list[str]] = {
         "after 23 more hours: o-9 is retrying",
         "after  2 more hours: o-9 is stale",
         "order fulfillment demo finished",
+        "Your turn: run this app as a node of your own, and watch it.",
+        "roost run examples.order_fulfillment:app --data-dir shop-data --http 8080 --admin 8081",
+        "roost queue stats --data-dir shop-data",
+        "The console: http://127.0.0.1:8081/?token=TOKEN, TOKEN from shop-data/admin.json",
     ],
     "saga.py": [
         "1. order-1: every step succeeds",

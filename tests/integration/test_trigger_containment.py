@@ -215,13 +215,15 @@ async def test_a_handler_hanging_past_the_timeout_fails_its_attempts(tmp_path):
 
 
 async def test_a_bad_payload_for_the_handler_fails_the_attempt(tmp_path):
-    """A payload the handler cannot take (it accepts no argument): a TypeError, Internal."""
+    """A payload the handler cannot take (it accepts no argument): refused at the call,
+    Invalid, naming the handler's signature."""
     async with open_test_node(app, data_dir=tmp_path) as node:
         await roost.enqueue("once", takes_nothing, {"unexpected": True})
         await roost.sleep(5)
         (dead,) = node.dlq.list("once")
-        assert dead.errors[0].kind is ErrorKind.INTERNAL
-        assert "TypeError" in dead.errors[0].message
+        assert dead.errors[0].kind is ErrorKind.INVALID
+        assert "do not fit" in dead.errors[0].message
+        assert "it takes 0 positional arguments, got 1" in dead.errors[0].message
         assert "never" not in calls
         await _node_still_works("once")
 

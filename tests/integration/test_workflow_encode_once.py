@@ -154,7 +154,7 @@ async def test_a_bad_start_argument_is_invalid_at_the_call_and_nothing_is_stored
             ("\ud800",),
             "workflow 'encode-once:three_steps' input args[0]",
         ),
-        (process.with_options(id="once-8"), (1, b"x", "ok", "\udfff"), "input args[3]"),
+        (process.with_options(id="once-8"), ([1, b"x", "ok", "\udfff"],), "input args[0][3]"),
         (
             process.with_options(id="once-8").with_message("go", "\ud800"),
             (1,),

@@ -15,7 +15,7 @@ from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._text import check_text
 from roost.storage._values import add_converter, entry_types, wrap_entry
 
-__all__ = ["App", "Entry", "EntryKind", "HostSpec"]
+__all__ = ["App", "Entry", "EntryKind", "HostSpec", "check_arguments"]
 
 _NAME_FORBIDDEN = frozenset("{}|@: ")
 ENTRY_ATTR = "__roost_entry__"
@@ -36,6 +36,38 @@ class EntryKind(enum.StrEnum):
     WORKFLOW = "workflow"
 
 
+@attrs.frozen
+class _Arity:
+    """How many positional arguments a plain signature takes: the door's fast check."""
+
+    least: int
+    most: int | None  # None: any number (a ``*args``)
+
+
+def _arity_of(entry: Entry) -> _Arity | inspect.Signature | None:
+    """The entry's signature, reduced to an arity when positional counts decide binding.
+
+    None when the callable has no signature Python can read (a builtin): nothing checked.
+    """
+    try:
+        sig = inspect.signature(entry.fn)
+    except (TypeError, ValueError):
+        return None
+    least = 0
+    most: int | None = 0
+    for param in sig.parameters.values():
+        if param.kind is param.VAR_POSITIONAL:
+            most = None
+        elif param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            if most is not None:
+                most += 1
+            if param.default is param.empty:
+                least += 1
+        elif param.kind is param.KEYWORD_ONLY and param.default is param.empty:
+            return sig  # a required keyword-only parameter: positional args never bind
+    return _Arity(least, most)
+
+
 @attrs.frozen(kw_only=True)
 class Entry:
     """A registered function and how roost runs it."""
@@ -45,6 +77,85 @@ class Entry:
     fn: Callable[..., Any]
     is_async: bool
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    # Read once at registration: every start checks its arguments against it.
+    arity: _Arity | inspect.Signature | None = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_arity_of, takes_self=True)
+    )
+
+
+def check_arguments(entry: Entry, args: tuple[Any, ...], app: App | None = None) -> None:
+    """Refuse a start whose arguments do not bind to the entry's signature.
+
+    With ``app``, a first argument that is one of its host ids makes the message name
+    Wippy's host-argument form, ``process.spawn(entry, "app:worker", input)``.
+
+    Raises:
+        roost.Error: kind Invalid naming the entry, its signature and the arguments given.
+    """
+    arity = entry.arity
+    if arity is None:
+        return
+    if isinstance(arity, _Arity):
+        count = len(args)
+        if count >= arity.least and (arity.most is None or count <= arity.most):
+            return
+        problem = (
+            f"it takes {_expected(arity)} positional argument"
+            f"{'' if arity.least == arity.most == 1 else 's'}, got {count}"
+        )
+    else:
+        try:
+            arity.bind(*args)
+        except TypeError as exc:
+            problem = str(exc)
+        else:  # pragma: no cover - _arity_of returns a Signature only when it cannot bind
+            return
+    signature = _signature_text(entry)
+    hint = ""
+    first = args[0] if args else None
+    if isinstance(first, str) and app is not None and first in app.hosts:
+        hint = (
+            f"; {first!r} is a host: roost takes it as a keyword, "
+            f"process.spawn(entry, input, host={first!r}), not as Wippy's second argument"
+        )
+    raise invalid(
+        f"the arguments do not fit {entry.id} {signature}: {problem}{hint}; nothing was started",
+        entry=entry.id,
+        signature=signature,
+        arguments=len(args),
+    )
+
+
+def _expected(arity: _Arity) -> str:
+    if arity.most is None:
+        return f"at least {arity.least}"
+    if arity.least == arity.most:
+        return str(arity.least)
+    return f"{arity.least} to {arity.most}"
+
+
+class _Annotation:
+    """An annotation shown as its source text (``str``, not ``'str'``) in a signature."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def _signature_text(entry: Entry) -> str:
+    """The entry's signature as written, e.g. ``(order_id: str, amount: int) -> str``."""
+    try:
+        sig = inspect.signature(entry.fn)
+    except (TypeError, ValueError):  # pragma: no cover - a check needs a signature
+        return "(...)"
+
+    def bare(annotation: Any) -> Any:
+        return _Annotation(annotation) if isinstance(annotation, str) else annotation
+
+    params = [p.replace(annotation=bare(p.annotation)) for p in sig.parameters.values()]
+    return str(sig.replace(parameters=params, return_annotation=bare(sig.return_annotation)))
 
 
 @attrs.frozen(kw_only=True)
@@ -158,6 +269,7 @@ class App:
         self._hosts: dict[str, HostSpec] = {}
         # What extensions declare on the app (queues, routes, ...), by extension name.
         self.declared: dict[str, dict[str, Any]] = {}
+        self._main: str | None = None
         self.host("processes")
 
     def __repr__(self) -> str:
@@ -241,6 +353,53 @@ class App:
         function is returned unchanged.
         """
         return self._decorate(fn, EntryKind.PROCESS, name, {}, need_async=True)
+
+    @overload
+    def main(self, fn: _AsyncFn, /, *, name: str | None = None) -> _AsyncFn: ...
+
+    @overload
+    def main(
+        self, fn: None = None, /, *, name: str | None = None
+    ) -> Callable[[_AsyncFn], _AsyncFn]: ...
+
+    def main(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None) -> Any:
+        """Register an ``async def`` (no arguments) as the app's main process.
+
+        A node for the app starts it once recovery is done (``roost run``,
+        ``roost.run(app)``, ``open_node``), linked to the node: typically it spawns the
+        app's supervision tree. If it fails, the node shuts down with its error; if it
+        returns, the node keeps serving. ``node.main_pid`` is its PID.
+
+        Raises:
+            roost.Error: kind Invalid when the app already has a main, or for a function
+                that needs arguments (a main is started with none).
+        """
+
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            if self._main is not None:
+                raise invalid(
+                    f"app {self.name!r} already has a main ({self._main!r}); an app has one "
+                    "main: start the other processes from it",
+                    main=self._main,
+                )
+            probe = Entry(id="main", kind=EntryKind.PROCESS, fn=func, is_async=True)
+            try:
+                check_arguments(probe, ())
+            except Error:
+                raise invalid(
+                    f"main {getattr(func, '__qualname__', func)}{_signature_text(probe)} must "
+                    "take no arguments: a node starts it with none (read settings from the "
+                    "environment or a config file instead)",
+                ) from None
+            self._main = self.register(func, EntryKind.PROCESS, name=name, need_async=True).id
+            return func
+
+        return register(fn) if fn is not None else register
+
+    @property
+    def main_entry(self) -> Entry | None:
+        """The entry marked with ``@app.main``, or None."""
+        return None if self._main is None else self._entries[self._main]
 
     @overload
     def activity(self, fn: _Fn, /, *, name: str | None = None, **options: Any) -> _Fn: ...

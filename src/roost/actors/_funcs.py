@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeVar, TypeVarTuple, overload
 import trio
 
 from roost._errors import Error, ErrorKind, invalid
-from roost.actors._app import ENTRY_ATTR, Entry, extension_or_none
+from roost.actors._app import ENTRY_ATTR, Entry, check_arguments, extension_or_none
 from roost.actors._contain import in_worker_thread, must_propagate
 from roost.actors._current import current_any, maybe_current_process
 from roost.actors._process import Process
@@ -178,6 +178,7 @@ def _start_activity(entry: Any, args: tuple[Any, ...], options: dict[str, Any]) 
     resolved = proc.node.app.resolve(entry)
     if resolved.kind.value != "activity":
         raise invalid(f"funcs.start runs activities; {resolved.id!r} is a {resolved.kind.value}")
+    check_arguments(resolved, args)
     handle = _LocalActivity()
     proc.node.start_coroutine(proc, handle._run, (resolved.id, args, options))
     return handle
@@ -230,6 +231,7 @@ async def _call_local(proc: Process, entry: Any, args: tuple[Any, ...]) -> Any:
             f"funcs.call runs activities; {resolved.id!r} is a {resolved.kind.value} "
             "(start it with process.spawn or process.exec)",
         )
+    check_arguments(resolved, args)
     try:
         if resolved.is_async:
             return await resolved.fn(*args)

@@ -14,7 +14,7 @@ from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import LOCAL_NODE, Pid
-from roost.actors._app import App, Entry, EntryKind
+from roost.actors._app import App, Entry, EntryKind, check_arguments
 from roost.actors._contain import must_propagate
 from roost.actors._current import set_current
 from roost.actors._events import Cancel, Exit, LinkDown
@@ -197,6 +197,7 @@ class Node:
         # Identity tests, not `in _SPAWNABLE`: hashing an enum member is a Python call.
         if (kind is not EntryKind.PROCESS and kind is not EntryKind.SUPERVISOR) or self.stopping:
             raise self._spawn_refused(entry)
+        check_arguments(entry, args, self.app)
         name = req.name
         if name is not None:
             holder = self._signal_holder(parent, name, req)

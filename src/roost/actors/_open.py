@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +18,7 @@ import trio
 from roost import _telemetry as telemetry
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid
+from roost._interrupt import is_ctrl_c
 from roost._pid import Pid
 from roost._security import KeyRing
 from roost._text import check_text
@@ -29,7 +33,7 @@ from roost.storage import open_lmdb_store
 if TYPE_CHECKING:
     from roost.workflow._host_protocol import WorkflowHostFactory
 
-__all__ = ["NodeHandle", "open_node", "run"]
+__all__ = ["NodeHandle", "only_ctrl_c", "open_node", "run"]
 
 _DURABILITY = ("sync", "fast")
 _LINKED = SpawnRequest(link=True)
@@ -43,6 +47,12 @@ class NodeHandle:
         self._node = node
         self.data_dir = data_dir
         self._pid = pid
+        self._main_pid: Pid | None = None
+
+    @property
+    def main_pid(self) -> Pid | None:
+        """The PID of the app's ``@app.main`` process (None if the app has no main)."""
+        return self._main_pid
 
     @property
     def pid(self) -> Pid:
@@ -193,6 +203,7 @@ async def open_node(
     loop_stall: Duration = "1s",
     mailbox_warning: int = 10_000,
     allowed_hosts: Any = None,
+    cron: bool = True,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -241,6 +252,8 @@ async def open_node(
         allowed_hosts: the ``Host`` names the HTTP trigger and admin servers answer (others
             get 421): host names, ``"host:port"``, ``"*.domain"`` or ``"*"``. None (the
             default): the bound address, localhost, 127.0.0.1 and [::1] (docs/security.md).
+        cron: False: the app's cron triggers do not fire on this node (their stored last
+            fire times stay as they are).
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -300,6 +313,7 @@ async def open_node(
                     "keyring": keyring,
                     "loop_stall": stall,
                     "mailbox_warning": mailbox_warning,
+                    "cron": bool(cron),
                 },
             }
             async with _running(
@@ -371,6 +385,9 @@ async def _running(
                     with attached.scope:
                         if root is not None:
                             await node.wait_ready(node.spawn(attached, root, (), _LINKED))
+                        main = app.main_entry
+                        if main is not None:  # after recovery: the services are up
+                            handle._main_pid = node.spawn(attached, main, (), _LINKED)
                         yield handle
                 except BaseException as exc:  # noqa: BLE001 - re-raised below, outside nurseries
                     body_error = exc
@@ -392,7 +409,8 @@ async def _running(
 def _exit_attached(node: Node, attached: Any, body_error: BaseException | None) -> None:
     if attached.kill_error is not None:
         node.exit(attached, None, attached.kill_error)
-    elif body_error is not None and not _is_cancel(body_error):
+    elif body_error is not None and not _is_cancel(body_error) and not only_ctrl_c(body_error):
+        # A Ctrl-C stops the block as a cancel does: no failure of the block to log.
         node.exit(attached, None, Error.from_exception(body_error))
     else:
         node.exit(attached, None, None)
@@ -404,7 +422,7 @@ def _is_cancel(exc: BaseException | None) -> bool:
 
 def run(
     app: App,
-    entry: Any,
+    entry: Any = None,
     *args: Any,
     data_dir: str | os.PathLike[str] | None = None,
     name: str = "local",
@@ -415,10 +433,13 @@ def run(
 ) -> Any:
     """Start a node, run ``entry`` with ``args`` to completion, shut down, return its value.
 
-    The keywords are ``open_node``'s; ``clock`` is the trio clock to run on.
+    Without ``entry``, serve the app (its ``@app.main``, workflows, queues, cron) until
+    SIGINT or SIGTERM, then shut down and return None. The keywords are ``open_node``'s;
+    ``clock`` is the trio clock to run on. A Ctrl-C while ``entry`` runs shuts the node
+    down and exits the program with status 130 and one line on stderr, no traceback.
 
     Raises:
-        roost.Error: the entry's error.
+        roost.Error: the entry's error (or the failure of the app's main).
     """
 
     async def main() -> Any:
@@ -429,8 +450,35 @@ def run(
             durability=durability,
             shutdown_grace=shutdown_grace,
             workflow_host=workflow_host,
-        ):
+        ) as node:
+            if entry is None:
+                received = await _until_stopped()
+                sys.stderr.write(f"roost: {received}: node {node.name!r} shut down\n")
+                return None
             return await _exec(entry, *args)
 
     runner: Callable[..., Any] = trio.run
-    return runner(main, clock=clock)
+    try:
+        return runner(main, clock=clock)
+    except BaseException as exc:
+        if not only_ctrl_c(exc):
+            raise
+    sys.stderr.write("roost: interrupted (Ctrl-C): the node shut down\n")
+    raise SystemExit(130)
+
+
+async def _until_stopped() -> str:
+    """Wait for SIGINT or SIGTERM (forever outside the main thread); name what came."""
+    if threading.current_thread() is not threading.main_thread():
+        await trio.sleep_forever()  # only the main thread receives signals
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            return f"{signal.Signals(signum).name} received"
+    return "stopped"  # pragma: no cover - a signal receiver never ends by itself
+
+
+def only_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` is a real Ctrl-C (alone, or a group of nothing else)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(only_ctrl_c(inner) for inner in exc.exceptions)
+    return is_ctrl_c(exc)

@@ -11,7 +11,7 @@ import trio
 from roost._errors import invalid
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, Actor, Scope, actor_of, claim, scope_of
-from roost.actors._app import ENTRY_ATTR, Entry, EntryKind
+from roost.actors._app import ENTRY_ATTR, Entry, EntryKind, check_arguments
 from roost.actors._authorize import authorize
 from roost.actors._current import current_any, current_process, maybe_current_process
 from roost.actors._node import SpawnRequest, terminated_error
@@ -355,6 +355,7 @@ class Spawner:
     ) -> Pid:
         node = parent.node
         host = node.require_workflows()
+        check_arguments(entry, args)  # before anything is stored
         options = dict(self.options)
         for key in PROCESS_OPTIONS - {"name"}:
             if key in options:

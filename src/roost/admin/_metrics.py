@@ -4,7 +4,8 @@ Each admin server has a ``CollectorRegistry`` of its own (never prometheus-clien
 one, which would mix the nodes of one process) holding one custom collector. The runtime
 keeps plain ints where it already counts (``roost._counters``, ``StoreStats``, the queue
 states); the collector reads them when scraped, so the hot path pays nothing for metrics
-beyond those increments and the two latency histograms.
+beyond those increments and the two latency histograms. The client library's process,
+platform and GC collectors are registered too (they describe the OS process).
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -61,13 +69,19 @@ class NodeCollector(Collector):
 
 def _mailboxes(node: Any) -> Iterator[Metric]:
     warn_at = int(node.settings.get("mailbox_warning", 10_000))
-    most = over = 0
+    most = over = total = 0
     for proc in list(node.procs.values()):
-        box = proc.mailbox
+        box = proc.mailbox  # made on first use: a process that never received has none
         if box is not None:
             unread = box.unread_messages()
             most = max(most, unread)
             over += unread >= warn_at
+            total += unread
+    depth = GaugeMetricFamily(
+        "roost_unread_messages", "Unread messages in live processes' mailboxes, summed."
+    )
+    depth.add_metric([], total)
+    yield depth
     largest = GaugeMetricFamily(
         "roost_mailbox_unread_max", "The most unread messages one live process's mailbox holds."
     )
@@ -123,10 +137,28 @@ def _workflows(manager: Any) -> Iterator[Metric]:
     yield closed
     failures = CounterMetricFamily(
         "roost_workflow_task_failures_total",
-        "Workflow task failures (an activation that raised or could not commit).",
+        "Workflow task failures (an activation that raised or could not commit), by type.",
+        labels=["type"],
     )
-    failures.add_metric([], manager.stats["task_failures"])
+    for kind, n in sorted(counters.task_failures.items()):
+        failures.add_metric([kind], n)
     yield failures
+    gauges = manager.gauges()
+    open_runs = GaugeMetricFamily(
+        "roost_workflows_open", "Open workflow runs, by type.", labels=["type"]
+    )
+    for kind, n in sorted(gauges["open"].items()):
+        open_runs.add_metric([kind], n)
+    yield open_runs
+    pending = GaugeMetricFamily(
+        "roost_activities_pending",
+        "Activity tasks not resolved yet: running, or waiting for a retry.",
+    )
+    pending.add_metric([], gauges["activities"])
+    yield pending
+    timers = GaugeMetricFamily("roost_timers", "Durable workflow timers armed.")
+    timers.add_metric([], gauges["timers"])
+    yield timers
     attempts = CounterMetricFamily(
         "roost_activity_attempts_total", "Activity attempts started, by entry.", labels=["entry"]
     )
@@ -141,11 +173,14 @@ def _workflows(manager: Any) -> Iterator[Metric]:
     for entry, n in sorted(counters.failures.items()):
         failed.add_metric([entry], n)
     yield failed
-    yield _histogram(
+    durations = HistogramMetricFamily(
         "roost_activity_duration_seconds",
-        "How long activity attempts took, start to outcome.",
-        counters.activity_seconds,
+        "How long activity attempts took, start to outcome, by entry.",
+        labels=["entry"],
     )
+    for entry, hist in sorted(counters.activity_seconds.items()):
+        durations.add_metric([entry], hist.cumulative(), hist.total)
+    yield durations
 
 
 def _store(stats: Any) -> Iterator[Metric]:
@@ -208,6 +243,10 @@ def new_registry(handle: NodeHandle) -> CollectorRegistry:
     """A registry of its own for ``handle``'s node."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(handle))
+    # The client library's own: the OS process (CPU, memory, open files), the platform
+    # and Python's garbage collector, as every Python exporter shows them.
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
     return registry
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -13,7 +13,7 @@ from roost._errors import Error, NondeterminismError
 from roost.actors._app import App
 from roost.cli._admin import admin
 from roost.cli._apps import load_app
-from roost.cli._common import failures
+from roost.cli._common import echo_json, failures, json_option
 from roost.cli._progress import progress
 from roost.cli._queue import cron, dlq, history, queue
 from roost.cli._run import run
@@ -22,6 +22,8 @@ from roost.cli._workflow import workflow
 from roost.testing import Replayer, load_history
 
 __all__ = ["load_app", "main"]
+
+_DIVERGENCE_FIELDS: Final = ("activation", "issued", "recorded", "location")
 
 
 def _temporal_replay(app: App, path: Path) -> Any:
@@ -62,39 +64,67 @@ for _command in (run, workflow, queue, dlq, cron, history, store, admin):
     help="A history file (from roost.testing.save_history); repeat for several.",
 )
 @click.option("--app", "app_ref", required=True, help="The app, as module:attribute.")
-def replay(histories: tuple[Path, ...], app_ref: str) -> None:
+@json_option
+def replay(histories: tuple[Path, ...], app_ref: str, as_json: bool) -> None:
     """Replay recorded histories against the current code; exit 1 on any divergence.
 
     A file from `roost history export --temporal` is replayed by temporalio's Replayer.
+    With --json: a list with one ``{"history", "outcome", ...}`` per file, where outcome is
+    ``result`` (with ``result``), ``error`` (the recorded error it replays to),
+    ``replayed`` (a Temporal history, with ``workflow_id``) or ``diverged`` (with
+    ``message``, and for a roost history ``activation``, ``issued``, ``recorded``,
+    ``location``).
     """
     app = load_app(app_ref)
     replayer = Replayer(app)
     diverged = 0
+    report: list[dict[str, Any]] = []
     for path in progress(histories, "replaying"):
         temporal = _temporal_replay(app, path)
         if temporal is not None:
-            if temporal.failure is None:
-                click.echo(f"ok {path}: replays (Temporal history of {temporal.workflow_id})")
-            else:
-                diverged += 1
-                click.echo(f"DIVERGED {path}", err=True)
-                click.echo(f"  {temporal.failure}", err=True)
+            outcome = _temporal_outcome(path, temporal, as_json=as_json)
+            diverged += outcome["outcome"] == "diverged"
+            report.append(outcome)
             continue
         try:
             result = replayer.replay(load_history(path))
         except NondeterminismError as exc:
             diverged += 1
-            click.echo(f"DIVERGED {path}", err=True)
-            click.echo(f"  {exc.message}", err=True)
-            for field in ("activation", "issued", "recorded", "location"):
-                click.echo(f"  {field}: {exc.details.get(field)}", err=True)
+            fields = {f: exc.details.get(f) for f in _DIVERGENCE_FIELDS}
+            report.append(
+                {"history": str(path), "outcome": "diverged", "message": exc.message, **fields}
+            )
+            if not as_json:
+                click.echo(f"DIVERGED {path}", err=True)
+                click.echo(f"  {exc.message}", err=True)
+                for field, value in fields.items():
+                    click.echo(f"  {field}: {value}", err=True)
             continue
         except Error as exc:
             if exc.kind.value == "Invalid":
                 raise click.ClickException(f"{path}: {exc.message}") from exc
-            click.echo(f"ok {path}: replays to its recorded error {exc}")
+            report.append({"history": str(path), "outcome": "error", "error": exc})
+            if not as_json:
+                click.echo(f"ok {path}: replays to its recorded error {exc}")
             continue
-        click.echo(f"ok {path}: replays to {result!r}")
-    if diverged:
+        report.append({"history": str(path), "outcome": "result", "result": result})
+        if not as_json:
+            click.echo(f"ok {path}: replays to {result!r}")
+    if as_json:
+        echo_json(report)
+    elif diverged:
         click.echo(f"{diverged} of {len(histories)} histories diverged", err=True)
+    if diverged:
         sys.exit(1)
+
+
+def _temporal_outcome(path: Path, replayed: Any, *, as_json: bool) -> dict[str, Any]:
+    """The report of one Temporal history's replay, printed unless ``as_json``."""
+    if replayed.failure is None:
+        if not as_json:
+            click.echo(f"ok {path}: replays (Temporal history of {replayed.workflow_id})")
+        return {"history": str(path), "outcome": "replayed", "workflow_id": replayed.workflow_id}
+    if not as_json:
+        click.echo(f"DIVERGED {path}", err=True)
+        click.echo(f"  {replayed.failure}", err=True)
+    return {"history": str(path), "outcome": "diverged", "message": str(replayed.failure)}

@@ -178,6 +178,8 @@ def cron_list(app_ref: str | None, data_dir: Path, as_json: bool) -> None:
         with failures():
             for trigger_id, trigger in app.declared.get("cron", {}).items():
                 declared[trigger_id] = (app.resolve(trigger.entry).id, trigger.schedule.expression)
+                if trigger.legacy_id is not None:  # its row in a store from an older roost
+                    declared[trigger.legacy_id] = declared[trigger_id]
     with reading(data_dir) as store, store.read() as txn:
         found = _offline.cron_triggers(txn, _CODEC, declared, dt.datetime.now(dt.UTC))
     if as_json:

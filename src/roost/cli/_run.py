@@ -11,10 +11,11 @@ from typing import Any
 import click
 import trio
 
+from roost._errors import Error
 from roost.actors._app import App
-from roost.actors._open import open_node
+from roost.actors._open import only_ctrl_c, open_node
 from roost.cli._apps import load_app
-from roost.cli._common import data_dir_option, failures
+from roost.cli._common import Failed, data_dir_option, failures
 
 __all__ = ["run"]
 
@@ -45,31 +46,41 @@ async def serve(
     if admin is not None:
         # open_node's admin= takes "host:port" only; a bare port means loopback, as for --http.
         options["admin"] = admin if ":" in admin else f"127.0.0.1:{admin}"
+    main_pid = None
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with open_node(app, data_dir, **options) as node:
-            admin_url = node.admin_url
-            log.info(
-                "node %r (incarnation %d) runs app %r on %s%s%s%s; stop it with Ctrl-C or SIGTERM",
-                node.name,
-                node.incarnation,
-                app.name,
-                node.data_dir,
-                f"; workflows on the Temporal cluster {options['temporal']}"
-                if "temporal" in options
-                else "",
-                f"; HTTP triggers at {node.http_url}" if node.http_url else "",
-                f"; admin API at {admin_url}" if admin_url else "",
-            )
-            if admin_url:
-                # Once, on stdout (the log is stderr): the link to open. The token stays out
-                # of it (stdout may be a shared log); the login page asks for it.
-                click.echo(
-                    f"console: {admin_url}/  (log in with the token of "
-                    f"`roost admin token --data-dir {node.data_dir}`)"
+        try:
+            async with open_node(app, data_dir, **options) as node:
+                admin_url = node.admin_url
+                main_pid = node.main_pid
+                log.info(
+                    "node %r (incarnation %d) runs app %r on %s%s%s%s%s; stop it with Ctrl-C "
+                    "or SIGTERM",
+                    node.name,
+                    node.incarnation,
+                    app.name,
+                    node.data_dir,
+                    f"; main {main_pid}" if main_pid is not None else "",
+                    f"; workflows on the Temporal cluster {options['temporal']}"
+                    if "temporal" in options
+                    else "",
+                    f"; HTTP triggers at {node.http_url}" if node.http_url else "",
+                    f"; admin API at {admin_url}" if admin_url else "",
                 )
-            async for signum in signals:
-                log.info("%s received: shutting down", signal.Signals(signum).name)
-                break
+                if admin_url:
+                    # Once, on stdout (the log is stderr): the link to open. The token stays
+                    # out of it (stdout may be a shared log); the login page asks for it.
+                    click.echo(
+                        f"console: {admin_url}/  (log in with the token of "
+                        f"`roost admin token --data-dir {node.data_dir}`)"
+                    )
+                async for signum in signals:
+                    log.info("%s received: shutting down", signal.Signals(signum).name)
+                    break
+        except Error as exc:
+            if main_pid is None or exc.details.get("linked_pid") != str(main_pid):
+                raise
+            log.error("main %s failed: the node shut down", main_pid)  # noqa: TRY400 - logged with its traceback by the node
+            raise Failed(f"[{exc.kind.value}] the app's main failed: {exc.message}") from exc
     log.info("node stopped")
 
 
@@ -127,5 +138,11 @@ def run(  # noqa: PLR0917 - click passes every option as an argument
     try:
         with failures():
             trio.run(serve, app, data_dir, http, admin, cluster)
+    except BaseException as exc:
+        if not only_ctrl_c(exc):
+            raise
+        # A Ctrl-C before the node listens for it (loading, recovery) or during shutdown.
+        click.echo("roost: interrupted (Ctrl-C): the node shut down", err=True)
+        sys.exit(130)
     finally:
         root.removeHandler(handler)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import click
 
 from roost._errors import Error, ErrorKind
+from roost.actors._app import check_arguments
 from roost.cli import _temporal
 from roost.cli._apps import load_app
 from roost.cli._changing import AdminClient, change, quote
@@ -72,8 +75,22 @@ def list_(  # noqa: PLR0917 - click passes every option as an argument
     table(
         f"{len(found)} workflow(s)",
         ["id", "type", "status", "started", "closed"],
-        [[row[name] for name in _SUMMARY] for row in found],
+        [
+            [_status_cell(row) if name == "status" else row[name] for name in _SUMMARY]
+            for row in found
+        ],
     )
+
+
+def _status_cell(row: dict[str, Any]) -> str:
+    """A run's status, marked when its workflow task keeps failing (and is retried)."""
+    failure = row.get("task_failure")
+    if row["status"] != "running" or failure is None:
+        return str(row["status"])
+    details = getattr(failure, "details", None) or {}
+    attempt = details.get("attempt")
+    shown = f", attempt {attempt}" if attempt is not None else ""
+    return f"running (task failing{shown}: see `roost workflow describe {row['workflow_id']}`)"
 
 
 @workflow.command()
@@ -214,10 +231,13 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
     values = parse_json(args, "ARGS", default=[])
     if not isinstance(values, list):
         raise click.BadParameter("ARGS must be a JSON list of arguments, e.g. '[1, \"a\"]'")
-    with failures():  # bad input stores nothing, not even an empty store
+    with failures(), _refused_start():  # bad input stores nothing, not even an empty store
         _offline.check_start(_CODEC, entry, values, workflow_id)
-        if app_ref is not None and load_app(app_ref).resolve(entry).kind != "workflow":
-            raise click.BadParameter(f"{entry!r} is not a workflow of {app_ref}")
+        if app_ref is not None:
+            declared = load_app(app_ref).resolve(entry)
+            if declared.kind != "workflow":
+                raise click.BadParameter(f"{entry!r} is not a workflow of {app_ref}")
+            check_arguments(declared, tuple(values))
     if temporal is not None:
         _temporal.start(temporal, namespace, entry, values, workflow_id, as_json)
         return
@@ -233,7 +253,7 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
         stored = True
         return _offline.start_offline(txn, codec, entry, values, workflow_id=workflow_id)
 
-    with failures():
+    with failures(), _refused_start():
         try:
             started = change(data_dir, admin=admin, offline=offline, create=True)
         except Error as exc:
@@ -256,6 +276,21 @@ def start(  # noqa: PLR0917 - click passes every option as an argument
         echo_json({"workflow_id": started})
     else:
         click.echo(started)
+
+
+@contextmanager
+def _refused_start() -> Iterator[None]:
+    """Arguments that do not fit the entry's signature: the start failed (exit 1).
+
+    Unlike other Invalid input (exit 2, a usage error), the command line was well formed:
+    the workflow refused it, as it would refuse a call from code.
+    """
+    try:
+        yield
+    except Error as exc:
+        if exc.kind is ErrorKind.INVALID and "signature" in exc.details:
+            raise Failed(f"[{exc.kind.value}] {exc.message}") from exc
+        raise
 
 
 def _post(path: str, body: dict[str, Any]) -> Any:

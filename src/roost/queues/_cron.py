@@ -21,7 +21,7 @@ import trio
 from roost._cron import CronSchedule, parse_firing_cron
 from roost._errors import Error, ErrorKind, invalid
 from roost._text import check_text
-from roost.actors._app import register_extension, register_node_service
+from roost.actors._app import ENTRY_ATTR, register_extension, register_node_service
 from roost.actors._node import Node
 from roost.queues._contain import contain, describe
 from roost.queues._runtime import run_target
@@ -50,12 +50,18 @@ class CronTick:
 
 @attrs.frozen(kw_only=True)
 class CronTrigger:
-    """One declared trigger; ``id`` names it in the store (entry and expression)."""
+    """One declared trigger; ``id`` names it in the store (entry id and expression).
+
+    ``legacy_id`` is the name a store may hold its last fire under from before triggers of
+    registered functions were named by their entry id (the function's qualified name):
+    read when ``id`` has no row, and replaced by ``id`` at the next fire.
+    """
 
     id: str
     schedule: CronSchedule
     entry: Any
     catch_up: str
+    legacy_id: str | None = None
 
 
 def declare_cron(app: Any, expression: str, entry: Any, catch_up: str = "skip") -> CronTrigger:
@@ -67,9 +73,18 @@ def declare_cron(app: Any, expression: str, entry: Any, catch_up: str = "skip") 
     schedule = parse_firing_cron(expression)
     if catch_up not in _CATCH_UP:
         raise invalid(f"catch_up must be one of {', '.join(_CATCH_UP)}, got {catch_up!r}")
-    name = entry if isinstance(entry, str) else getattr(entry, "__qualname__", repr(entry))
+    qualname = entry if isinstance(entry, str) else getattr(entry, "__qualname__", repr(entry))
+    # A registered function is named by its entry id ("shop:hourly"), as an id string is:
+    # the store, `roost cron list` with or without --app and the console name it alike.
+    entry_id = getattr(entry, ENTRY_ATTR, None) if callable(entry) else None
+    name = entry_id if isinstance(entry_id, str) else qualname
+    legacy = f"{qualname} @ {schedule.expression}" if name != qualname else None
     trigger = CronTrigger(
-        id=f"{name} @ {schedule.expression}", schedule=schedule, entry=entry, catch_up=catch_up
+        id=f"{name} @ {schedule.expression}",
+        schedule=schedule,
+        entry=entry,
+        catch_up=catch_up,
+        legacy_id=legacy,
     )
     check_text(trigger.id, "cron entry")
     if len(key(trigger.id)) > MAX_KEY_SIZE:  # the trigger's last fire time is stored under it
@@ -107,7 +122,7 @@ class CronRuntime:
     async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
         """The node service: one task per trigger."""
         triggers: dict[str, CronTrigger] = node.app.declared.get("cron", {})
-        if node.store is None or not triggers:
+        if node.store is None or not triggers or not node.settings.get("cron", True):
             return
         if getattr(node.settings.get("workflow_host"), FIRES_CRON, False):
             return  # the workflow host fires them (Temporal: once per cluster)
@@ -147,6 +162,9 @@ class CronRuntime:
         row = key(trigger.id)
         with self.store.read() as txn:
             data = txn.get("cron", row)
+            if data is None and trigger.legacy_id is not None:
+                row = key(trigger.legacy_id)
+                data = txn.get("cron", row)
         if data is None:
             return None
         try:
@@ -160,7 +178,14 @@ class CronRuntime:
     async def _store_last(self, trigger: CronTrigger, at: dt.datetime) -> None:
         data = self.codec.encode(at)
         row = key(trigger.id)
-        await self.node.transact(lambda txn: txn.put("cron", row, data))
+        legacy = None if trigger.legacy_id is None else key(trigger.legacy_id)
+
+        def write(txn: Any) -> None:
+            txn.put("cron", row, data)
+            if legacy is not None:
+                txn.delete("cron", legacy)  # one row per trigger: its id's
+
+        await self.node.transact(write)
 
     def _missed(self, trigger: CronTrigger, now: dt.datetime) -> list[dt.datetime]:
         last = self._last(trigger)

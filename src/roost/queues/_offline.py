@@ -225,7 +225,7 @@ def cron_triggers(
         if sep and trigger_id not in triggers:
             triggers[trigger_id] = (entry, expression)
     out = []
-    for entry, expression in sorted(triggers.values()):
+    for entry, expression in sorted(set(triggers.values())):  # a trigger once, by any id
         try:
             upcoming = parse_firing_cron(expression).next_after(now)
         except Error:

@@ -242,6 +242,7 @@ async def open_test_node(
     workflow_unread_limit: int = 10_000,
     signing_keys: Mapping[str, bytes] | None = None,
     signing_key: str | None = None,
+    cron: bool = True,
 ) -> AsyncIterator[TestNode]:
     """A node for tests: a temporary LMDB store and a clock that skips idle time.
 
@@ -257,6 +258,8 @@ async def open_test_node(
         workflow_unread_limit: as for ``open_node``.
         signing_keys: as for ``open_node`` (the key ring; docs/security.md).
         signing_key: as for ``open_node``.
+        cron: False keeps the app's cron triggers from firing (the skipping clock would
+            otherwise fire every one of them as time jumps ahead); as for ``open_node``.
 
     Example::
 
@@ -278,6 +281,7 @@ async def open_test_node(
         "workflow_unread_limit": workflow_unread_limit,
         "signing_keys": signing_keys,
         "signing_key": signing_key,
+        "cron": cron,
     }
     try:
         async with trio.open_nursery() as nursery:

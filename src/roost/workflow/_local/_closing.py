@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from roost import _telemetry as telemetry
 from roost._errors import Error
@@ -122,6 +123,26 @@ class Closing:
         self._runs.start_closing(run)  # no further activations, signals or results
         self._runs.move(run, PhaseEvent.CLOSE)
         self._spawn(self.close_from_outside, run, RunStatus.TERMINATED, error)
+
+    def cancel_unstarted(self, run: Run, error: Error) -> trio.Event:
+        """Close ``run``, none of whose activations has completed, as canceled.
+
+        No code of it has run to hear a cancel request (its first task may keep failing,
+        as when its input does not fit its signature), so the request closes it; the
+        event is set once the close is committed (or the node stops first).
+        """
+        closed = trio.Event()
+        self._runs.start_closing(run)
+        self._runs.move(run, PhaseEvent.CLOSE)
+
+        async def close() -> None:
+            try:
+                await self.close_from_outside(run, RunStatus.CANCELED, error)
+            finally:
+                closed.set()
+
+        self._spawn(close)
+        return closed
 
     async def fire_timer(self, timer: TimerTask) -> None:
         """A stored timer fell due: act on ``plan_timer`` for its kind."""

@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from roost._counters import RuntimeCounters
-from roost._errors import Error, not_found
+from roost._errors import Error, ErrorKind, not_found
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, ticket_error
 from roost.actors._app import Entry
@@ -38,6 +38,7 @@ from roost.workflow._local._eager import EagerStarts
 from roost.workflow._local._executors import Executors, freeze_startup_heap
 from roost.workflow._local._forwarding import Forwarding
 from roost.workflow._local._incoming import Incoming
+from roost.workflow._local._phases import RunPhase
 from roost.workflow._local._quarantine import Quarantines
 from roost.workflow._local._records import (
     RunRecord,
@@ -63,6 +64,8 @@ __all__ = ["WorkflowManager"]
 
 
 log = logging.getLogger("roost.workflow")
+# A run in these phases has no activation in flight that might complete before a close.
+_UNSTARTED_CANCELABLE = frozenset({RunPhase.IDLE, RunPhase.QUEUED, RunPhase.HELD, RunPhase.BACKOFF})
 
 
 class WorkflowManager:
@@ -182,6 +185,8 @@ class WorkflowManager:
             spawn=self.spawn_task,
             ready=ready,
             stats=self.stats,
+            counters=self.counters,
+            cancel_unstarted=self._cancel_unstarted,
         )
         self.tasks = Tasks(
             routes=self.routes,
@@ -367,7 +372,22 @@ class WorkflowManager:
         run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
+        record = run.record
+        # Its first activation keeps failing, and no attempt of it is in flight.
+        failing = record.activations == 0 and record.task_failure is not None
+        if failing and run.phase in _UNSTARTED_CANCELABLE:
+            return self._cancel_unstarted(run, reason)
         return self.incoming.from_outside(run, CancelRequested(reason=reason))
+
+    def _cancel_unstarted(self, run: Run, reason: str | None) -> trio.Event:
+        """Close as canceled a run whose first activation keeps failing, on a cancel request.
+
+        No activation of it ever completed, so no code of it can hear the request: without
+        this only a terminate would end it.
+        """
+        why = f"canceled before its first activation completed: {reason or 'no reason given'}"
+        error = Error(why, kind=ErrorKind.CANCELED, retryable=False, details={"reason": reason})
+        return self.closing.cancel_unstarted(run, error)
 
     def _not_open(self, pid: Pid) -> Error:
         """The error for steering a workflow id that has no open run on this node."""
@@ -391,6 +411,20 @@ class WorkflowManager:
         elif workflow_id in self.unloadable and described["status"] == RunStatus.RUNNING.value:
             described["task_failure"] = self.unloadable[workflow_id]
         return described
+
+    def gauges(self) -> dict[str, Any]:
+        """What ``/metrics`` shows as gauges, read now.
+
+        ``open``: open runs by workflow type; ``activities``: activity tasks not resolved
+        yet (running, or waiting for a retry); ``timers``: durable timers armed.
+        """
+        open_by_type: dict[str, int] = {}
+        timers = 0
+        for run in self.runs.values():
+            kind = run.record.workflow_type
+            open_by_type[kind] = open_by_type.get(kind, 0) + 1
+            timers += len(run.armed_timers)
+        return {"open": open_by_type, "activities": len(self.activities.running), "timers": timers}
 
     def history(self, workflow_id: str) -> list[Any]:
         """See ``NodeHandle.history``."""

@@ -40,6 +40,7 @@ import trio
 from roost import _telemetry as telemetry
 from roost._backoff import capped_backoff
 from roost._errors import Error, ErrorKind, NondeterminismError, type_name
+from roost.workflow._history import CancelRequested
 from roost.workflow._local._phases import PhaseEvent, RunPhase
 from roost.workflow._local._run import Pending, Run
 from roost.workflow._local._watchdog import Guard
@@ -48,6 +49,7 @@ from roost.workflow._misuse import exception_text
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from roost._counters import RuntimeCounters
     from roost.storage import Codec, WriteTxn
     from roost.workflow._local._runs import RunTable
 
@@ -197,7 +199,16 @@ def _held(error: Error) -> float:
 class TaskFailures:
     """Fails workflow tasks: discards each at once, stores why, retries it after a backoff."""
 
-    __slots__ = ("_codec", "_ready", "_runs", "_spawn", "_stats", "_transact")
+    __slots__ = (
+        "_cancel_unstarted",
+        "_codec",
+        "_counters",
+        "_ready",
+        "_runs",
+        "_spawn",
+        "_stats",
+        "_transact",
+    )
 
     def __init__(
         self,
@@ -208,6 +219,8 @@ class TaskFailures:
         spawn: Callable[..., None],
         ready: Callable[[Run], None],
         stats: dict[str, int],
+        counters: RuntimeCounters,
+        cancel_unstarted: Callable[[Run, str | None], object],
     ) -> None:
         """Build it from the few collaborators it uses.
 
@@ -218,9 +231,13 @@ class TaskFailures:
             spawn: starts the background task that stores it and waits out the backoff.
             ready: queues the run for its retry.
             stats: counts task failures.
+            counters: counts them by workflow type (for /metrics).
+            cancel_unstarted: closes as canceled a run whose first activation failed with
+                a cancel request among its events (no code of it can ever hear it).
         """
         self._runs, self._codec, self._transact = runs, codec, transact
         self._spawn, self._ready, self._stats = spawn, ready, stats
+        self._counters, self._cancel_unstarted = counters, cancel_unstarted
 
     def fail(
         self, run: Run, batch: list[Pending], error: Error, cause: BaseException | None
@@ -238,7 +255,13 @@ class TaskFailures:
         run.task_failed(batch, error)
         self._runs.move(run, PhaseEvent.FAIL)
         self._stats["task_failures"] += 1
+        self._counters.task_failed(run.record.workflow_type)
         log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
+        if run.record.activations == 0:
+            for _, event in run.pending:
+                if type(event) is CancelRequested:  # never heard: it closes the run
+                    self._cancel_unstarted(run, event.reason)
+                    return
         self._spawn(self._record_and_retry, run, task_backoff(run.task_failures, _held(error)))
 
     async def _record_and_retry(self, run: Run, backoff: float) -> None:

@@ -254,7 +254,7 @@ class Attempt:
 
     def finish(self, value: Any, error: Error | None) -> None:
         if self.began:
-            self.began = self.meter.attempt_done(self.began)
+            self.began = self.meter.attempt_done(self.task.entry, self.began)
         self.done = True
         self.value = value
         self.error = error

@@ -90,13 +90,15 @@ async def test_the_sync_client_steers_workflows_on_the_cluster(temporal_server):
 
 async def test_the_async_client_under_trio(temporal_server):
     name = f"tc{os.getpid()}-{next(_names)}"
-    async with roost.open_node(app, name=name, temporal=temporal_server):
-        async with roost.connect_async(temporal=temporal_server) as client:
-            with trio.fail_after(60):
-                wid = await client.start(greet, "bo", id=_id("greet"))
-                assert await client.result(wid, timeout="30s") == "hello BO"
-                listed = await client.list(f"WorkflowId = '{wid}'")
-                assert [row["workflow_id"] for row in listed] in ([], [wid])  # eventually
+    async with (
+        roost.open_node(app, name=name, temporal=temporal_server),
+        roost.connect_async(temporal=temporal_server) as client,
+    ):
+        with trio.fail_after(60):
+            wid = await client.start(greet, "bo", id=_id("greet"))
+            assert await client.result(wid, timeout="30s") == "hello BO"
+            listed = await client.list(f"WorkflowId = '{wid}'")
+            assert [row["workflow_id"] for row in listed] in ([], [wid])  # eventually
 
 
 def test_a_bad_temporal_target_is_invalid():

@@ -141,6 +141,17 @@ async def attempt(what: str, target: str, out: trio.MemorySendChannel) -> None:
                 await roost.enqueue(target, "shop:note", "queued")
             case "call":
                 await process.call(target, "go", "intruder", timeout="1s")
+            case "as-actor":
+                escalated = process.with_options().with_actor(security.Actor(target))
+                await escalated.with_scope(security.Scope("orders.write")).spawn(
+                    inner_reporter, out
+                )
+            case "as-scope":
+                await (
+                    process.with_options()
+                    .with_scope(security.Scope(target))
+                    .spawn(inner_reporter, out)
+                )
     except roost.Error as exc:
         await out.send(("raised", exc.kind))
         return
@@ -244,6 +255,29 @@ async def test_an_intruder_cannot_steer_a_workflow(autojump_clock, what):
         await trio.testing.wait_all_tasks_blocked()
         assert node.describe("o-1")["status"] == "running"
         assert node.history("o-1") == before  # nothing stored
+
+
+@pytest.mark.parametrize(("what", "target"), [("as-actor", "root"), ("as-scope", "read.public")])
+async def test_a_process_cannot_start_a_child_under_another_actor_or_wider_scope(
+    autojump_clock, what, target
+):
+    out_send, out = trio.open_memory_channel(2)
+    async with roost.open_node(app):
+        await actor_spawner("user:42").spawn(attempt, what, target, out_send)
+        with trio.fail_after(60):  # a child that started reports first
+            assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        await trio.testing.wait_all_tasks_blocked()
+        assert out.statistics().current_buffer_used == 0  # the child never started
+
+
+async def test_a_process_may_narrow_its_scope_for_a_child(autojump_clock):
+    out_send, out = trio.open_memory_channel(2)
+    async with roost.open_node(app):
+        await actor_spawner("user:42", "orders.write", "read.public").spawn(
+            attempt, "as-scope", "read.public", out_send
+        )
+        got = [await out.receive(), await out.receive()]
+        assert ("user:42", ["read.public"]) in got and ("returned", None) in got
 
 
 async def test_an_intruder_cannot_unregister_or_take_a_name(autojump_clock):

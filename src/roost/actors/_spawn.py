@@ -10,7 +10,7 @@ import trio
 
 from roost._errors import invalid
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, Actor, Scope, actor_of, claim, scope_of
+from roost._security import SECURITY_KEY, Actor, Scope, actor_of, claim, denied, scope_of
 from roost.actors._app import ENTRY_ATTR, Entry, EntryKind, check_arguments
 from roost.actors._authorize import authorize
 from roost.actors._current import current_any, current_process, maybe_current_process
@@ -97,6 +97,27 @@ def _check_process_options(entry_id: str, options: Mapping[str, Any]) -> None:
             raise invalid(f"trap_links must be a bool, got {value!r}")
 
 
+def _check_narrowing(
+    had_actor: Actor | None, had_scope: Scope | None, actor: Actor | None, scope: Scope | None
+) -> None:
+    """Refuse a child security context that is not the parent's actor with fewer policies."""
+    if actor != had_actor:
+        raise denied(
+            f"a process running as {had_actor.id if had_actor else None!r} cannot start a "
+            f"child as {actor.id if actor else None!r}: with_actor may only repeat the "
+            "caller's own actor (set other actors from the open_node block)",
+            actor=had_actor.id if had_actor else None,
+        )
+    allowed = set(had_scope or ())
+    extra = [name for name in scope or () if name not in allowed]
+    if extra:
+        raise denied(
+            f"with_scope may only narrow the caller's scope {sorted(allowed)}; "
+            f"{extra} are not in it",
+            policies=extra,
+        )
+
+
 @attrs.frozen(kw_only=True)
 class Spawner:
     """An immutable spawn configuration: every ``with_*`` returns a new Spawner."""
@@ -161,11 +182,19 @@ class Spawner:
         """This Spawner's context values, with the security context when it sets one.
 
         An actor or scope set here replaces the inherited one; the other is inherited.
+        Under an inherited security context only narrowing is allowed: the same actor and
+        a subset of its policies (the ``open_node`` block, with none, may set any).
+
+        Raises:
+            roost.Error: PermissionDenied for another actor or a policy outside the
+                inherited scope (checked before anything starts).
         """
         if self.actor is None and self.scope is None:
             return self.context
         actor = self.actor if self.actor is not None else actor_of(inherited)
         scope = self.scope if self.scope is not None else scope_of(inherited)
+        if SECURITY_KEY in inherited:
+            _check_narrowing(actor_of(inherited), scope_of(inherited), actor, scope)
         return {**self.context, SECURITY_KEY: claim(actor, scope)}
 
     def with_name(self, name: str) -> Spawner:

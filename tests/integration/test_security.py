@@ -576,3 +576,27 @@ async def test_the_admin_api_takes_only_a_signed_signal_for_a_secured_workflow()
             assert signed.status_code == 200, signed.text
         done = await wait_exit(pid)
         assert done.value["go"] == "ok"
+
+
+async def test_the_admin_api_takes_only_a_signed_call_for_a_secured_workflow():
+    import json  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from roost.cli._signing import operator_ticket  # noqa: PLC0415
+
+    async with roost.open_node(app, admin="127.0.0.1:0", signing_keys=RING) as node:
+        token = json.loads((node.data_dir / "admin.json").read_text())["token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        await actor_spawner(id="o-1").spawn(order, 1)
+        async with httpx.AsyncClient(base_url=node.admin_url, headers=headers) as client:
+            url = "/api/workflows/o-1/call"
+            refused = await client.post(url, json={"topic": "go", "payload": "x", "timeout": 1})
+            assert refused.status_code == 403
+            assert refused.json()["error"]["kind"] == "PermissionDenied"
+            ticket = operator_ticket(roost._security.KeyRing.build(RING), "o-1", "stop")
+            misaddressed = await client.post(
+                url, json={"topic": "go", "payload": "x", "timeout": 1, "ticket": ticket}
+            )
+            assert misaddressed.status_code == 403
+        assert not messages_of(node, "o-1")  # nothing stored

@@ -378,7 +378,7 @@ async def call(request: Request) -> Any:
 
     node = _handle(request)
     workflow_id = request.path_params["id"]
-    body = await _body(request, ("topic", "payload", "timeout"), _CALL_EXAMPLE)
+    body = await _body(request, ("topic", "payload", "timeout", "ticket"), _CALL_EXAMPLE)
     topic = _required_text(body, "topic", '"price"')
     payload = body.get("payload")
     timeout = body.get("timeout")
@@ -390,6 +390,8 @@ async def call(request: Request) -> Any:
         )
     _running(node, workflow_id, "called")
     pid = workflow_pid(node, workflow_id)
+    # As for signal: a secured workflow takes the operator's signed ticket for the request.
+    check_relay(node_of(node), pid, topic, body.get("ticket"))
 
     async def ask() -> Any:
         if timeout is None:

@@ -254,7 +254,7 @@ def seal(sec: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> dict[s
 
     Raises:
         roost.Error: InvalidState when there is no ring (a context needs a signing key);
-            Invalid for a scope without an actor.
+            Invalid for a scope without an actor or an actor without a scope.
     """
     if ring is None:
         raise Error(
@@ -266,6 +266,11 @@ def seal(sec: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> dict[s
     actor, policies = sec.get("actor"), list(sec.get("policies") or ())
     if actor is None and policies:
         raise invalid(f"a scope needs an actor: set with_actor as well as with_scope ({policies})")
+    if actor is not None and not policies:
+        raise invalid(
+            f"an actor needs a scope: set with_scope as well as with_actor "
+            f"({actor.get('id') if isinstance(actor, Mapping) else actor!r} has no policies)"
+        )
     key_id, sig = ring.sign(envelope_payload(actor, policies, addressee))
     return {
         "actor": actor,

@@ -232,6 +232,17 @@ async def test_a_context_without_a_signing_key_cannot_start_a_workflow(autojump_
         assert missing.value.kind == roost.ErrorKind.NOT_FOUND
 
 
+async def test_an_actor_without_a_scope_cannot_start_a_workflow(autojump_clock):
+    async with roost.open_node(app, signing_keys=RING) as node:
+        with pytest.raises(roost.Error) as err:
+            await (
+                process.with_options(id="o-1").with_actor(security.Actor("user:1")).spawn(order, 1)
+            )
+        assert err.value.kind == roost.ErrorKind.INVALID
+        assert "an actor needs a scope" in err.value.message
+        assert node.list_workflows() == []
+
+
 async def test_the_ring_comes_from_the_environment(autojump_clock, monkeypatch):
     monkeypatch.setenv("ROOST_SIGNING_KEYS", f"k9:{K2.hex()},k1:{K1.hex()}")
     async with roost.open_node(app) as node:

@@ -16,6 +16,7 @@ from roost._security import (
     KeyRing,
     Scope,
     claim,
+    envelope_payload,
     make_ticket,
     seal,
     ticket_error,
@@ -139,3 +140,15 @@ def test_actors_and_scopes_check_their_input():
     with pytest.raises(roost.Error):
         Scope("")
     assert list(Scope("a", "b", "a")) == ["a", "b"]
+
+
+def test_an_actor_without_a_scope_is_refused_when_sealed_and_when_checked():
+    actor = Actor("user:1").as_dict()
+    with pytest.raises(roost.Error) as err:
+        seal({"actor": actor, "policies": []}, "wf-1", RING)
+    assert err.value.kind == roost.ErrorKind.INVALID
+    assert "an actor needs a scope" in err.value.message
+    key_id, sig = RING.sign(envelope_payload(actor, [], "wf-1"))
+    signed = {"actor": actor, "policies": [], "addressee": "wf-1", "key_id": key_id, "sig": sig}
+    error = check_envelope({SECURITY_KEY: signed}, "wf-1", RING, POLICIES)
+    assert error is not None and "inconsistent" in error.message

@@ -102,7 +102,7 @@ def _shape_problem(sec: object) -> str | None:
     actor, named = sec["actor"], sec["policies"]
     actor_ok = actor is None or (isinstance(actor, Mapping) and isinstance(actor.get("id"), str))
     names_ok = isinstance(named, list) and all(isinstance(n, str) for n in named)
-    if not actor_ok or not names_ok or (actor is None and named):
+    if not actor_ok or not names_ok or (actor is None) != (not named):
         return "is inconsistent (an actor needs a scope, a scope an actor)"
     return None
 

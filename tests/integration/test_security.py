@@ -380,6 +380,34 @@ async def test_a_secure_app_denies_processes_without_a_context(autojump_clock):
         assert await out.receive() == ("returned", 1)
 
 
+secure_app = roost.App("vault", secure=True)
+
+
+@secure_app.process
+async def sink() -> None:
+    await roost.sleep("1d")
+
+
+@secure_app.workflow
+async def messenger(target: str, what: str) -> str:
+    try:
+        if what == "send":
+            process.send(target, "hello", 1)
+        else:
+            await process.call(target, "hello", 1, timeout="1s")
+    except roost.Error as exc:
+        return exc.kind.value
+    return "delivered"
+
+
+@pytest.mark.parametrize("what", ["send", "call"])
+async def test_a_secure_app_denies_workflows_without_a_context(autojump_clock, what):
+    async with roost.open_node(secure_app):
+        target = await process.spawn(sink)
+        result = await process.exec(messenger, str(target), what)
+        assert result == roost.ErrorKind.PERMISSION_DENIED.value
+
+
 # -- envelopes under damage: a real reopen of the data directory ----------------------------
 
 

@@ -138,7 +138,7 @@ def send(dest: Pid | str, topic: str, payload: Any = None) -> Receipt:
     if topic.__class__ is not str or not topic or topic[0] == "@":
         check_topic(topic)
     if proc.workflow is not None:
-        if proc.context:
+        if proc.context or (proc.node is not None and proc.node.app.secure):
             authorize(proc, "process.send", dest)
         proc.workflow.send(_workflow_dest(dest), topic, payload)
         return _RECORDED
@@ -211,7 +211,7 @@ async def call(
     seconds = parse_duration(timeout, what="call timeout", allow_zero=False)
     caller = current_any("process.call")
     if caller.workflow is not None:  # durable: the request and replies are recorded
-        if caller.context:
+        if caller.context or (caller.node is not None and caller.node.app.secure):
             authorize(caller, "process.call", dest)
         reply = await caller.workflow.call(_workflow_dest(dest), topic, payload, seconds)
         if reply is None:

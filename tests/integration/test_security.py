@@ -408,6 +408,35 @@ async def test_a_secure_app_denies_workflows_without_a_context(autojump_clock, w
         assert result == roost.ErrorKind.PERMISSION_DENIED.value
 
 
+@app.process
+async def pricer(answer: trio.MemoryReceiveChannel) -> None:
+    request = await process.inbox().receive()
+    process.send(request.sender, "ok", await answer.receive())
+
+
+@app.workflow
+async def asker(target: str) -> object:
+    return await process.call(target, "price", None, timeout="1h")
+
+
+async def test_only_the_called_process_can_reply_to_a_workflow_call(autojump_clock):
+    answer_send, answer = trio.open_memory_channel(1)
+    async with roost.open_node(app, signing_keys=RING) as node:
+        callee = await process.spawn(pricer, answer)
+        pid = await actor_spawner(id="a-1").spawn(asker, str(callee))
+        await trio.testing.wait_all_tasks_blocked()
+        run_id = node.describe("a-1")["run_id"]
+        reply_address = roost.Pid("local", "shop:replies", f"{run_id}.1.a-1")
+        with pytest.raises(roost.Error) as err:
+            process.send(reply_address, "ok", "forged")
+        assert err.value.kind == roost.ErrorKind.PERMISSION_DENIED
+        await trio.testing.wait_all_tasks_blocked()
+        assert not messages_of(node, "a-1")  # nothing stored
+        await answer_send.send(42)
+        done = await wait_exit(pid)
+        assert done.value == 42
+
+
 # -- envelopes under damage: a real reopen of the data directory ----------------------------
 
 

@@ -173,6 +173,7 @@ class Driver:
 
     # Slots: every cached workflow keeps one driver (no per-instance dict to carry).
     __slots__ = (
+        "_call_dests",
         "_calls",
         "_child_waits",
         "_commands",
@@ -209,6 +210,7 @@ class Driver:
         self._ports = ports
         # The dicts start as the shared ``_NONE`` and are made on first write (``_own``).
         self._calls: dict[int, Channel[Message]] = _NONE
+        self._call_dests: dict[int, Any] = _NONE  # an open call's destination, by seq
         # Created on first use: most runs start none (a set is 216 bytes per cached run).
         self.children: set[Pid] | frozenset[Pid] = _NO_PIDS
         self._child_waits: dict[Pid, Future] = _NONE
@@ -665,6 +667,7 @@ class Driver:
         seq = self._next_seq()
         replies: Channel[Message] = Channel(64)
         self._own("_calls")[seq] = replies
+        self._own("_call_dests")[seq] = dest
         self._issue(
             SendMessage(seq=seq, dest=dest, topic=topic, payload=payload, reply_to=reply_to)
         )
@@ -679,6 +682,11 @@ class Driver:
                     return reply
         finally:
             del self._calls[seq]
+            del self._call_dests[seq]
+
+    def open_calls(self) -> dict[int, Any]:
+        """The destinations (a Pid or a registered name) of its open calls, by call seq."""
+        return dict(self._call_dests)
 
     def spawn_coroutine(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         """Run ``fn(*args)`` as another coroutine of this workflow (FIFO after the caller)."""

@@ -127,6 +127,7 @@ class WorkflowManager:
             runs=runs,
             codec=codec,
             from_outside=incoming.from_outside,
+            holder=node.registry.lookup,
         )
         self.pid_hosts = frozenset({host, self.replies.host})
         self.timers = DurableTimers(now=node.now, runs=runs, spawn=self.spawn_task)

@@ -15,6 +15,7 @@ import trio
 
 from roost._errors import not_found
 from roost._pid import Pid
+from roost._security import denied
 from roost.workflow._history import MessageArrived
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class ReplyHost:
         runs: RunTable,
         codec: Codec,
         from_outside: Callable[[Run, MessageArrived], trio.Event],
+        holder: Callable[[str], Pid | None],
     ) -> None:
         """Build it from the few collaborators it uses.
 
@@ -47,9 +49,10 @@ class ReplyHost:
             runs: the run table (the run a reply address belongs to).
             codec: checks a reply's payload.
             from_outside: queues a reply for its run's inbox.
+            holder: the PID holding a registered name now, if any (a call to a name).
         """
         self._node_name, self._runs, self._codec = node_name, runs, codec
-        self._from_outside = from_outside
+        self._from_outside, self._holder = from_outside, holder
         self.host = f"{app_name}:replies"
 
     def pid(self, run: Run, seq: int) -> Pid:
@@ -68,11 +71,40 @@ class ReplyHost:
         return run, int(seq)
 
     def signal(self, sender: Pid | None, pid: Pid, topic: str, payload: Any) -> trio.Event:
-        """Record a reply into the calling run's history."""
+        """Record a reply into the calling run's history.
+
+        Only what was called may reply: a reply address is guessable, so a reply from any
+        other sender (or none) is refused and nothing is stored.
+
+        Raises:
+            roost.Error: NotFound when the address belongs to no open call; PermissionDenied
+                when ``sender`` is not the call's destination.
+        """
         found = self.route(pid)
         if found is None:
             raise not_found(f"reply address {pid} belongs to no open workflow run", pid=str(pid))
         run, seq = found
+        dest = run.call_destination(seq)
+        if dest is None:
+            raise not_found(f"reply address {pid} belongs to no open call", pid=str(pid))
+        if not self._is_callee(sender, dest):
+            raise denied(
+                f"only {dest} may reply to call {seq} of workflow {run.record.workflow_id!r}; "
+                f"{sender if sender is not None else 'a sender without a PID'} is not it",
+                pid=str(pid),
+            )
         self._codec.encode(payload, what=f"payload of reply {topic!r}")
         event = MessageArrived(topic=topic, payload=payload, sender=sender, call=seq)
         return self._from_outside(run, event)
+
+    def _is_callee(self, sender: Pid | None, dest: object) -> bool:
+        if sender is None:
+            return False
+        if isinstance(dest, str):  # a call to a name: its holder replies
+            held = self._holder(dest)
+            return held is not None and _same(held, sender)
+        return isinstance(dest, Pid) and _same(dest, sender)
+
+
+def _same(a: Pid, b: Pid) -> bool:
+    return a.host == b.host and a.id == b.id and a.node == b.node

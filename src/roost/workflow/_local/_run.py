@@ -20,7 +20,8 @@ Its phase has an owner outside: ``RunTable.move`` (``_runs``) decides the transi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -44,6 +45,7 @@ _NONE: frozenset[Pid] = frozenset()
 # The context of every run started without context values (most): one shared dict, never
 # written (context values are only read, ``roost.ctx``), instead of an empty one per run.
 _NO_CONTEXT: dict[str, Any] = {}
+_NO_CALLS: Mapping[int, Any] = MappingProxyType({})
 
 
 @attrs.frozen
@@ -112,6 +114,8 @@ class Run:
     _task_failures: int = attrs.field(default=0, init=False)  # consecutive failed tasks
     _drained: trio.Event | None = attrs.field(default=None, init=False)  # see wait_drained
     _closed_event: trio.Event | None = attrs.field(default=None, init=False)
+    # Its open calls' destinations (see call_destination) while its driver is dropped.
+    _dropped_calls: Mapping[int, Any] = attrs.field(default=_NO_CALLS, init=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.context:
@@ -162,6 +166,7 @@ class Run:
     def attach_driver(self, driver: Driver) -> None:
         """``driver`` is its driver (new, or rebuilt by replay)."""
         self.driver = driver
+        self._dropped_calls = _NO_CALLS
 
     def restore_context(self, context: dict[str, Any]) -> None:
         """A replay read its context values from its Started event (before replaying it)."""
@@ -175,8 +180,16 @@ class Run:
         """Close its driver, if any: the next activation rebuilds it by replay."""
         driver = self.driver
         if driver is not None:
+            self._dropped_calls = driver.open_calls() or _NO_CALLS
             driver.close()
             self.driver = None
+
+    def call_destination(self, seq: int) -> Any:
+        """Where its open call ``seq`` went (a Pid or a name); None for no such open call."""
+        driver = self.driver
+        if driver is not None:
+            return driver.open_calls().get(seq)
+        return self._dropped_calls.get(seq)
 
     # -- its events ----------------------------------------------------------------------
 

@@ -59,6 +59,11 @@ def read_public(actor: security.Actor, action: str, resource: str) -> bool:
     return action == "state.read" and resource.startswith("public/")
 
 
+@app.policy("spawn.only")
+def spawn_only(actor: security.Actor, action: str, resource: str) -> bool:
+    return action == "process.spawn"
+
+
 @app.activity
 def who_is_acting() -> list:
     actor, scope = security.actor(), security.scope()
@@ -141,6 +146,12 @@ async def attempt(what: str, target: str, out: trio.MemorySendChannel) -> None:
                 await roost.enqueue(target, "shop:note", "queued")
             case "call":
                 await process.call(target, "go", "intruder", timeout="1s")
+            case "start-signal":
+                existing = process.with_options(id=target, id_conflict_policy="use_existing")
+                await existing.with_message("go", "intruder").spawn(order, 9)
+            case "start-replace":
+                replace = process.with_options(id=target, id_conflict_policy="terminate_existing")
+                await replace.spawn(order, 9)
             case "as-actor":
                 escalated = process.with_options().with_actor(security.Actor(target))
                 await escalated.with_scope(security.Scope("orders.write")).spawn(
@@ -289,6 +300,34 @@ async def test_a_process_may_narrow_its_scope_for_a_child(autojump_clock):
         )
         got = [await out.receive(), await out.receive()]
         assert ("user:42", ["read.public"]) in got and ("returned", None) in got
+
+
+@pytest.mark.parametrize("what", ["start-signal", "start-replace"])
+async def test_an_intruder_cannot_reach_a_secured_workflow_through_start_options(
+    autojump_clock, what
+):
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app, signing_keys=RING) as node:
+        await actor_spawner(id="o-1").spawn(order, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        before = node.history("o-1")
+        await actor_spawner("intruder", "spawn.only").spawn(attempt, what, "o-1", out_send)
+        with trio.fail_after(60):
+            assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        await trio.testing.wait_all_tasks_blocked()
+        assert node.describe("o-1")["status"] == "running"
+        assert node.history("o-1") == before  # nothing stored
+
+
+async def test_an_allowed_actor_starts_into_an_existing_secured_workflow(autojump_clock):
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app, signing_keys=RING):
+        pid = await actor_spawner(id="o-1").spawn(order, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        await actor_spawner("user:5").spawn(attempt, "start-signal", "o-1", out_send)
+        assert await out.receive() == ("returned", None)
+        done = await wait_exit(pid)
+        assert done.value["go"] == "intruder"
 
 
 async def test_an_intruder_cannot_unregister_or_take_a_name(autojump_clock):

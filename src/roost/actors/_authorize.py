@@ -20,7 +20,14 @@ from roost._pid import Pid
 from roost._security import SECURITY_KEY, actor_of, denied, ticket_error
 from roost.actors._current import activity_context, bound_node, maybe_current_process
 
-__all__ = ["authorize", "authorize_caller", "check_relay", "is_secured", "resource_text"]
+__all__ = [
+    "authorize",
+    "authorize_caller",
+    "authorize_sender",
+    "check_relay",
+    "is_secured",
+    "resource_text",
+]
 
 log = logging.getLogger("roost.security")
 
@@ -128,3 +135,21 @@ def authorize_caller(action: str, *parts: object) -> None:
     if context and SECURITY_KEY in context:
         resource = "/".join(resource_text(p) for p in parts)
         authorize(_ActivityCaller(context, bound_node()), action, resource)
+
+
+def authorize_sender(
+    node: Any, sender: Pid, context_of: Any, action: str, resource: object
+) -> None:
+    """Raise PermissionDenied unless the process or workflow ``sender`` may take ``action``.
+
+    For what a start does to an existing run (start messages, terminate_existing): the
+    starter is looked up by PID, a plain process on ``node`` or a workflow whose context
+    ``context_of(pid)`` returns (None when it is neither: the node's own code).
+    """
+    proc = node.procs.get(sender)
+    if proc is not None:
+        authorize(proc, action, resource)
+        return
+    context = context_of(sender)
+    if context is not None:
+        authorize(_ActivityCaller(context, node, "workflow", str(sender)), action, resource)

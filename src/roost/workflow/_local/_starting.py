@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from roost import _telemetry as telemetry
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, reseal
+from roost._security import SECURITY_KEY, denied, reseal
 from roost.actors._app import Entry
+from roost.actors._authorize import authorize_sender
 from roost.workflow._history import MessageArrived, Started
 from roost.workflow._local._plan import build_run
 from roost.workflow._local._records import RunRecord
@@ -233,13 +234,33 @@ class Starts:
                 raise plan.error
             existing = self._runs[workflow_id]
             if plan.deliver_messages:
+                if messages and SECURITY_KEY in existing.context:
+                    # The messages reach a secured run as process.send would deliver them.
+                    self._authorize_starter(sender, "process.send", existing.pid)
                 await self._incoming.signal_many(existing, messages, sender)
                 return existing.pid
             # terminate_existing: the same path as terminate (watchers and concurrent
             # starts of this id wait for the close), then plan again.
+            if SECURITY_KEY in existing.context:
+                self._authorize_starter(sender, "process.terminate", existing.pid)
             self._terminate(existing)
             await existing.wait_closed()
             replaced = True
+
+    def _authorize_starter(self, sender: Pid, action: str, target: Pid) -> None:
+        """Raise PermissionDenied unless the starter may take ``action`` on ``target``."""
+        if self._node.settings.get("keyring") is None:
+            raise denied(
+                f"workflow {target.id!r} runs under a security context and this node has no "
+                "signing keys to admit a start's messages or termination",
+                workflow=target.id,
+            )
+
+        def context_of(pid: Pid) -> dict[str, Any] | None:
+            run = self._runs.get(pid.id) if pid.host == self._host else None
+            return run.context if run is not None else None
+
+        authorize_sender(self._node, sender, context_of, action, target)
 
     async def _settled(self, workflow_id: str) -> None:
         """Wait until no close of the id commits and no uncommitted step's child takes it."""

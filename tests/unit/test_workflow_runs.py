@@ -105,6 +105,9 @@ class _Driver:
     def close(self) -> None:
         self.closed = True
 
+    def open_calls(self) -> dict[int, object]:
+        return {}
+
 
 _ENTRY = Entry(id="t:flow", kind=EntryKind.WORKFLOW, fn=lambda: None, is_async=True)
 _AT = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

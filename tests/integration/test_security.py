@@ -64,6 +64,11 @@ def spawn_only(actor: security.Actor, action: str, resource: str) -> bool:
     return action == "process.spawn"
 
 
+@app.policy("enqueue.only")
+def enqueue_only(actor: security.Actor, action: str, resource: str) -> bool:
+    return action == "queue.enqueue"
+
+
 @app.activity
 def who_is_acting() -> list:
     actor, scope = security.actor(), security.scope()
@@ -300,6 +305,16 @@ async def test_a_process_may_narrow_its_scope_for_a_child(autojump_clock):
         )
         got = [await out.receive(), await out.receive()]
         assert ("user:42", ["read.public"]) in got and ("returned", None) in got
+
+
+async def test_enqueue_does_not_run_an_entry_the_caller_may_not_start(autojump_clock):
+    ran.clear()
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app, signing_keys=RING):
+        await actor_spawner("user:3", "enqueue.only").spawn(attempt, "enqueue", "jobs", out_send)
+        assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        await trio.testing.wait_all_tasks_blocked()
+        assert ran == []  # the queued call never ran
 
 
 @pytest.mark.parametrize("what", ["start-signal", "start-replace"])

@@ -54,7 +54,9 @@ async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
     Raises:
         roost.Error: Invalid for an undeclared queue, an entry that is not an activity,
             process or workflow, a FIFO payload without its group field, or a payload
-            that cannot be encoded; NotFound for an unknown entry. Nothing is stored.
+            that cannot be encoded; NotFound for an unknown entry; PermissionDenied when
+            the caller's policies allow neither ``queue.enqueue`` on the queue nor
+            ``process.spawn`` of the entry. Nothing is stored.
     """
     runtime = _runtime()
     authorize_caller("queue.enqueue", queue)
@@ -64,6 +66,8 @@ async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
             f"a queue target is an activity, a process or a workflow; {resolved.id!r} is a "
             f"{resolved.kind.value}"
         )
+    # The queue runs the entry without the caller's context: enqueuing it is starting it.
+    authorize_caller("process.spawn", resolved.id)
     message, data = runtime.new_message(queue, resolved.id, payload)
     delivery = DELIVERY.get()
     if delivery is not None and delivery.open and delivery.runtime is runtime:

@@ -631,6 +631,26 @@ async def test_unsigned_cli_signal_is_refused_and_a_signed_one_lands(
         assert done.value["go"] == "cli"
 
 
+async def test_an_offline_cli_signal_signed_with_a_self_made_key_is_refused(
+    autojump_clock, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("ROOST_SIGNING_KEYS", raising=False)
+    data = tmp_path / "data"
+    await start_orders(data, ["o-1"])
+    key_file = tmp_path / "mine.keys"
+    key_file.write_text(f"k1:{K2.hex()}\n")  # the node's key id, another secret
+    forged = cli(
+        "workflow", "signal", "o-1", "go", '"forged"', "--data-dir", str(data),
+        "--key-file", str(key_file),
+    )  # fmt: skip
+    assert forged.exit_code == 1
+    assert "does not verify" in forged.output
+    async with roost.open_node(app, data, signing_keys=RING) as node:
+        await trio.testing.wait_all_tasks_blocked()
+        assert node.describe("o-1")["status"] == "running"
+        assert not messages_of(node, "o-1")  # nothing stored
+
+
 async def test_a_signed_process_send_lands_and_a_forged_ticket_is_refused(autojump_clock):
     async with roost.open_node(app, signing_keys=RING) as node:
         pid = await actor_spawner(id="o-1").spawn(order, 1)

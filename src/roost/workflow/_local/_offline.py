@@ -20,7 +20,7 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, KeyRing, ticket_error
+from roost._security import SECURITY_KEY, KeyRing, denied, envelope_payload, ticket_error
 from roost.actors._app import _check_name as check_name
 from roost.storage import Codec, ReadTxn, WriteTxn, key, unpack_key
 from roost.storage._quarantine import QUARANTINE_TABLE, quarantine_key
@@ -202,6 +202,14 @@ def _open_run(txn: ReadTxn, codec: Codec, workflow_id: str) -> RunRecord:
     return record
 
 
+def _verifies(ring: KeyRing, sec: object) -> bool:
+    """Whether ``ring`` verifies the sealed envelope ``sec``."""
+    if not isinstance(sec, Mapping):
+        return False
+    payload = envelope_payload(sec.get("actor"), sec.get("policies"), sec.get("addressee"))
+    return ring.verify(sec.get("key_id"), payload, sec.get("sig"))
+
+
 def _start_context(txn: ReadTxn, codec: Codec, record: RunRecord) -> dict[str, Any]:
     """The context values of ``record``'s run, from its ``Started`` event (stored or pending)."""
     data = txn.get("histories", history_key(record.run_id, 1))
@@ -248,10 +256,20 @@ def signal_offline(
     if not isinstance(topic, str) or not topic:
         raise invalid(f"a message topic is a non-empty string, got {topic!r}")
     record = _open_run(txn, codec, workflow_id)
-    if SECURITY_KEY in _start_context(txn, codec, record):
+    sec = _start_context(txn, codec, record).get(SECURITY_KEY)
+    if sec is not None:
         refused = ticket_error(ticket, workflow_id, topic, ring)
         if refused is not None:
             raise refused
+        # Any ring verifies its own tickets: it must also verify the run's envelope, which
+        # only the node's signing keys made (a self-made key file does not).
+        if ring is None or not _verifies(ring, sec):
+            raise denied(
+                f"the key ring given does not verify workflow {workflow_id!r}'s envelope: "
+                "it is not the node's ring (give the node's key file or ROOST_SIGNING_KEYS)",
+                workflow=workflow_id,
+                topic=topic,
+            )
     codec.encode(payload, what=f"payload of message {topic!r}")
     _append(txn, codec, record, MessageArrived(topic=topic, payload=payload, sender=None))
 

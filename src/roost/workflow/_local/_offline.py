@@ -204,9 +204,9 @@ def _open_run(txn: ReadTxn, codec: Codec, workflow_id: str) -> RunRecord:
 
 def _verifies(ring: KeyRing, sec: object) -> bool:
     """Whether ``ring`` verifies the sealed envelope ``sec``."""
-    if not isinstance(sec, Mapping):
+    if not isinstance(sec, Mapping) or not isinstance(sec.get("addressee"), str):
         return False
-    payload = envelope_payload(sec.get("actor"), sec.get("policies"), sec.get("addressee"))
+    payload = envelope_payload(sec.get("actor"), sec.get("policies"), sec["addressee"])
     return ring.verify(sec.get("key_id"), payload, sec.get("sig"))
 
 

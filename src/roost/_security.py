@@ -62,6 +62,18 @@ def _canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
+def _check_json(value: Any) -> None:
+    """Raise TypeError for a mapping key that is not a str, at any depth (json would cast it)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"key {k!r} is not a str")
+            _check_json(v)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_json(item)
+
+
 @attrs.frozen(init=False)
 class Actor:
     """Who is acting: an id (``"user:42"``) and plain metadata (JSON values)."""
@@ -82,7 +94,8 @@ class Actor:
             raise invalid(f"actor meta is a mapping or None, got {type(meta).__name__}")
         copied = dict(meta or {})
         try:
-            _canonical(copied)
+            _check_json(copied)
+            json.dumps(copied, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise invalid(
                 f"actor meta must hold JSON values with str keys (it is signed as JSON): {exc}"
@@ -194,7 +207,8 @@ class KeyRing:
         """A ring from ``id1:hex,id2:hex`` (or one ``id:hex`` per line); the first signs.
 
         Raises:
-            roost.Error: Invalid naming ``source`` for a malformed entry.
+            roost.Error: Invalid naming ``source`` for a malformed entry or a key id given
+                twice.
         """
         keys: dict[str, bytes] = {}
         for raw in text.replace("\n", ",").split(","):
@@ -208,6 +222,10 @@ class KeyRing:
                 secret = b""
             if not sep or not secret:
                 raise invalid(f"{source}: each key is 'id:hex' (hex-encoded bytes), got {item!r}")
+            if key_id.strip() in keys:
+                raise invalid(
+                    f"{source} names key {key_id.strip()!r} twice: give each key its own id"
+                )
             keys[key_id.strip()] = secret
         if not keys:
             raise invalid(f"{source} holds no key; write 'id:hex', e.g. k1:{os.urandom(32).hex()}")

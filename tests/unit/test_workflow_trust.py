@@ -124,7 +124,7 @@ def test_tickets_are_bound_to_workflow_and_topic():
 def test_key_rings_parse_and_refuse_bad_input():
     ring = KeyRing.parse(f"k2:{'bb' * 32}, k1:{'aa' * 32}", source="test")
     assert ring.active == "k2" and set(ring.keys) == {"k1", "k2"}
-    for bad in ("k1", "k1:zz", "", "k1:00"):
+    for bad in ("k1", "k1:zz", "", "k1:00", f"k1:{'aa' * 32},k1:{'bb' * 32}"):
         with pytest.raises(roost.Error) as err:
             KeyRing.parse(bad, source="test")
         assert err.value.kind == roost.ErrorKind.INVALID
@@ -137,6 +137,10 @@ def test_actors_and_scopes_check_their_input():
         Actor("")
     with pytest.raises(roost.Error):
         Actor("u", meta={"x": object()})
+    for bad in ({1: "x"}, {"x": float("nan")}, {"x": [{2: "y"}]}, {"x": float("inf")}):
+        with pytest.raises(roost.Error) as err:
+            Actor("u", meta=bad)
+        assert err.value.kind == roost.ErrorKind.INVALID
     with pytest.raises(roost.Error):
         Scope("")
     assert list(Scope("a", "b", "a")) == ["a", "b"]

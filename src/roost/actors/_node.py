@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("roost.process")
+# Seconds a node waits, at shutdown, for processes it has terminated to end.
+KILLED_GRACE = 5.0
 assert TRIO_BACKEND is not None  # importing it installs the default channel backend
 _UTC = dt.UTC
 
@@ -614,7 +616,20 @@ class Node:
                 self.kill(
                     proc, terminated_error(proc.pid, "terminated: node shutdown grace elapsed")
                 )
-        await self.wait_idle()
+        with trio.move_on_after(KILLED_GRACE):
+            await self.wait_idle()
+        # What is left never ran far enough to be stopped: its task was never started (a
+        # Ctrl-C between the spawn's bookkeeping and its task's start) or cannot be
+        # cancelled. The node stops all the same; each is recorded as ended, and named.
+        for proc in list(self.procs.values()):
+            if proc.entry is not None:
+                log.error(
+                    "process %s (%s) did not end when terminated at node shutdown; "
+                    "recorded as ended",
+                    proc.pid,
+                    proc.entry.id,
+                )
+                self.exit(proc, None, terminated_error(proc.pid, "terminated: node shutdown"))
 
     def mark_ready(self, proc: Process) -> None:
         """Signal that ``proc`` finished starting (entries declared with sync_start)."""

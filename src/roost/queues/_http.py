@@ -466,38 +466,38 @@ def _entry_id(app: App, entry: object) -> str:
     )
 
 
-def _check_auth(app: App, route: str, auth_id: str, *, known_only: bool) -> None:
-    found = app.entries.get(auth_id)
-    if found is None:
-        if known_only:
-            return
-        known = ", ".join(sorted(app.entries)) or "none"
-        raise invalid(
-            f"HTTP route {route} names unknown auth entry {auth_id!r}; registered entries: {known}",
-            entry=auth_id,
-        )
-    if found.kind not in _AUTH_KINDS:
-        raise invalid(
-            f"HTTP route {route}: the auth entry {auth_id!r} is a {found.kind.value}; an auth "
-            "entry is an activity or a process (it answers before anything durable starts)",
-            entry=auth_id,
-        )
+# Per role of an entry a route names: the kinds it may be, how a message names it, and
+# what the kinds are (said when the entry is of another kind).
+_ROLES: Final = {
+    "handler": (
+        _HANDLER_KINDS,
+        "runs unknown entry",
+        "a route runs an activity, a process or a workflow",
+    ),
+    "auth": (
+        _AUTH_KINDS,
+        "names unknown auth entry",
+        "an auth entry is an activity or a process (it answers before anything durable starts)",
+    ),
+}
 
 
-def _check_entry(app: App, route: str, entry_id: str, *, known_only: bool) -> None:
+def _check_named(app: App, route: str, entry_id: str, role: str, *, known_only: bool) -> None:
+    """Refuse a route whose ``role`` entry is unknown (unless ``known_only``) or of a wrong kind."""
+    kinds, unknown, allowed = _ROLES[role]
     found = app.entries.get(entry_id)
     if found is None:
         if known_only:
             return
         known = ", ".join(sorted(app.entries)) or "none"
         raise invalid(
-            f"HTTP route {route} runs unknown entry {entry_id!r}; registered entries: {known}",
+            f"HTTP route {route} {unknown} {entry_id!r}; registered entries: {known}",
             entry=entry_id,
         )
-    if found.kind not in _HANDLER_KINDS:
+    if found.kind not in kinds:
+        what = "the auth entry " if role == "auth" else ""
         raise invalid(
-            f"HTTP route {route}: {entry_id!r} is a {found.kind.value}; a route runs an "
-            "activity, a process or a workflow",
+            f"HTTP route {route}: {what}{entry_id!r} is a {found.kind.value}; {allowed}",
             entry=entry_id,
         )
 
@@ -521,10 +521,10 @@ def declare_http(
     """
     entry_id = _entry_id(app, entry)
     # By id, the entry may be registered after the route: validate() checks it then.
-    _check_entry(app, f"{method} {path}", entry_id, known_only=isinstance(entry, str))
+    _check_named(app, f"{method} {path}", entry_id, "handler", known_only=isinstance(entry, str))
     auth_id = None if auth is None else _entry_id(app, auth)
     if auth_id is not None:
-        _check_auth(app, f"{method} {path}", auth_id, known_only=isinstance(auth, str))
+        _check_named(app, f"{method} {path}", auth_id, "auth", known_only=isinstance(auth, str))
     route = routes_of(app).add(method, path, entry_id, auth_id)  # Invalid for a duplicate
     app.declared.setdefault("http", {})[f"{route.method} {route.path}"] = route
     return route
@@ -537,9 +537,9 @@ def check_routes(app: App) -> None:
         roost.Error: kind Invalid naming the first bad route.
     """
     for route in app.declared.get("http", {}).values():
-        _check_entry(app, f"{route.method} {route.path}", route.entry, known_only=False)
+        _check_named(app, f"{route.method} {route.path}", route.entry, "handler", known_only=False)
         if route.auth is not None:
-            _check_auth(app, f"{route.method} {route.path}", route.auth, known_only=False)
+            _check_named(app, f"{route.method} {route.path}", route.auth, "auth", known_only=False)
 
 
 # -- bodies and statuses ------------------------------------------------------------------

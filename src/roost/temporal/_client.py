@@ -113,7 +113,8 @@ async def connect(target: str, namespace: str) -> temporalio.client.Client:
     except RuntimeError as exc:  # temporalio's connect failure
         raise Error(
             f"cannot reach the Temporal server at {target!r} (namespace {namespace!r}): {exc}; "
-            "check that it is running and that --temporal names its frontend (host:port)",
+            "check that it is running and that the address (temporal= or --temporal) names "
+            "its frontend (host:port)",
             kind=ErrorKind.UNAVAILABLE,
         ) from None
     try:
@@ -125,7 +126,7 @@ async def connect(target: str, namespace: str) -> temporalio.client.Client:
             raise Error(
                 f"the Temporal server at {target!r} has no namespace {namespace!r} "
                 f"({exc.message}): create it (`temporal operator namespace create --namespace "
-                f"{namespace}`) or name one it has",
+                f"{namespace}`) or name one it has (temporal_namespace= or --namespace)",
                 kind=ErrorKind.NOT_FOUND,
                 details={"namespace": namespace},
             ) from None

@@ -45,7 +45,6 @@ from roost.actors._node_types import noproc_error
 from roost.temporal import _client
 from roost.temporal._activity import ContextCarrier, activity_function
 from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
-from roost.temporal._converter import data_converter
 from roost.temporal._cron import CronFire, ensure_schedules
 from roost.temporal._failures import application_error, error_of, unsupported
 from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO
@@ -765,14 +764,6 @@ async def _open(
             exits=exits,
         )
     except temporalio.service.RPCError as exc:
-        if exc.status == temporalio.service.RPCStatusCode.NOT_FOUND:
-            raise Error(
-                f"the Temporal server at {target!r} has no namespace {namespace!r} "
-                f"({exc.message}): create it (`temporal operator namespace create --namespace "
-                f"{namespace}`) or pass temporal_namespace= of one it has",
-                kind=ErrorKind.NOT_FOUND,
-                details={"namespace": namespace},
-            ) from None
         raise Error(
             f"the Temporal server at {target!r} (namespace {namespace!r}) refused the node's "
             f"start: {exc.message}; check that it is running and reachable, and that this "
@@ -794,19 +785,8 @@ async def _open_workers(
     exits: _Exits,
 ) -> _Opened:
     app = services.app
-    try:
-        client = await temporalio.client.Client.connect(
-            target, namespace=namespace, data_converter=data_converter()
-        )
-    except RuntimeError as exc:  # temporalio's connect failure
-        raise Error(
-            f"cannot reach the Temporal server at {target!r} (namespace {namespace!r}): {exc}",
-            kind=ErrorKind.UNAVAILABLE,
-        ) from None
-    # The namespace first: a worker would only find it missing in its own task.
-    await client.workflow_service.describe_namespace(
-        wsv1.DescribeNamespaceRequest(namespace=namespace)
-    )
+    # The namespace is checked here: a worker would only find it missing in its own task.
+    client = await _client.connect(target, namespace)
     app_worker = temporalio.worker.Worker(
         client,
         task_queue=app.name,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -197,17 +196,8 @@ def start(  # noqa: PLR0917 - the command's arguments
         options = {"id": workflow_id, "id_conflict_policy": "fail"}
 
     async def ask(client: temporalio.client.Client) -> str:
-        pid = await _client.start(
-            client,
-            entry,
-            values,
-            options=options,
-            default_queue=app_name,
-            memo={},
-            host=f"{app_name}:workflows",
-            default_id=f"{app_name}-{os.urandom(8).hex()}",
-        )
-        return str(pid.id)
+        started: str = await _client.start_outside(client, entry, values, options)
+        return started
 
     try:
         started = _on_cluster(target, namespace, ask)

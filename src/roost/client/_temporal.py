@@ -11,7 +11,6 @@ trio alike. Queues stay on the nodes: ``enqueue`` goes to the node given as the 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -76,22 +75,9 @@ class TemporalCore:
         """Start workflow ``entry`` on the cluster; the workflow id."""
         entry_id = _entry_id(entry)
         values = _json(plain_data(list(args)), f"the arguments of {entry_id!r}")
-        app_name = entry_id.partition(":")[0]
-
-        async def ask(client: temporalio.client.Client) -> str:
-            pid = await self._ops.start(
-                client,
-                entry_id,
-                values,
-                options=options,
-                default_queue=app_name,
-                memo={},
-                host=f"{app_name}:workflows",
-                default_id=f"{app_name}-{os.urandom(8).hex()}",
-            )
-            return str(pid.id)
-
-        started = yield from self._on_cluster(ask)
+        started = yield from self._on_cluster(
+            lambda c: self._ops.start_outside(c, entry_id, values, options)
+        )
         return WorkflowId(started, entry if callable(entry) else None)
 
     def signal(self, workflow_id: str, topic: str, payload: Any) -> Plan[None]:

@@ -205,6 +205,31 @@ async def start(
     return pid
 
 
+async def start_outside(
+    client: temporalio.client.Client,
+    entry_id: str,
+    args: Sequence[Any],
+    options: Mapping[str, Any],
+) -> str:
+    """Start a workflow from outside any node (the command line, a client); its id.
+
+    The task queue defaults to the app's name (the part of ``entry_id`` before ``:``); the
+    run has no parent and no owning node.
+    """
+    app_name = entry_id.partition(":")[0]
+    pid = await start(
+        client,
+        entry_id,
+        args,
+        options=options,
+        default_queue=app_name,
+        memo={},
+        host=f"{app_name}:workflows",
+        default_id=f"{app_name}-{os.urandom(8).hex()}",
+    )
+    return str(pid.id)
+
+
 async def signal(
     client: temporalio.client.Client,
     workflow_id: str,

@@ -44,6 +44,39 @@ async def pay(order: Any) -> Any:
     return paid
 
 
+FLAKY: list[int] = []
+
+
+@app.activity(
+    retry_policy=roost.RetryPolicy(
+        initial_interval="10s", backoff_coefficient=1.0, maximum_attempts=5
+    )
+)
+async def flaky(order: Any) -> str:
+    FLAKY.append(len(FLAKY) + 1)
+    if len(FLAKY) == 1:
+        raise roost.Error("the bank is napping", kind=roost.ErrorKind.UNAVAILABLE)
+    if len(FLAKY) == 2:
+        await roost.sleep("3s")  # the second attempt runs a while before it fails
+        raise ValueError("card reader jammed")
+    return f"paid {order}"
+
+
+@app.workflow
+async def pay_flaky(order: Any) -> Any:
+    return await funcs.call(flaky, order)
+
+
+@app.activity(retry_policy=roost.RetryPolicy(initial_interval="1s", backoff_coefficient=1.0))
+async def hopeless() -> None:
+    raise roost.Error("still down", kind=roost.ErrorKind.UNAVAILABLE)
+
+
+@app.workflow
+async def keeps_failing() -> None:
+    await funcs.call(hopeless)
+
+
 @app.workflow
 async def child(order: Any) -> None:
     await channel.select(process.listen("go"), roost.after("1h"))
@@ -136,6 +169,59 @@ async def test_the_history_is_a_table_with_times_and_the_activities_show_each_at
         assert 'id="cancel"' not in page
         started = section(page, "wf-input", "</pre>")
         assert "&#34;sku&#34;: &#34;A-1&#34;" in started  # from the start record
+
+
+def attempt_items(page: str, seq: int) -> list[str]:
+    listed = section(page, f"attempts-{seq}", "</ol>")
+    items = re.findall(r"<li[^>]*>(.*?)</li>", listed, re.DOTALL)
+    return [" ".join(text_of(li).split()) for li in items]
+
+
+async def test_a_completed_activity_shows_every_attempt_with_its_error_and_times(mock_clock):
+    FLAKY.clear()
+    async with open_console_node(app) as c, c.client() as http:
+        await process.with_options(id="flaky-1").spawn(pay_flaky, "o-1")
+        await settle()
+        t0 = c.node._node.now()
+        mock_clock.jump(10)  # attempt 2 starts, runs 3 s, fails
+        await settle()
+        mock_clock.jump(3)
+        await settle()
+        mock_clock.jump(10)  # attempt 3 succeeds
+        await settle()
+        assert c.node.describe("flaky-1")["status"] == "completed"
+        page = (await http.get("/workflows/flaky-1")).text
+        first, second, third = attempt_items(page, 1)
+        assert first.split()[0] == "failed" and "Unavailable the bank is napping" in first
+        stamp = "%Y-%m-%d %H:%M:%S"
+        assert (t0.strftime(stamp)) in first
+        assert "failed" in second and "card reader jammed" in second and "+3 s" in second
+        assert (t0 + dt.timedelta(seconds=10)).strftime(stamp) in second
+        assert (t0 + dt.timedelta(seconds=13)).strftime(stamp) in second
+        assert third.split()[0] == "completed"
+        assert (t0 + dt.timedelta(seconds=23)).strftime(stamp) in third
+        assert 'value="3"' in section(page, "attempts-1", "</ol>")  # numbered from the store
+        # Nothing of the attempts is in the history the workflow replays.
+        kinds = [type(e).__name__ for e in c.node.history("flaky-1")]
+        assert kinds.count("ActivityResolved") == 1 and "AttemptRecord" not in kinds
+
+
+async def test_the_store_keeps_the_latest_failed_attempts_of_an_activity(mock_clock):
+    from roost.workflow._local._records import KEPT_ATTEMPTS  # noqa: PLC0415
+
+    async with open_console_node(app) as c, c.client() as http:
+        await process.with_options(id="hopeless").spawn(keeps_failing)
+        await settle()
+        for _ in range(KEPT_ATTEMPTS + 5):
+            mock_clock.jump(1)
+            await settle()
+        kept = c.node._node.workflows.activity_attempts("hopeless")
+        numbers = [a["attempt"] for a in kept]
+        assert numbers == list(range(7, KEPT_ATTEMPTS + 7))
+        page = (await http.get("/workflows/hopeless")).text
+        items = attempt_items(page, 1)
+        assert len(items) == KEPT_ATTEMPTS + 1 and items[-1].split()[0] == "running"
+        assert all("Unavailable still down" in item for item in items[:-1])
 
 
 async def test_children_and_parent_link_to_each_other(mock_clock):

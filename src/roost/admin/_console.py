@@ -234,7 +234,11 @@ async def _workflow(request: Request) -> Response:
         parent_id=data.parent_workflow(node, described.get("parent")),
         parent_pid=data.parent_process(node, described.get("parent")),
         timeline=data.history_rows(history[:_HISTORY_LIMIT]),
-        activities=data.activity_rows(history, described.get("pending_activities") or []),
+        activities=data.activity_rows(
+            history,
+            described.get("pending_activities") or [],
+            data.activity_attempts(node, workflow_id),
+        ),
         history_total=len(history),
         history_error=history_error,
         timers=data.pending_timers(history, status),

@@ -38,6 +38,7 @@ from roost.workflow._history import (
 )
 
 __all__ = [
+    "activity_attempts",
     "activity_rows",
     "cancel_workflow",
     "children",
@@ -187,11 +188,16 @@ def history_rows(history: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def activity_rows(history: list[Any], pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every activity the run scheduled: when, how it ended and how long it took.
+def activity_rows(
+    history: list[Any],
+    pending: list[dict[str, Any]],
+    attempts: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every activity the run scheduled: when, how it ended, how long it took, its attempts.
 
     A pending one has its attempt, the previous attempt's error and when the next attempt
-    may start.
+    may start. ``attempts`` are the recorded failed attempts (``activity_attempts``); each
+    row's ``attempts`` lists them, then the attempt that ended it (or runs, or waits).
     """
     rows: dict[int, dict[str, Any]] = {}
     at: dt.datetime | None = None
@@ -211,6 +217,7 @@ def activity_rows(history: list[Any], pending: list[dict[str, Any]]) -> list[dic
                 "error": None,
                 "attempt": None,
                 "next_attempt_at": None,
+                "attempts": [],
             }
         elif isinstance(item, ActivityResolved) and item.seq in rows:
             row = rows[item.seq]
@@ -224,14 +231,61 @@ def activity_rows(history: list[Any], pending: list[dict[str, Any]]) -> list[dic
             and rows.get(item.activity, {}).get("status") == "scheduled"
         ):
             rows[item.activity]["status"] = "canceled"
+            rows[item.activity]["closed_at"] = at
+    running: dict[int, dict[str, Any]] = {}
     for task in pending:
         waiting = rows.get(task.get("seq", -1))
         if waiting is not None:
+            running[waiting["seq"]] = task
             waiting["status"] = "running"
             waiting["attempt"] = task.get("attempt")
             waiting["error"] = task.get("last_error")
             waiting["next_attempt_at"] = task.get("next_attempt_at")
+    for failed in sorted(attempts or (), key=lambda a: (a["seq"], a["attempt"])):
+        owner = rows.get(failed["seq"])
+        if owner is not None:
+            took = failed["ended_at"] - failed["started_at"]
+            owner["attempts"].append({**failed, "status": "failed", "took": took})
+    for row in rows.values():
+        row["attempts"].append(_last_attempt(row, running.get(row["seq"])))
     return list(rows.values())
+
+
+def _last_attempt(row: dict[str, Any], task: dict[str, Any] | None) -> dict[str, Any]:
+    """The attempt after the recorded failures: the one that ended the activity, or its next.
+
+    Its start is when it could start (the retry time after the last failure, or the
+    scheduling); its end is the activation that recorded its outcome.
+    """
+    before = row["attempts"][-1] if row["attempts"] else None
+    number = before["attempt"] + 1 if before is not None else 1
+    started = before["next_attempt_at"] if before is not None else row["scheduled_at"]
+    if task is not None:
+        number = task.get("attempt") or number
+        started = task.get("next_attempt_at") or started
+    status = row["status"]
+    ended = row["closed_at"] if status in ("completed", "failed", "canceled") else None
+    took = ended - started if ended is not None and started is not None else None
+    return {
+        "seq": row["seq"],
+        "attempt": number,
+        "started_at": started,
+        "ended_at": ended,
+        "took": took,
+        "status": status,
+        "error": row["error"] if status == "failed" else None,
+        "next_attempt_at": None,
+    }
+
+
+def activity_attempts(handle: Any, workflow_id: str) -> list[dict[str, Any]]:
+    """The failed activity attempts the host keeps (the embedded host's ``attempts``).
+
+    A host that keeps none (Temporal's history holds only the latest failure) gives none:
+    the page then shows each activity's outcome only.
+    """
+    read = getattr(_node(handle).workflows, "activity_attempts", None)
+    return list(read(workflow_id)) if read is not None else []
 
 
 def parent_workflow(handle: Any, parent: Any) -> str | None:

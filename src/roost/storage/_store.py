@@ -73,6 +73,7 @@ TABLES: Final[tuple[str, ...]] = (
     "cron",
     "queue_groups",
     "quarantine",
+    "attempts",
 )
 _TABLE_SET: Final = frozenset(TABLES)
 

@@ -224,6 +224,69 @@ async def test_the_store_keeps_the_latest_failed_attempts_of_an_activity(mock_cl
         assert all("Unavailable still down" in item for item in items[:-1])
 
 
+def chart_rows(page: str) -> list[dict[str, Any]]:
+    found = []
+    for kind, row in re.findall(
+        r'<tr class="bar-row k-\w+" data-kind="(\w+)">(.*?)</tr>',
+        section(page, "timeline-chart"),
+        re.DOTALL,
+    ):
+        rect = re.search(r'<rect class="([^"]*)" x="([\d.]+)" y="1" width="([\d.]+)"', row)
+        assert rect is not None, row
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.DOTALL)
+        found.append(
+            {
+                "kind": kind,
+                "label": " ".join(text_of(cells[0]).split()[1:]),
+                "class": rect.group(1),
+                "x": float(rect.group(2)),
+                "width": float(rect.group(3)),
+                "took": " ".join(text_of(cells[2]).split()),
+            }
+        )
+    return found
+
+
+async def test_the_timeline_draws_each_activity_timer_child_and_message_on_one_axis(
+    mock_clock,
+):
+    ATTEMPTS.clear()
+    async with open_console_node(app) as c, c.client() as http:
+        await process.with_options(id="pay-t").spawn(pay, {"sku": "T-1"})
+        await process.with_options(id="fam-t").spawn(parent, {"n": 3})
+        await settle()
+        mock_clock.jump(10)  # the activity's second attempt succeeds; the 30 s timer starts
+        await settle()
+        process.send(roost.Pid.parse("{dbg:workflows|fam-t.1}"), "go", "now")
+        await settle()
+        mock_clock.jump(30)
+        await settle()
+        assert c.node.describe("pay-t")["status"] == "completed"
+        # A closed run: the axis is its 40 s, the activity its first quarter, the timer the rest.
+        rows = chart_rows((await http.get("/workflows/pay-t")).text)
+        assert [(r["kind"], r["label"]) for r in rows] == [
+            ("activity", "#1 dbg:wobbly"),
+            ("timer", "#2 sleep 30 s"),
+        ]
+        activity, timer = rows
+        assert (activity["x"], activity["width"]) == (0.0, 250.0)
+        assert (timer["x"], timer["width"]) == (250.0, 750.0)
+        assert "b-completed" in activity["class"] and "completed +10 s" in activity["took"]
+        assert "completed +30 s" in timer["took"]
+        # An open run: its child ended (the message let it finish), its 2 h timer runs on.
+        family = chart_rows((await http.get("/workflows/fam-t")).text)
+        kinds = {r["kind"]: r for r in family}
+        assert set(kinds) == {"child", "timer"}
+        assert kinds["child"]["label"] == "fam-t.1 (dbg:child)"
+        assert "completed +10 s" in kinds["child"]["took"]
+        assert "b-open" in kinds["timer"]["class"] and "running" in kinds["timer"]["took"]
+        assert kinds["child"]["width"] == 250.0 and kinds["timer"]["width"] == 1000.0
+        kid = chart_rows((await http.get("/workflows/fam-t.1")).text)
+        assert [r["kind"] for r in kid] == ["timer", "message"]
+        assert kid[1]["label"] == "message go" and kid[1]["x"] == 0.0
+        assert kid[1]["width"] == 1000.0  # the whole run: it waited from its start
+
+
 async def test_children_and_parent_link_to_each_other(mock_clock):
     async with open_console_node(app) as c, c.client() as http:
         await process.with_options(id="fam").spawn(parent, {"n": 1})

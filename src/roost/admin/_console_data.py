@@ -54,6 +54,7 @@ __all__ = [
     "signal_workflow",
     "stop_process",
     "terminate_workflow",
+    "timeline_chart",
     "trigger_cron",
 ]
 
@@ -286,6 +287,107 @@ def activity_attempts(handle: Any, workflow_id: str) -> list[dict[str, Any]]:
     """
     read = getattr(_node(handle).workflows, "activity_attempts", None)
     return list(read(workflow_id)) if read is not None else []
+
+
+# The chart's width in SVG user units: bars are placed in these (no inline style: the
+# console's Content-Security-Policy allows stylesheets only from the console itself).
+CHART_WIDTH = 1000
+
+
+def timeline_chart(
+    history: list[Any], closed_at: dt.datetime | None, now: dt.datetime
+) -> dict[str, Any]:
+    """The run as a compact timeline: one bar per activity, timer, child and message wait.
+
+    Times are activation times (the history's clock). An activity runs from the activation
+    that scheduled it to the one that recorded its outcome (or its cancel); a timer from
+    its start to its firing; a child from its start to its exit; a message wait from the
+    activation before the message to the one that delivered it. What has not ended runs to
+    the run's close, or to ``now`` while it is open (``open`` is True). Returns ``start``,
+    ``end`` (the shared axis), ``span`` (a timedelta) and ``rows``, each with ``kind``,
+    ``label``, ``start``, ``end``, ``took``, ``status``, ``open``, and ``x`` / ``width`` in
+    ``CHART_WIDTH`` units.
+    """
+    chart = _Chart()
+    for item in history:
+        chart.feed(item)
+    at = chart.at
+    running_to = now if at is None else max(now, at)
+    last = closed_at if closed_at is not None else running_to
+    start = next((e.at for e in history if isinstance(e, WorkflowTask)), last)
+    for row in chart.rows:
+        _place(row, start, last, closed=closed_at is not None)
+    return {"start": start, "end": last, "span": last - start, "rows": chart.rows}
+
+
+class _Chart:
+    """The timeline's rows, built by reading a history in order."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.at: dt.datetime | None = None  # the current activation's time
+        self.before: dt.datetime | None = None  # the previous activation's time
+        self._open: dict[tuple[str, object], dict[str, Any]] = {}
+
+    def feed(self, item: Any) -> None:
+        kind = type(item)
+        if kind is WorkflowTask:
+            self.before, self.at = self.at, item.at
+        elif kind is ScheduleActivity:
+            self._add("activity", f"#{item.seq} {item.entry}", ("a", item.seq))
+        elif kind is ActivityResolved:
+            self._end(("a", item.seq), "failed" if item.error is not None else "completed")
+        elif kind is CancelActivity:
+            self._end(("a", item.activity), "canceled")
+        elif kind is StartTimer:
+            self._add("timer", f"#{item.seq} sleep {item.seconds:g} s", ("t", item.seq))
+        elif kind is TimerFired:
+            self._end(("t", item.seq), "completed")
+        elif kind is StartChild:
+            self._add("child", f"{item.workflow_id} ({item.entry})", ("c", item.workflow_id))
+        elif kind is ProcessExited:
+            status = "failed" if item.error is not None else "completed"
+            self._end(("c", getattr(item.pid, "id", None)), status)
+        elif kind is MessageArrived and item.call is None:  # a call's reply waits for nothing
+            row = self._add("message", f"message {short(item.topic, 60)}", None)
+            row["start"] = self.before if self.before is not None else self.at
+            row["end"], row["status"] = self.at, "completed"
+
+    def _add(self, kind: str, label: str, key: tuple[str, object] | None) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "kind": kind,
+            "label": label,
+            "start": self.at,
+            "end": None,
+            "status": "running",
+        }
+        self.rows.append(row)
+        if key is not None:
+            self._open[key] = row
+        return row
+
+    def _end(self, key: tuple[str, object], status: str) -> None:
+        row = self._open.pop(key, None)
+        if row is not None:
+            row["end"], row["status"] = self.at, status
+
+
+def _place(row: dict[str, Any], start: dt.datetime, last: dt.datetime, *, closed: bool) -> None:
+    """Give a row its end (if open), duration and place on the axis from ``start`` to ``last``."""
+    row["open"] = row["end"] is None
+    if row["open"]:
+        row["end"] = last
+        if closed:
+            row["status"] = "unfinished"  # the run closed while it was under way
+    began: dt.datetime = row["start"] or start
+    ended: dt.datetime = row["end"]
+    row["took"] = ended - began
+    span = (last - start).total_seconds()
+    offset = (began - start).total_seconds()
+    length = max((ended - began).total_seconds(), 0.0)
+    x = round(CHART_WIDTH * offset / span, 1) if span > 0 else 0.0
+    width = round(CHART_WIDTH * length / span, 1) if span > 0 else float(CHART_WIDTH)
+    row["x"], row["width"] = x, max(min(width, CHART_WIDTH - x), 2.0)
 
 
 def parent_workflow(handle: Any, parent: Any) -> str | None:

@@ -78,6 +78,16 @@ async def keeps_failing() -> None:
 
 
 @app.workflow
+async def ship(order: Any) -> Any:
+    """Pay (a flaky activity), start a child, sleep, then take an approval."""
+    approvals = process.listen("approve")
+    paid = await funcs.call(flaky, order)
+    await process.spawn(child, order)
+    await roost.sleep("30s")
+    return [paid, await approvals.receive()]
+
+
+@app.workflow
 async def child(order: Any) -> None:
     await channel.select(process.listen("go"), roost.after("1h"))
 
@@ -398,61 +408,64 @@ async def test_a_process_page_shows_its_mailbox_links_and_monitors_and_stops_it(
 
 def browse(url: str, token: str, target: str, shots: Path) -> dict[str, Any]:
     """A session in headless Chromium (a worker thread); returns what it saw."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only this test needs it
-    from test_console_browser import CHROMIUM, FLAGS  # noqa: PLC0415
+    from browser import (  # noqa: PLC0415 - only the browser tests need it
+        chromium,
+        errors,
+        find,
+        goto,
+        screenshot,
+        wait_for,
+    )
 
     seen: dict[str, Any] = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.set_default_timeout(10_000)
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            # No cookie: the login page, then the token typed into it.
-            seen["login_status"] = page.goto(f"{url}/workflows/pay-2").status
-            page.screenshot(path=str(shots / "console-login.png"))
-            page.fill("#token", token)
-            page.click("button[type=submit]")
-            page.wait_for_selector("#timeline")
-            seen["after_login"] = page.url
-            seen["login_errors"] = errors[:]  # the 401 of the login page itself, and only it
-            errors.clear()
-            # Expand one history row: its whole record shows.
-            row = page.locator("#timeline tr.ev-ActivityResolved").first
-            seen["collapsed"] = row.locator("pre").is_visible()
-            row.locator("summary").click()
-            seen["expanded"] = row.locator("pre").inner_text()
-            page.screenshot(path=str(shots / "console-history.png"), full_page=True)
-            # The child's parent is a link.
-            page.goto(f"{url}/workflows/fam2.1")
-            page.click("#wf-parent a")
-            page.wait_for_url(f"{url}/workflows/fam2")
-            seen["parent_url"] = page.url
-            # Trigger a cron run by hand; the live refresh brings its outcome.
-            page.goto(f"{url}/cron")
-            page.click("button.trigger-now")
-            page.wait_for_selector("#cron .outcome .s-failed")
-            seen["cron_outcome"] = page.inner_text("#cron .outcome")
-            # A process page, and its stop button.
-            page.goto(f"{url}/processes")
-            page.click(f"a[href='/processes/{urllib.parse.quote(target, safe='')}']")
-            page.wait_for_selector("#process")
-            seen["mailbox"] = page.inner_text("#proc-mailbox")
-            page.screenshot(path=str(shots / "console-process.png"), full_page=True)
-            page.click("#proc-terminate")
-            page.wait_for_selector(".flash.ok")
-            seen["stopped"] = page.inner_text(".flash.ok")
-            seen["errors"] = errors
-        finally:
-            browser.close()
+    with chromium(1280, 900) as page:
+        # No cookie: the login page, then the token typed into it.
+        seen["login_status"] = goto(page, f"{url}/workflows/pay-2")
+        screenshot(page, shots / "console-login.png")
+        seen["login_errors"] = errors(page)  # the 401 of the login page itself, and only it
+        find(page, "#token").send_keys(token)
+        find(page, "button[type=submit]").click()
+        wait_for(page, "#timeline")
+        seen["after_login"] = page.current_url
+        # Expand one history row: its whole record shows.
+        row = find(page, "#timeline tr.ev-ActivityResolved")
+        seen["collapsed"] = row.find_element("css selector", "pre").is_displayed()
+        row.find_element("css selector", "summary").click()
+        seen["expanded"] = row.find_element("css selector", "pre").text
+        screenshot(page, shots / "console-history.png", full_page=True)
+        # The timeline of a run with an activity, a child, a timer and a message.
+        goto(page, f"{url}/workflows/ship-1")
+        chart = wait_for(page, "#timeline-chart")
+        seen["chart_rows"] = [
+            r.get_attribute("data-kind") for r in chart.find_elements("css selector", "tr.bar-row")
+        ]
+        chart.find_element("xpath", "./ancestor::section").screenshot(
+            str(shots / "console-timeline.png")
+        )
+        # The child's parent is a link.
+        goto(page, f"{url}/workflows/fam2.1")
+        find(page, "#wf-parent a").click()
+        wait_for(page, "#children")
+        seen["parent_url"] = page.current_url
+        # Trigger a cron run by hand; the live refresh brings its outcome.
+        goto(page, f"{url}/cron")
+        find(page, "button.trigger-now").click()
+        seen["cron_outcome"] = wait_for(page, "#cron .outcome .s-failed")
+        seen["cron_outcome"] = find(page, "#cron .outcome").text
+        # A process page, and its stop button.
+        goto(page, f"{url}/processes")
+        find(page, f"a[href='/processes/{urllib.parse.quote(target, safe='')}']").click()
+        wait_for(page, "#process")
+        seen["mailbox"] = find(page, "#proc-mailbox").text
+        screenshot(page, shots / "console-process.png", full_page=True)
+        find(page, "#proc-terminate").click()
+        seen["stopped"] = wait_for(page, ".flash.ok").text
+        seen["errors"] = errors(page)
     return seen
 
 
 async def test_debugging_in_headless_chromium(tmp_path, mock_clock):
-    from test_console_browser import need_chromium  # noqa: PLC0415
+    from browser import need_chromium  # noqa: PLC0415
 
     need_chromium()
     shots = Path(os.environ.get("ROOST_CONSOLE_SCREENSHOTS") or tmp_path)
@@ -461,10 +474,29 @@ async def test_debugging_in_headless_chromium(tmp_path, mock_clock):
     async with open_console_node(app) as c:
         await process.with_options(id="pay-2").spawn(pay, {"sku": "B-7", "qty": 2})
         await process.with_options(id="fam2").spawn(parent, {"n": 2})
+        FLAKY.clear()
+        await process.with_options(id="ship-1").spawn(ship, {"sku": "C-3"})
         target = await process.spawn(holder)
         process.send(target, "note", "unread")
         await settle()
-        mock_clock.jump(10)  # the second attempt of the activity succeeds
+        mock_clock.jump(10)  # the second attempt of each activity starts; wobbly's succeeds
+        await settle()
+        mock_clock.jump(3)  # flaky's second attempt fails after 3 s
+        await settle()
+        mock_clock.jump(10)  # its third succeeds: ship-1 starts its child and a 30 s timer
+        await settle()
+        kid = next(
+            e.workflow_id for e in c.node.history("ship-1") if hasattr(e, "parent_close_policy")
+        )
+        mock_clock.jump(5)
+        await settle()
+        process.send(roost.Pid.parse(f"{{dbg:workflows|{kid}}}"), "go", "now")
+        await settle()
+        mock_clock.jump(10)
+        await settle()
+        process.send(roost.Pid.parse("{dbg:workflows|ship-1}"), "approve", {"by": "ann"})
+        await settle()
+        mock_clock.jump(15)  # the timer fires; ship-1 takes the approval and completes
         await settle()
         seen = await trio.to_thread.run_sync(browse, c.url, c.token, str(target), shots)
         assert c.node.process_count() == 1 + sum(1 for p in c.node._node.procs if p == target)
@@ -473,10 +505,12 @@ async def test_debugging_in_headless_chromium(tmp_path, mock_clock):
     assert seen["collapsed"] is False
     assert '"value"' in seen["expanded"] and '"paid"' in seen["expanded"]
     assert seen["parent_url"] == f"{c.url}/workflows/fam2"
+    assert seen["chart_rows"] == ["activity", "child", "timer", "message"]
     assert "failed" in seen["cron_outcome"] and "by hand" in seen["cron_outcome"]
     assert seen["mailbox"] == "1"
     assert seen["stopped"] == "Process terminated."
     assert [e for e in seen["login_errors"] if "401" not in e] == []
     assert seen["errors"] == []  # no script error, no CSP violation
-    for name in ["console-login.png", "console-history.png", "console-process.png"]:
+    shown = ["console-login.png", "console-history.png", "console-timeline.png"]
+    for name in [*shown, "console-process.png"]:
         assert (shots / name).stat().st_size > 10_000, name

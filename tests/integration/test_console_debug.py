@@ -345,7 +345,7 @@ async def test_a_queue_page_lists_waiting_and_in_flight_messages(mock_clock):
 async def test_cron_shows_the_last_fire_and_outcome_and_triggers_now(mock_clock):
     async with open_console_node(app) as c, c.client() as http:
         before = section((await http.get("/cron")).text, "cron")
-        assert "never" in text_of(before) and "none since the node started" in before
+        assert "never" in text_of(before) and "no run recorded" in before
         started = await http.post(
             "/cron", data={"action": "trigger", "trigger": "dbg:nightly @ 0 3 * * *"}
         )
@@ -369,7 +369,31 @@ async def test_cron_shows_the_last_fire_and_outcome_and_triggers_now(mock_clock)
         fired = section((await http.get("/cron")).text, "cron")
         last = text_of(fired.split('class="last-fire"')[1].split("</td>")[0])
         assert due.strftime("%Y-%m-%d 03:00:00 UTC") in last
-        assert "by hand" not in fired and "failed" in fired
+        latest = fired.split('class="outcome">')[1].split('<details class="recent">')[0]
+        assert "by hand" not in latest and "failed" in latest
+        assert "by hand" in fired.split('<details class="recent">')[1]  # the run before
+
+
+async def test_cron_outcomes_are_stored_and_shown_after_a_restart(mock_clock, tmp_path):
+    from roost.queues._cron import KEPT_RUNS, RUNS_TABLE  # noqa: PLC0415
+    from roost.storage import key  # noqa: PLC0415
+
+    trigger = "dbg:nightly @ 0 3 * * *"
+    async with open_console_node(app, data_dir=tmp_path) as c, c.client() as http:
+        for _ in range(KEPT_RUNS + 2):
+            started = await http.post("/cron", data={"action": "trigger", "trigger": trigger})
+            assert started.status_code == 303
+            await settle()
+    async with open_console_node(app, data_dir=tmp_path) as c, c.client() as http:
+        row = section((await http.get("/cron")).text, "cron")
+        cell = row.split('class="outcome">')[1].split("</td>")[0]
+        latest = " ".join(text_of(cell.split('<details class="recent">')[0]).split())
+        assert latest.startswith("failed") and "by hand" in latest and "fell over" in latest
+        runs = cell.split('<details class="recent">')[1]
+        assert f"last {KEPT_RUNS} runs" in runs and runs.count("<li>") == KEPT_RUNS
+        with c.node._node.store.read() as txn:
+            kept = [k for k, _ in txn.prefix(RUNS_TABLE, key(trigger))]
+        assert kept == [key(trigger, n) for n in range(3, KEPT_RUNS + 3)]  # the latest only
 
 
 async def test_a_process_page_shows_its_mailbox_links_and_monitors_and_stops_it(mock_clock):

@@ -501,8 +501,9 @@ def dead_letters(handle: Any, queue: str, limit: int) -> list[Any]:
 def cron_triggers(handle: Any) -> list[dict[str, Any]]:
     """Each cron trigger: expression, entry, catch-up rule, next and last fire (UTC).
 
-    ``last_fire_at`` is the stored last fire time; ``outcome`` how the latest run in this
-    node's life went (a ``CronOutcome``, None before the first).
+    ``last_fire_at`` is the stored last fire time; ``outcome`` how the latest run went (a
+    ``CronOutcome``: one under way, or the latest stored, from before a restart too; None
+    before the first); ``recent`` the stored runs, oldest first (the latest ten).
     """
     node = _node(handle)
     now = node.now()
@@ -522,6 +523,7 @@ def cron_triggers(handle: Any) -> list[dict[str, Any]]:
                 "next_fire_at": trigger.schedule.next_after(now),
                 "last_fire_at": runtime.last_fire(trigger.id) if runtime is not None else None,
                 "outcome": runtime.outcomes.get(trigger.id) if runtime is not None else None,
+                "recent": list(runtime.recent.get(trigger.id, ())) if runtime is not None else [],
             }
         )
     triggers.sort(key=lambda t: (t["next_fire_at"] is None, t["next_fire_at"] or now))

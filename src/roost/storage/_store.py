@@ -74,6 +74,7 @@ TABLES: Final[tuple[str, ...]] = (
     "queue_groups",
     "quarantine",
     "attempts",
+    "cron_runs",
 )
 _TABLE_SET: Final = frozenset(TABLES)
 

@@ -11,9 +11,10 @@ DEMO_DATA := roost-demo-data
 
 # One line says what the install does and how long it takes; pip's own output goes to
 # $(VENV)/install.log and is shown only when the install fails. The demo needs roost alone
-# (~60 MB, under a minute); the tests and linters need the dev tools too (~550 MB, a few
-# minutes on a fresh clone: mypy, ruff, Playwright's driver for the console's browser test,
-# Temporal's SDK with its dev server for the Temporal host's tests).
+# (~60 MB, under a minute); the tests and linters need the dev tools too (~430 MB, a minute
+# or two on a fresh clone: mypy, ruff, Selenium for the console's browser tests (the browser
+# and its driver are Debian's), Temporal's SDK with its dev server for the Temporal host's
+# tests).
 $(RUNTIME_STAMP): pyproject.toml
 	@echo "Installing roost into $(VENV) (editable, runtime dependencies only: ~60 MB, under a minute; pip's log: $(VENV)/install.log)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,7 +24,7 @@ $(RUNTIME_STAMP): pyproject.toml
 	@touch $(RUNTIME_STAMP)
 
 $(STAMP): pyproject.toml
-	@echo "Installing roost and its dev tools into $(VENV) (editable; ~550 MB, a few minutes on a fresh clone; pip's log: $(VENV)/install.log)"
+	@echo "Installing roost and its dev tools into $(VENV) (editable; ~430 MB, a minute or two on a fresh clone; pip's log: $(VENV)/install.log)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@{ $(PY) -m pip install --upgrade pip && $(PY) -m pip install -e '.[dev]'; } \
 		> $(VENV)/install.log 2>&1 \

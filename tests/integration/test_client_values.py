@@ -13,6 +13,7 @@ import enum
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 from client_node import NodeThread
 
 import roost
@@ -92,3 +93,34 @@ def test_a_signal_payload_of_plain_python_types_is_sent_as_its_data(tmp_path: Pa
         wid = client.start(takes_an_order, id="sig-1")
         client.signal(wid, "order", ORDER)  # a dataclass, as its plain data
         assert client.result(wid, timeout="30s") == ["o-1", "gold"]
+
+
+def test_a_client_given_the_app_types_the_results_of_workflows_named_by_id(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with NodeThread(app, data):
+        with roost.connect(data) as client:
+            client.start("typedshop:invoice", ORDER, 10, id="inv-3")  # by id: not typed
+            assert isinstance(client.result("inv-3", timeout="30s"), dict)
+        with roost.connect(data, app=app) as typed:
+            got = typed.result("inv-3", timeout="30s")
+            assert got == EXPECTED and type(got.total) is Money
+
+        async def main() -> Invoice:
+            async with roost.connect_async(data, app=app) as client:
+                return await client.result("inv-3")
+
+        assert asyncio.run(main()) == EXPECTED
+    # Offline (no node runs): the stored description names the type too.
+    with roost.connect(data, app=app) as offline:
+        assert offline.result("inv-3") == EXPECTED
+    # A type the app does not declare comes back as its JSON data.
+    with roost.connect(data, app=roost.App("other")) as other:
+        assert other.result("inv-3")["total"] == [90, "EUR"]
+
+
+def test_connect_refuses_an_app_that_is_no_app(tmp_path: Path) -> None:
+    with pytest.raises(roost.Error, match=r"app is the roost\.App") as caught:
+        roost.connect(tmp_path, app="typedshop")
+    assert caught.value.kind is roost.ErrorKind.INVALID

@@ -1,9 +1,9 @@
-"""The web console in a real headless Chromium (Debian's ``chromium``), driven by Playwright.
+"""The web console in a real headless Chromium (Debian's ``chromium``), driven by Selenium.
 
-Nothing is downloaded: Playwright drives the system browser by ``executable_path``. The
-browser runs in a worker thread (Playwright's sync API) while the node serves the console
-on trio in the test's thread. Without /usr/bin/chromium the test is skipped, except under
-CI=true, where it fails: .ci/run installs the browser.
+Nothing is downloaded: Selenium drives Debian's ``chromedriver`` by path (``browser``). The
+browser runs in a worker thread (Selenium's API blocks) while the node serves the console
+on trio in the test's thread. Without /usr/bin/chromium and /usr/bin/chromedriver the test
+is skipped, except under CI=true, where it fails: .ci/run installs them.
 
 Screenshots go to a temporary directory, or to ``ROOST_CONSOLE_SCREENSHOTS`` when set
 (``ROOST_CONSOLE_SCREENSHOTS=docs/images`` refreshes the ones in docs/console.md).
@@ -24,88 +24,60 @@ from roost import process
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import browser
 import console_app
+from browser import chromium, errors, find, goto, need_chromium, screenshot, texts, wait_for
 from console_app import app
 from console_fixture import open_console_node
 from test_console import blocked_on_select, until
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def need_chromium() -> None:
-    if CHROMIUM.exists():
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing: CI needs Debian's chromium (.ci/run installs it)")
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium); CI runs this test")
-
 
 def drive(url: str, token: str, workflow_id: str, shots: Path) -> dict[str, Any]:
     """The browser session (in a worker thread); returns what it saw."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only this test needs it
-
     seen: dict[str, Any] = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
-        try:
-            # Without the token: refused.
-            seen["anonymous"] = browser.new_page().goto(f"{url}/").status
+    with chromium(1280, 820) as page:
+        # Without the token: refused.
+        seen["anonymous"] = goto(page, f"{url}/")
+        errors(page)  # the 401 itself is logged; what follows must log nothing
+        # The token link once; from then on the cookie carries it.
+        seen["token_link"] = goto(page, f"{url}/?token={token}")
+        seen["landed_on"] = page.current_url
+        rows = browser.find_all(page, "#workflows tbody tr")
+        row = [r for r in rows if workflow_id in r.text]
+        seen["listed"] = len(row)
+        seen["listed_status"] = row[0].find_element("css selector", ".status").text
+        screenshot(page, shots / "console-workflows.png")
 
-            context = browser.new_context(viewport={"width": 1280, "height": 820})
-            context.set_default_timeout(10_000)
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            # The token link once; from then on the cookie carries it.
-            seen["token_link"] = page.goto(f"{url}/?token={token}").status
-            seen["landed_on"] = page.url
-            row = page.locator("#workflows tbody tr", has_text=workflow_id)
-            seen["listed"] = row.count()
-            seen["listed_status"] = row.locator(".status").first.inner_text()
-            page.screenshot(path=str(shots / "console-workflows.png"))
+        row[0].find_element("css selector", "a").click()
+        wait_for(page, "#timeline")
+        seen["page_url"] = page.current_url
+        seen["timeline"] = texts(page, "#timeline .kind")
+        seen["status_before"] = find(page, "#wf-status").text
+        seen["live_toggle"] = find(page, ".live-toggle").is_displayed()
+        screenshot(page, shots / "console-workflow.png", full_page=True)
 
-            row.locator("a").first.click()
-            page.wait_for_selector("#timeline")
-            seen["page_url"] = page.url
-            seen["timeline"] = page.locator("#timeline .kind").all_inner_texts()
-            seen["status_before"] = page.inner_text("#wf-status")
-            page.screenshot(path=str(shots / "console-workflow.png"), full_page=True)
+        find(page, "input[name=reason]").send_keys("out of stock")
+        find(page, "#cancel").click()
+        seen["flash"] = wait_for(page, ".flash.ok").text
+        seen["after_url"] = page.current_url
+        # The live refresh (console.js) brings the closed status and the rest of the
+        # history in without a reload.
+        seen["status_live"] = wait_for(page, "#wf-status.s-canceled").text
+        seen["timeline_after"] = texts(page, "#timeline .kind")
 
-            page.fill("input[name=reason]", "out of stock")
-            page.click("#cancel")
-            page.wait_for_selector(".flash.ok")
-            seen["flash"] = page.inner_text(".flash.ok")
-            seen["after_url"] = page.url
-            # The live refresh (console.js) brings the closed status and the rest of the
-            # history in without a reload.
-            page.wait_for_selector("#wf-status.s-canceled")
-            seen["status_live"] = page.inner_text("#wf-status")
-            seen["timeline_after"] = page.locator("#timeline .kind").all_inner_texts()
-
-            # Without JavaScript the pages read the same (only the live refresh is gone).
-            plain = browser.new_context(java_script_enabled=False).new_page()
-            plain.goto(f"{url}/?token={token}")
-            plain.click(f"text={workflow_id}")
-            seen["plain_timeline"] = plain.locator("#timeline .kind").all_inner_texts()
-
-            page.click("nav >> text=Queues")
-            page.wait_for_selector("#queues")
-            seen["queues"] = page.locator("#queues tbody tr").all_inner_texts()
-            page.screenshot(path=str(shots / "console-queues.png"))
-            seen["errors"] = errors
-        finally:
-            browser.close()
+        find(page, "nav a[href='/queues']").click()
+        wait_for(page, "#queues")
+        seen["queues"] = texts(page, "#queues tbody tr")
+        screenshot(page, shots / "console-queues.png")
+        seen["errors"] = errors(page)
+    # Without JavaScript the pages read the same (only the live refresh is gone).
+    with chromium(javascript=False) as plain:
+        goto(plain, f"{url}/?token={token}")
+        find(plain, f"#workflows a[href='/workflows/{workflow_id}']").click()
+        wait_for(plain, "#timeline")
+        seen["plain_timeline"] = texts(plain, "#timeline .kind")
+        # console.js shows the live toggle: hidden here, the page's scripts are off.
+        seen["plain_live_toggle"] = find(plain, ".live-toggle").is_displayed()
     return seen
 
 
@@ -143,6 +115,7 @@ async def test_the_console_in_headless_chromium(tmp_path, mock_clock):
         assert "CancelRequested" in seen["timeline_after"]
         assert seen["status_live"] == "canceled"
         assert "CancelRequested" in seen["plain_timeline"]
+        assert seen["live_toggle"] is True and seen["plain_live_toggle"] is False
         assert c.node.describe("order-42")["status"] == "canceled"
         assert any(r.startswith("jobs") and r.rstrip().endswith("1") for r in seen["queues"])
         assert seen["errors"] == []  # no script error, no CSP violation
@@ -204,29 +177,35 @@ class _Evil(http.server.BaseHTTPRequestHandler):
 
 def attack(url: str, token: str, form_token: str, evil: str) -> dict[str, Any]:
     """A logged-in browser visits a page of another local port, which tries its POSTs."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
-
     seen: dict[str, Any] = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
-        try:
-            context = browser.new_context()
-            context.set_default_timeout(10_000)
-            page = context.new_page()
-            seen["login"] = page.goto(f"{url}/?token={token}").status
-            seen["cookie"] = [c["name"] for c in context.cookies(url)]
-            page.goto(evil)
-            # Every fetch resolves once the admin server has answered it.
-            seen.update(page.evaluate(ATTACKS, {"admin": url, "formToken": form_token}))
-            # A plain form POST (a top-level navigation), with the right form token even.
-            with page.expect_navigation() as nav:
-                page.evaluate(
-                    FORM, {"admin": url, "formToken": form_token, "action": "/workflows/victim"}
-                )
-            seen["form_status"] = nav.value.status if nav.value is not None else None
-            seen["form_body"] = page.inner_text("body")
-        finally:
-            browser.close()
+    with chromium() as page:
+        seen["login"] = goto(page, f"{url}/?token={token}")
+        seen["cookie"] = [c["name"] for c in page.get_cookies()]
+        goto(page, evil)
+        # Every fetch resolves once the admin server has answered it.
+        seen.update(
+            page.execute_async_script(
+                f"const done = arguments[arguments.length - 1];({ATTACKS})(arguments[0])"
+                ".then(done, (e) => done({error: String(e)}));",
+                {"admin": url, "formToken": form_token},
+            )
+        )
+        # A plain form POST (a top-level navigation), with the right form token even.
+        browser.document_statuses(page)
+        page.execute_script(
+            f"({FORM})(arguments[0]);",
+            {"admin": url, "formToken": form_token, "action": "/workflows/victim"},
+        )
+        browser.wait_until(
+            page,
+            lambda d: (
+                d.current_url.startswith(url)
+                and d.execute_script("return document.readyState") == "complete"
+            ),
+        )
+        statuses = browser.document_statuses(page)
+        seen["form_status"] = statuses[-1] if statuses else None
+        seen["form_body"] = find(page, "body").text
     return seen
 
 
@@ -261,10 +240,20 @@ async def test_a_page_of_another_local_port_changes_nothing_through_the_browser(
 
 
 def test_a_missing_browser_fails_under_ci_and_is_skipped_elsewhere(monkeypatch, tmp_path):
-    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI needs Debian's chromium"):
-        need_chromium()
+        need_chromium(tmp_path / "no-chromium")
+    with pytest.raises(pytest.fail.Exception, match="no-driver missing"):
+        need_chromium(driver=tmp_path / "no-driver")
     monkeypatch.delenv("CI")
-    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
-        need_chromium()
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium chromium-driver"):
+        need_chromium(tmp_path / "no-chromium")
+
+
+def test_selenium_manager_never_runs():
+    need_chromium()
+    from selenium.webdriver.common.selenium_manager import SeleniumManager  # noqa: PLC0415
+
+    browser.forbid_selenium_manager()
+    with pytest.raises(AssertionError, match="Selenium Manager ran"):
+        SeleniumManager().binary_paths(["--browser", "chrome"])

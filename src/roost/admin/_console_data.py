@@ -38,6 +38,7 @@ from roost.workflow._history import (
 )
 
 __all__ = [
+    "activity_attempts",
     "activity_rows",
     "cancel_workflow",
     "children",
@@ -53,6 +54,7 @@ __all__ = [
     "signal_workflow",
     "stop_process",
     "terminate_workflow",
+    "timeline_chart",
     "trigger_cron",
 ]
 
@@ -187,11 +189,16 @@ def history_rows(history: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def activity_rows(history: list[Any], pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every activity the run scheduled: when, how it ended and how long it took.
+def activity_rows(
+    history: list[Any],
+    pending: list[dict[str, Any]],
+    attempts: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Every activity the run scheduled: when, how it ended, how long it took, its attempts.
 
     A pending one has its attempt, the previous attempt's error and when the next attempt
-    may start.
+    may start. ``attempts`` are the recorded failed attempts (``activity_attempts``); each
+    row's ``attempts`` lists them, then the attempt that ended it (or runs, or waits).
     """
     rows: dict[int, dict[str, Any]] = {}
     at: dt.datetime | None = None
@@ -211,6 +218,7 @@ def activity_rows(history: list[Any], pending: list[dict[str, Any]]) -> list[dic
                 "error": None,
                 "attempt": None,
                 "next_attempt_at": None,
+                "attempts": [],
             }
         elif isinstance(item, ActivityResolved) and item.seq in rows:
             row = rows[item.seq]
@@ -224,14 +232,162 @@ def activity_rows(history: list[Any], pending: list[dict[str, Any]]) -> list[dic
             and rows.get(item.activity, {}).get("status") == "scheduled"
         ):
             rows[item.activity]["status"] = "canceled"
+            rows[item.activity]["closed_at"] = at
+    running: dict[int, dict[str, Any]] = {}
     for task in pending:
         waiting = rows.get(task.get("seq", -1))
         if waiting is not None:
+            running[waiting["seq"]] = task
             waiting["status"] = "running"
             waiting["attempt"] = task.get("attempt")
             waiting["error"] = task.get("last_error")
             waiting["next_attempt_at"] = task.get("next_attempt_at")
+    for failed in sorted(attempts or (), key=lambda a: (a["seq"], a["attempt"])):
+        owner = rows.get(failed["seq"])
+        if owner is not None:
+            took = failed["ended_at"] - failed["started_at"]
+            owner["attempts"].append({**failed, "status": "failed", "took": took})
+    for row in rows.values():
+        row["attempts"].append(_last_attempt(row, running.get(row["seq"])))
     return list(rows.values())
+
+
+def _last_attempt(row: dict[str, Any], task: dict[str, Any] | None) -> dict[str, Any]:
+    """The attempt after the recorded failures: the one that ended the activity, or its next.
+
+    Its start is when it could start (the retry time after the last failure, or the
+    scheduling); its end is the activation that recorded its outcome.
+    """
+    before = row["attempts"][-1] if row["attempts"] else None
+    number = before["attempt"] + 1 if before is not None else 1
+    started = before["next_attempt_at"] if before is not None else row["scheduled_at"]
+    if task is not None:
+        number = task.get("attempt") or number
+        started = task.get("next_attempt_at") or started
+    status = row["status"]
+    ended = row["closed_at"] if status in ("completed", "failed", "canceled") else None
+    took = ended - started if ended is not None and started is not None else None
+    return {
+        "seq": row["seq"],
+        "attempt": number,
+        "started_at": started,
+        "ended_at": ended,
+        "took": took,
+        "status": status,
+        "error": row["error"] if status == "failed" else None,
+        "next_attempt_at": None,
+    }
+
+
+def activity_attempts(handle: Any, workflow_id: str) -> list[dict[str, Any]]:
+    """The failed activity attempts the host keeps (the embedded host's ``attempts``).
+
+    A host that keeps none (Temporal's history holds only the latest failure) gives none:
+    the page then shows each activity's outcome only.
+    """
+    read = getattr(_node(handle).workflows, "activity_attempts", None)
+    return list(read(workflow_id)) if read is not None else []
+
+
+# The chart's width in SVG user units: bars are placed in these (no inline style: the
+# console's Content-Security-Policy allows stylesheets only from the console itself).
+CHART_WIDTH = 1000
+
+
+def timeline_chart(
+    history: list[Any], closed_at: dt.datetime | None, now: dt.datetime
+) -> dict[str, Any]:
+    """The run as a compact timeline: one bar per activity, timer, child and message wait.
+
+    Times are activation times (the history's clock). An activity runs from the activation
+    that scheduled it to the one that recorded its outcome (or its cancel); a timer from
+    its start to its firing; a child from its start to its exit; a message wait from the
+    activation before the message to the one that delivered it. What has not ended runs to
+    the run's close, or to ``now`` while it is open (``open`` is True). Returns ``start``,
+    ``end`` (the shared axis), ``span`` (a timedelta) and ``rows``, each with ``kind``,
+    ``label``, ``start``, ``end``, ``took``, ``status``, ``open``, and ``x`` / ``width`` in
+    ``CHART_WIDTH`` units.
+    """
+    chart = _Chart()
+    for item in history:
+        chart.feed(item)
+    at = chart.at
+    running_to = now if at is None else max(now, at)
+    last = closed_at if closed_at is not None else running_to
+    start = next((e.at for e in history if isinstance(e, WorkflowTask)), last)
+    for row in chart.rows:
+        _place(row, start, last, closed=closed_at is not None)
+    return {"start": start, "end": last, "span": last - start, "rows": chart.rows}
+
+
+class _Chart:
+    """The timeline's rows, built by reading a history in order."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.at: dt.datetime | None = None  # the current activation's time
+        self.before: dt.datetime | None = None  # the previous activation's time
+        self._open: dict[tuple[str, object], dict[str, Any]] = {}
+
+    def feed(self, item: Any) -> None:
+        kind = type(item)
+        if kind is WorkflowTask:
+            self.before, self.at = self.at, item.at
+        elif kind is ScheduleActivity:
+            self._add("activity", f"#{item.seq} {item.entry}", ("a", item.seq))
+        elif kind is ActivityResolved:
+            self._end(("a", item.seq), "failed" if item.error is not None else "completed")
+        elif kind is CancelActivity:
+            self._end(("a", item.activity), "canceled")
+        elif kind is StartTimer:
+            self._add("timer", f"#{item.seq} sleep {item.seconds:g} s", ("t", item.seq))
+        elif kind is TimerFired:
+            self._end(("t", item.seq), "completed")
+        elif kind is StartChild:
+            self._add("child", f"{item.workflow_id} ({item.entry})", ("c", item.workflow_id))
+        elif kind is ProcessExited:
+            status = "failed" if item.error is not None else "completed"
+            self._end(("c", getattr(item.pid, "id", None)), status)
+        elif kind is MessageArrived and item.call is None:  # a call's reply waits for nothing
+            row = self._add("message", f"message {short(item.topic, 60)}", None)
+            row["start"] = self.before if self.before is not None else self.at
+            row["end"], row["status"] = self.at, "completed"
+
+    def _add(self, kind: str, label: str, key: tuple[str, object] | None) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "kind": kind,
+            "label": label,
+            "start": self.at,
+            "end": None,
+            "status": "running",
+        }
+        self.rows.append(row)
+        if key is not None:
+            self._open[key] = row
+        return row
+
+    def _end(self, key: tuple[str, object], status: str) -> None:
+        row = self._open.pop(key, None)
+        if row is not None:
+            row["end"], row["status"] = self.at, status
+
+
+def _place(row: dict[str, Any], start: dt.datetime, last: dt.datetime, *, closed: bool) -> None:
+    """Give a row its end (if open), duration and place on the axis from ``start`` to ``last``."""
+    row["open"] = row["end"] is None
+    if row["open"]:
+        row["end"] = last
+        if closed:
+            row["status"] = "unfinished"  # the run closed while it was under way
+    began: dt.datetime = row["start"] or start
+    ended: dt.datetime = row["end"]
+    row["took"] = ended - began
+    span = (last - start).total_seconds()
+    offset = (began - start).total_seconds()
+    length = max((ended - began).total_seconds(), 0.0)
+    x = round(CHART_WIDTH * offset / span, 1) if span > 0 else 0.0
+    width = round(CHART_WIDTH * length / span, 1) if span > 0 else float(CHART_WIDTH)
+    row["x"], row["width"] = x, max(min(width, CHART_WIDTH - x), 2.0)
 
 
 def parent_workflow(handle: Any, parent: Any) -> str | None:
@@ -345,8 +501,9 @@ def dead_letters(handle: Any, queue: str, limit: int) -> list[Any]:
 def cron_triggers(handle: Any) -> list[dict[str, Any]]:
     """Each cron trigger: expression, entry, catch-up rule, next and last fire (UTC).
 
-    ``last_fire_at`` is the stored last fire time; ``outcome`` how the latest run in this
-    node's life went (a ``CronOutcome``, None before the first).
+    ``last_fire_at`` is the stored last fire time; ``outcome`` how the latest run went (a
+    ``CronOutcome``: one under way, or the latest stored, from before a restart too; None
+    before the first); ``recent`` the stored runs, oldest first (the latest ten).
     """
     node = _node(handle)
     now = node.now()
@@ -366,6 +523,7 @@ def cron_triggers(handle: Any) -> list[dict[str, Any]]:
                 "next_fire_at": trigger.schedule.next_after(now),
                 "last_fire_at": runtime.last_fire(trigger.id) if runtime is not None else None,
                 "outcome": runtime.outcomes.get(trigger.id) if runtime is not None else None,
+                "recent": list(runtime.recent.get(trigger.id, ())) if runtime is not None else [],
             }
         )
     triggers.sort(key=lambda t: (t["next_fire_at"] is None, t["next_fire_at"] or now))

@@ -13,6 +13,7 @@ import httpx
 
 from roost._duration import Duration
 from roost._errors import Error
+from roost.actors._app import App
 from roost.client._core import Blocking, Core, Http, Plan, Step, WorkflowId
 from roost.client._target import core_for
 from roost.client._temporal import TemporalCore
@@ -32,6 +33,7 @@ def connect_async(
     token: str | None = None,
     temporal: str | None = None,
     temporal_namespace: str = "default",
+    app: App | None = None,
 ) -> AsyncClient:
     """An async client of the node on ``target`` (as ``roost.connect``), for asyncio or trio.
 
@@ -43,11 +45,15 @@ def connect_async(
     that Temporal cluster, where the app's workflows run (docs/temporal.md); ``target`` is
     then optional and serves ``enqueue`` (queues stay on the nodes).
 
+    With ``app`` (the ``roost.App`` the workflows belong to), ``result`` of a workflow named
+    by its id string returns its entry's annotated result type, as ``result`` of the id
+    ``start`` returned for an entry function does; without it, the JSON data.
+
     Raises:
         roost.Error: Invalid for a target that is neither a data directory nor an admin
             URL, or an admin URL without a token.
     """
-    return AsyncClient(core_for(target, token, temporal, temporal_namespace))
+    return AsyncClient(core_for(target, token, temporal, temporal_namespace, app))
 
 
 class AsyncClient:

@@ -36,7 +36,7 @@ import attrs
 
 from roost._duration import Duration, parse_duration
 from roost._errors import Error, ErrorKind, invalid, shown
-from roost.actors._app import ENTRY_ATTR
+from roost.actors._app import ENTRY_ATTR, App
 from roost.admin._json import to_jsonable
 from roost.client import _local
 from roost.client._local import Admin
@@ -273,6 +273,32 @@ def _outcome(workflow_id: str, found: Mapping[str, Any]) -> Any:
     )
 
 
+def checked_app(app: object) -> App | None:
+    """``connect``'s ``app``: a ``roost.App`` or None.
+
+    Raises:
+        roost.Error: Invalid for anything else.
+    """
+    if app is None or isinstance(app, App):
+        return app
+    raise invalid(f"app is the roost.App whose entries type the results, got {shown(app)}")
+
+
+def typed_by(app: App | None, workflow_id: str, workflow_type: object) -> Callable[..., Any] | None:
+    """The entry function whose annotations type a result (None: its JSON data as is).
+
+    The one ``start`` returned the id for (a ``WorkflowId``), else ``workflow_type``'s in
+    ``app``.
+    """
+    entry = workflow_id.entry if isinstance(workflow_id, WorkflowId) else None
+    if entry is not None or app is None or not isinstance(workflow_type, str):
+        return entry
+    try:
+        return app.resolve(workflow_type).fn
+    except Error:  # a type this app does not declare: its JSON data as is
+        return None
+
+
 class Core:
     """Every client request, as a plan; one per client, holding its target."""
 
@@ -288,6 +314,7 @@ class Core:
         self._dir = data_dir
         self._token = token
         self._found: Admin | None = None  # the data directory's node, once checked
+        self.app: App | None = None  # types the results of workflows named by id
 
     @property
     def target(self) -> str:
@@ -494,8 +521,16 @@ class Core:
                     lambda admin: Http(admin, "GET", path), _local.describe_of(workflow_id)
                 )
             if not isinstance(found, dict) or found.get("status") != "running":
-                value = _outcome(workflow_id, found if isinstance(found, dict) else {})
-                entry = workflow_id.entry if isinstance(workflow_id, WorkflowId) else None
+                found = found if isinstance(found, dict) else {}
+                value = _outcome(workflow_id, found)
+                kind = found.get("workflow_type")  # in a stored description, not the API's
+                if (
+                    kind is None
+                    and self.app is not None
+                    and not isinstance(workflow_id, WorkflowId)
+                ):
+                    kind = (yield from self.describe(workflow_id)).get("workflow_type")
+                entry = typed_by(self.app, workflow_id, kind)
                 return value if entry is None else result_of(entry, value)
             left = math.inf if deadline is None else deadline - time.monotonic()
             if route.admin is None and route.holder is None:

@@ -12,6 +12,7 @@ import httpx
 
 from roost._duration import Duration
 from roost._errors import Error
+from roost.actors._app import App
 from roost.client._core import Blocking, Core, Http, Plan, Step, WorkflowId
 from roost.client._target import core_for
 from roost.client._temporal import TemporalCore
@@ -31,6 +32,7 @@ def connect(
     token: str | None = None,
     temporal: str | None = None,
     temporal_namespace: str = "default",
+    app: App | None = None,
 ) -> Client:
     """A client of the node on ``target``: a data directory, or an admin URL with its token.
 
@@ -43,11 +45,15 @@ def connect(
     that Temporal cluster, where the app's workflows run (docs/temporal.md); ``target`` is
     then optional and serves ``enqueue`` (queues stay on the nodes).
 
+    With ``app`` (the ``roost.App`` the workflows belong to), ``result`` of a workflow named
+    by its id string returns its entry's annotated result type, as ``result`` of the id
+    ``start`` returned for an entry function does; without it, the JSON data.
+
     Raises:
         roost.Error: Invalid for a target that is neither, or an admin URL without a token
             (``token=``, or ``ROOST_ADMIN_TOKEN``).
     """
-    return Client(core_for(target, token, temporal, temporal_namespace))
+    return Client(core_for(target, token, temporal, temporal_namespace, app))
 
 
 class Client:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from roost._errors import invalid, shown
-from roost.client._core import Core
+from roost.client._core import Core, checked_app
 from roost.client._local import Admin
 from roost.client._temporal import TemporalCore
 
@@ -20,11 +21,13 @@ def core_for(
     token: str | None,
     temporal: str | None = None,
     temporal_namespace: str = "default",
+    app: Any = None,
 ) -> Core | TemporalCore:
     """The client core for ``target``: ``http(s)://...`` is an admin URL, anything else a path.
 
     With ``temporal`` (``"host:port"`` of a Temporal cluster) the workflow requests go to the
-    cluster, and ``target`` (optional then) serves ``enqueue``.
+    cluster, and ``target`` (optional then) serves ``enqueue``. ``app`` (a ``roost.App``)
+    types the results of workflows named by id (``typed_by``).
 
     Raises:
         roost.Error: Invalid for a target that is neither, or an admin URL without a token.
@@ -37,13 +40,17 @@ def core_for(
                 f"temporal_namespace is a non-empty string, got {shown(temporal_namespace)}"
             )
         nodes = None if target is None else _node_core(target, token)
-        return TemporalCore(temporal, temporal_namespace, nodes)
+        cluster = TemporalCore(temporal, temporal_namespace, nodes)
+        cluster.app = checked_app(app)
+        return cluster
     if target is None:
         raise invalid(
             "roost.connect takes a data directory or an admin URL (or temporal='host:port' "
             "for an app on a Temporal cluster)"
         )
-    return _node_core(target, token)
+    core = _node_core(target, token)
+    core.app = checked_app(app)
+    return core
 
 
 def _node_core(target: str | os.PathLike[str], token: str | None) -> Core:

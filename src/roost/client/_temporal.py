@@ -27,6 +27,7 @@ from roost.client._core import (
     _entry_id,
     _json,
     _text,
+    typed_by,
 )
 from roost.storage._values import plain_data, result_of
 
@@ -52,6 +53,7 @@ class TemporalCore:
         self._target = target
         self._namespace = namespace
         self._nodes = nodes
+        self.app: Any = None  # a roost.App: types the results of workflows named by id
 
     @property
     def target(self) -> str:
@@ -141,7 +143,10 @@ class TemporalCore:
             return value
 
         value = yield from self._on_cluster(ask)
-        entry = workflow_id.entry if isinstance(workflow_id, WorkflowId) else None
+        kind = None
+        if self.app is not None and not isinstance(workflow_id, WorkflowId):
+            kind = (yield from self.describe(workflow_id)).get("workflow_type")
+        entry = typed_by(self.app, workflow_id, kind)
         return value if entry is None else result_of(entry, value)
 
     def describe(self, workflow_id: str) -> Plan[dict[str, Any]]:

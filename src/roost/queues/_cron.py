@@ -6,6 +6,10 @@ entry runs, so a schedule fires at most once per fire time, even across restarts
 cut short by a crash is not repeated; make the entry enqueue durable work if it must
 finish). Fire times missed while the node was down are handled by ``catch_up``:
 ``"skip"`` (none), ``"one"`` (the latest, once) or ``"all"`` (each, in order).
+
+How each run ended (a ``CronOutcome``) is stored too, in ``cron_runs`` under (trigger id,
+run number): the latest ``KEPT_RUNS`` of each trigger, read back when a node starts, so
+the console shows them after a restart. A run cut short by the node's stop has none.
 """
 
 from __future__ import annotations
@@ -25,17 +29,27 @@ from roost.actors._app import ENTRY_ATTR, register_extension, register_node_serv
 from roost.actors._node import Node
 from roost.queues._contain import contain, describe
 from roost.queues._runtime import run_target
-from roost.storage import MAX_KEY_SIZE, Codec, key
+from roost.storage import MAX_KEY_SIZE, Codec, key, unpack_key
 from roost.storage._codec import record
 from roost.storage._quarantine import set_aside
 from roost.workflow._host_protocol import FIRES_CRON
 
-__all__ = ["CronOutcome", "CronRuntime", "CronTick", "CronTrigger", "declare_cron"]
+__all__ = [
+    "KEPT_RUNS",
+    "RUNS_TABLE",
+    "CronOutcome",
+    "CronRuntime",
+    "CronTick",
+    "CronTrigger",
+    "declare_cron",
+]
 
 log = logging.getLogger("roost.queues")
 
 _CATCH_UP = ("skip", "one", "all")
 _MAX_CATCH_UP = 1000  # "all" runs at most this many missed fires
+RUNS_TABLE = "cron_runs"
+KEPT_RUNS = 10  # the outcomes kept of each trigger (the latest)
 
 
 @record("q.cron_tick")
@@ -96,9 +110,10 @@ def declare_cron(app: Any, expression: str, entry: Any, catch_up: str = "skip") 
     return trigger
 
 
+@record("q.cron_outcome")
 @attrs.define
 class CronOutcome:
-    """How a trigger's latest run (in this node's life) went; the console shows it."""
+    """How a run of a trigger went; the console shows the latest ones (stored when it ends)."""
 
     scheduled_at: dt.datetime
     fired_at: dt.datetime
@@ -116,7 +131,9 @@ class CronRuntime:
         assert node.store is not None
         self.store = node.store
         self._nursery = nursery
+        # Each trigger's latest run (running, or its stored outcome), and its stored runs.
         self.outcomes: dict[str, CronOutcome] = {}
+        self.recent: dict[str, list[CronOutcome]] = {}
 
     @classmethod
     async def start_on(cls, node: Node, nursery: trio.Nursery) -> None:
@@ -127,6 +144,7 @@ class CronRuntime:
         if getattr(node.settings.get("workflow_host"), FIRES_CRON, False):
             return  # the workflow host fires them (Temporal: once per cluster)
         runtime = cls(node, nursery)
+        runtime._load_runs(triggers)
         for trigger in triggers.values():
             node.app.resolve(trigger.entry)  # an unknown entry fails the node start
             nursery.start_soon(runtime._run, trigger, name=f"roost.cron {trigger.id}")
@@ -157,6 +175,45 @@ class CronRuntime:
         now = self.node.now()
         call = partial(self._call, trigger, now, manual=True)
         self._nursery.start_soon(call, name=f"roost.cron {trigger_id} (by hand)")
+
+    def _load_runs(self, triggers: dict[str, CronTrigger]) -> None:
+        """Read the stored outcomes of ``triggers`` (an unreadable one is left out)."""
+        with self.store.read() as txn:
+            for trigger_id in triggers:
+                runs = []
+                for _, data in txn.prefix(RUNS_TABLE, key(trigger_id)):
+                    try:
+                        run = self.codec.decode(data)
+                    except Exception:  # noqa: BLE001, S112 - shown to people only: skipped
+                        continue
+                    if isinstance(run, CronOutcome):
+                        runs.append(run)
+                if runs:
+                    self.recent[trigger_id] = runs[-KEPT_RUNS:]
+                    self.outcomes[trigger_id] = runs[-1]
+
+    async def _store_run(self, trigger: CronTrigger, outcome: CronOutcome) -> None:
+        """Store a finished run's outcome as the trigger's next; drop all but the latest."""
+        prefix = key(trigger.id)
+        data = self.codec.encode(outcome)
+
+        def write(txn: Any) -> None:
+            rows = [k for k, _ in txn.prefix(RUNS_TABLE, prefix)]
+            number = _run_number(rows[-1]) + 1 if rows else 1
+            txn.put(RUNS_TABLE, key(trigger.id, number), data)
+            for old in rows[: max(len(rows) + 1 - KEPT_RUNS, 0)]:
+                txn.delete(RUNS_TABLE, old)
+
+        runs = [*self.recent.get(trigger.id, ()), outcome][-KEPT_RUNS:]
+        self.recent[trigger.id] = runs
+        try:
+            await self.node.transact(write)
+        except Exception:  # the store refused: the console shows it until the node stops
+            log.exception(
+                "cron %s: the outcome of the run due at %s could not be stored",
+                trigger.id,
+                outcome.scheduled_at,
+            )
 
     def _last(self, trigger: CronTrigger) -> dt.datetime | None:
         row = key(trigger.id)
@@ -256,6 +313,15 @@ class CronRuntime:
             )
         finally:
             outcome.finished_at = self.node.now()
+        await self._store_run(trigger, outcome)  # not reached when the node stops it
+
+
+def _run_number(row: bytes) -> int:
+    """The run number of a ``cron_runs`` key, (trigger id, number); 0 for a damaged key."""
+    try:
+        return int(unpack_key(row, str, int)[1])
+    except Error:
+        return 0
 
 
 register_extension("cron", declare_cron)

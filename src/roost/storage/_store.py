@@ -73,6 +73,8 @@ TABLES: Final[tuple[str, ...]] = (
     "cron",
     "queue_groups",
     "quarantine",
+    "attempts",
+    "cron_runs",
 )
 _TABLE_SET: Final = frozenset(TABLES)
 

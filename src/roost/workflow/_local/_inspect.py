@@ -25,11 +25,19 @@ from roost.storage._quarantine import (
 from roost.workflow._history import HistoryItem, flatten
 from roost.workflow._history_format import decode_activation
 from roost.workflow._local._pending import read_open
-from roost.workflow._local._records import ActivityTask, RunRecord, RunStatus, read_progress
+from roost.workflow._local._records import (
+    ATTEMPTS_TABLE,
+    ActivityTask,
+    AttemptRecord,
+    RunRecord,
+    RunStatus,
+    read_progress,
+)
 from roost.workflow._local._unread import counts
 
 __all__ = [
     "LISTED_STATUSES",
+    "activity_attempts",
     "describe",
     "history",
     "list_workflows",
@@ -186,6 +194,41 @@ def history(store: Store, codec: Codec, workflow_id: str) -> list[HistoryItem]:
     with store.read() as txn:
         rows = [v for _, v in txn.prefix("histories", key(record.run_id))]
     return flatten([decode_activation(codec, v) for v in rows], [len(v) for v in rows])
+
+
+def activity_attempts(store: Store, codec: Codec, workflow_id: str) -> list[dict[str, Any]]:
+    """The recorded failed attempts of the latest run's activities, by seq and attempt.
+
+    Each: ``seq``, ``attempt``, ``started_at``, ``ended_at``, ``error`` and
+    ``next_attempt_at`` (when the retry after it may start). An activity keeps its latest
+    ``KEPT_ATTEMPTS`` failures; an unreadable row is left out. A quarantined workflow has
+    none shown.
+
+    Raises:
+        roost.Error: NotFound for an unknown id.
+    """
+    with store.read() as txn:
+        record = _lookup_in(txn, codec, workflow_id)
+        if isinstance(record, dict):
+            return []
+        rows = [v for _, v in txn.prefix(ATTEMPTS_TABLE, key(record.run_id))]
+    found = []
+    for data in rows:
+        item: Any = None
+        with contextlib.suppress(Exception):  # a record for people only: a bad one is skipped
+            item = codec.decode(data)
+        if isinstance(item, AttemptRecord):
+            found.append(
+                {
+                    "seq": item.seq,
+                    "attempt": item.attempt,
+                    "started_at": item.started_at,
+                    "ended_at": item.ended_at,
+                    "error": item.error,
+                    "next_attempt_at": item.next_attempt_at,
+                }
+            )
+    return found
 
 
 # Every status a listed workflow can have: a run's, or "quarantined" for an unreadable one.

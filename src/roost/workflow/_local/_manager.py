@@ -431,6 +431,10 @@ class WorkflowManager:
         """See ``NodeHandle.history``."""
         return _inspect.history(self.store, self.codec, workflow_id)
 
+    def activity_attempts(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The latest run's failed activity attempts (see ``_inspect.activity_attempts``)."""
+        return _inspect.activity_attempts(self.store, self.codec, workflow_id)
+
     def list_workflows(self, query: str | None) -> list[dict[str, Any]]:
         """See ``NodeHandle.list_workflows``."""
         return _inspect.list_workflows(self.store, self.codec, query)

@@ -8,6 +8,9 @@ Tables (all keys built with ``roost.storage.key`` so byte order is logical order
 - ``tasks``      (run id, seq)            -> ``ActivityTask`` of a pending activity whose
   attempt failed: the next attempt, its backoff and the latest errors. A scheduled
   activity has no row until then: the command in the history is its record (``_pending``).
+- ``attempts``   (run id, seq, attempt)   -> ``AttemptRecord`` of a failed activity attempt,
+  written in the commit that stores its retry, kept after the run closes (the latest
+  ``KEPT_ATTEMPTS`` of each activity). Never replayed: the console's record of attempts.
 - ``timers``     (due ms, run id, seq)    -> ``TimerTask``
 - ``visibility`` workflow id              -> ``RunProgress`` (``PROGRESS_TABLE``): the
   counters of an open run as of an activation that changed its unread-message count and
@@ -38,14 +41,18 @@ if TYPE_CHECKING:
     from roost.storage import Codec, ReadTxn
 
 __all__ = [
+    "ATTEMPTS_TABLE",
+    "KEPT_ATTEMPTS",
     "PROGRESS_TABLE",
     "ActivityTask",
+    "AttemptRecord",
     "InboxItem",
     "RunProgress",
     "RunRecord",
     "RunStatus",
     "TerminateRequest",
     "TimerTask",
+    "attempt_key",
     "history_key",
     "inbox_key",
     "new_task",
@@ -194,6 +201,28 @@ new_task: Callable[[str, str, int, str, list[Any], dict[str, Any], dt.datetime],
 """A first attempt's ``ActivityTask`` (positional: workflow_id ... scheduled_at)."""
 
 
+ATTEMPTS_TABLE = "attempts"
+# How many failed attempts of one activity ``attempts`` keeps (the latest): under an
+# unlimited retry policy an activity can fail for ever, and its rows must not grow with it.
+KEPT_ATTEMPTS = 20
+
+
+@record("wf.attempt")
+@attrs.frozen(kw_only=True)
+class AttemptRecord:
+    """A failed attempt of an activity, kept for inspection only (never replayed).
+
+    ``next_attempt_at`` is when the retry that followed it may start.
+    """
+
+    seq: int
+    attempt: int
+    started_at: dt.datetime
+    ended_at: dt.datetime
+    error: Error
+    next_attempt_at: dt.datetime | None = None
+
+
 @record("wf.timer")
 @attrs.frozen(kw_only=True)
 class TimerTask:
@@ -238,6 +267,11 @@ def inbox_key(run_id: str, number: int) -> bytes:
 def task_key(run_id: str, seq: int) -> bytes:
     """Key of one activity task in ``tasks``."""
     return key(run_id, seq)
+
+
+def attempt_key(run_id: str, seq: int, attempt: int) -> bytes:
+    """Key of one failed activity attempt in ``attempts``."""
+    return key(run_id, seq, attempt)
 
 
 def timer_key(due: dt.datetime, run_id: str, seq: int) -> bytes:

@@ -18,6 +18,7 @@ from roost.workflow._local.activities._attempt import Attempt
 
 __all__ = [
     "DEFAULT_START_TO_CLOSE",
+    "began_at",
     "expired",
     "schedule_to_close_error",
     "schedule_to_close_left",
@@ -50,6 +51,19 @@ def set_limits(work: Attempt, now: float, wall: dt.datetime | None) -> None:
     else:
         work.every = None
         work.deadline = limit
+
+
+def began_at(work: Attempt, wall: dt.datetime, now: float) -> dt.datetime:
+    """When the attempt began by the wall clock, from its limits (``set_limits``).
+
+    ``wall`` and ``now`` are the wall and trio clocks read together, after the attempt
+    ended. Its start is ``limit - timeout`` on trio's clock, so the start of an attempt
+    costs no wall-clock read: only a failure (the cold path) asks. One that never started
+    (no limit set) began when it ended.
+    """
+    if math.isinf(work.limit):
+        return wall
+    return wall - dt.timedelta(seconds=max(now - (work.limit - work.timeout), 0.0))
 
 
 def expired(work: Attempt) -> Error:

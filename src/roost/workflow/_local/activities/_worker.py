@@ -53,6 +53,7 @@ from roost.workflow._local.activities._attempt import (
     unreadable,
 )
 from roost.workflow._local.activities._limits import (
+    began_at,
     expired,
     schedule_to_close_error,
     schedule_to_close_left,
@@ -565,8 +566,15 @@ class ActivityWorker:
         if delay is None:
             await self._resolve(task, None, error)
             return False
+        now = self._node.now()
         work.task = await reschedule(
-            self._commits, self._codec, task, error, now=self._node.now(), delay=delay
+            self._commits,
+            self._codec,
+            task,
+            error,
+            now=now,
+            delay=delay,
+            started_at=began_at(work, now, trio.current_time()),
         )
         self._rows.add((task.run_id, task.seq))
         return True

@@ -45,6 +45,7 @@ import cbor2
 from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost._pid import Pid
 from roost._text import surrogate_error
+from roost.storage._record_fns import PositionalFns
 from roost.storage._registry import (
     _DEFAULT_REGISTRY,
     _REGISTRATIONS,
@@ -186,6 +187,18 @@ class Codec:
             roost.Error: kind Invalid, as :meth:`encode`.
         """
         rtype = self._record_type(type(value))
+        positional = rtype.positional() if rtype is not None else None
+        if rtype is not None and positional is not None:
+            try:
+                values = positional.values(value)
+                if positional.check(values) and not (
+                    NATIVE_COUNT[0]
+                    and any(type(values[i]) not in _SCALARS for i in positional.walked)
+                ):
+                    return rtype.header + cbor2.dumps(values, default=Walk(self._record_type))
+            except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001, S110 - as below
+                pass
+            return self.encode(value)
         found = rtype.schema() if rtype is not None and rtype.envelope else None
         if rtype is not None and found is not None:
             try:
@@ -199,6 +212,9 @@ class Codec:
     def _encode_typed(self, value: Any, rtype: _RecordType) -> bytes | None:
         # One of roost's records: its typed fields are written as they are, its payload
         # fields walked (each as deep as the full walk would allow it, below the record).
+        positional = rtype.positional()
+        if positional is not None:
+            return self._encode_values(value, rtype, positional)
         found = rtype.schema()
         if found is None:
             return None
@@ -213,6 +229,20 @@ class Codec:
         walk = Walk(self._record_type)
         walked = [fields[n] for n in found.walked]
         data = _dump_typed(fields, walk, walked, STORED_DEPTH - 3)
+        return None if data is None else rtype.header + data
+
+    def _encode_values(
+        self, value: Any, rtype: _RecordType, positional: PositionalFns
+    ) -> bytes | None:
+        # A positional record: its values in field order, the payload values walked.
+        try:
+            values = positional.values(value)
+        except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001 - the full walk reports it
+            return None
+        if not positional.check(values):
+            return None
+        walked = [values[i] for i in positional.walked]
+        data = _dump_typed(values, Walk(self._record_type), walked, STORED_DEPTH - 3)
         return None if data is None else rtype.header + data
 
     def _encode_walked(self, value: Any, what: str, limit: int) -> bytes:
@@ -329,6 +359,8 @@ class Codec:
                 retryable=False,
                 details={"tag": tag, "version": version},
             )
+        if type(fields) is list or type(fields) is tuple:  # a positional record
+            return rtype.load_values(version, list(fields))
         if not isinstance(fields, Mapping):
             raise _corrupt(f"record {tag!r}", value)
         loaded = rtype.load(version, fields)

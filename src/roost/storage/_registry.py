@@ -20,7 +20,12 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
-from roost.storage._record_fns import fast_structure, fast_unstructure
+from roost.storage._record_fns import (
+    PositionalFns,
+    fast_structure,
+    fast_unstructure,
+    positional_fns,
+)
 from roost.storage._schema import Schema, schema
 
 __all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Migrate", "record"]
@@ -92,6 +97,8 @@ class _RecordType:
     __slots__ = (
         "_fast",
         "_fast_built",
+        "_positional",
+        "_positional_built",
         "_schema",
         "_schema_built",
         "_structure",
@@ -105,12 +112,28 @@ class _RecordType:
         "version",
     )
 
-    def __init__(self, cls: type, tag: str, version: int, migrate: Migrate | None) -> None:
+    def __init__(
+        self,
+        cls: type,
+        tag: str,
+        version: int,
+        migrate: Migrate | None,
+        *,
+        positional: bool = False,
+    ) -> None:
         if not isinstance(cls, type) or not attrs.has(cls):
             raise invalid(f"only attrs classes can be records, got {cls!r}")
-        self._setup(cls, tag, version, migrate)
+        self._setup(cls, tag, version, migrate, positional=positional)
 
-    def _setup(self, cls: type, tag: str, version: int, migrate: Migrate | None) -> None:
+    def _setup(
+        self,
+        cls: type,
+        tag: str,
+        version: int,
+        migrate: Migrate | None,
+        *,
+        positional: bool = False,
+    ) -> None:
         if not isinstance(tag, str) or not tag:
             raise invalid(f"a record tag must be a non-empty string, got {tag!r}")
         if type(version) is not int or version < 1:
@@ -137,6 +160,10 @@ class _RecordType:
         self._fast_built = False
         self._schema: Schema | None = None
         self._schema_built = False
+        # Stored as a list of field values (see _record_fns.positional_fns), built on first
+        # use; only roost's own records are positional.
+        self._positional: PositionalFns | None = None
+        self._positional_built = not (positional and self.envelope)
 
     def unstructure(self, obj: Any) -> dict[str, Any]:
         """Return the field map of ``obj`` (nested records stay objects)."""
@@ -153,6 +180,42 @@ class _RecordType:
         if not self._fast_built:
             self._fast, self._fast_built = fast_structure(self.cls), True
         return self._fast
+
+    def positional(self) -> PositionalFns | None:
+        """How this record is stored as a list of its field values, or None (a field map)."""
+        if not self._positional_built:
+            self._positional, self._positional_built = positional_fns(self.cls), True
+        return self._positional
+
+    def load_values(self, version: Any, values: list[Any]) -> Any:
+        """Rebuild an instance from a stored list of field values (a positional record)."""
+        fns = self.positional()
+        if fns is None:
+            raise Error(
+                f"cannot decode record {self.tag!r}: it was stored as a list of field values, "
+                f"but {_qualname(self.cls)} is not a positional record here",
+                kind=ErrorKind.INTERNAL,
+                retryable=False,
+                details={"tag": self.tag, "version": version},
+            )
+        if type(version) is not int or version > self.version:
+            return self.load(version, {})  # says which version is needed
+        names = fns.names
+        if len(values) <= len(names):
+            try:
+                return fns.build(values)
+            except Exception:  # noqa: BLE001, S110 - the map path below explains the problem
+                pass
+        if len(values) > len(names):
+            raise Error(
+                f"cannot decode record {self.tag!r}: stored with {len(values)} fields, "
+                f"{_qualname(self.cls)} has {len(names)}; it was written by a newer "
+                "version: run that version on this data dir",
+                kind=ErrorKind.INTERNAL,
+                retryable=False,
+                details={"tag": self.tag, "stored": len(values), "known": len(names)},
+            )
+        return self.load(version, dict(zip(names, values, strict=False)))
 
     def schema(self) -> Schema | None:
         """How the codec checks this record, if it is one of roost's own (see ``_schema``).
@@ -291,7 +354,9 @@ def load_record_modules() -> bool:
     return True
 
 
-def record(tag: str, version: int = 1, *, migrate: Migrate | None = None) -> Callable[[_C], _C]:
+def record(
+    tag: str, version: int = 1, *, migrate: Migrate | None = None, positional: bool = False
+) -> Callable[[_C], _C]:
     """Register an attrs class as a storable record in the registry every `Codec` knows.
 
     Args:
@@ -299,6 +364,9 @@ def record(tag: str, version: int = 1, *, migrate: Migrate | None = None) -> Cal
         version: the current schema version (bump it when fields change incompatibly).
         migrate: ``migrate(stored_version, fields) -> fields``, called when an instance
             stored with an older version is decoded.
+        positional: store instances as the list of their field values (roost's own
+            records only; fields may then only be added at the end). A row stored as a
+            field map still decodes.
 
     Returns:
         A class decorator that returns the class unchanged.
@@ -308,7 +376,7 @@ def record(tag: str, version: int = 1, *, migrate: Migrate | None = None) -> Cal
     """
 
     def decorate(cls: _C) -> _C:
-        _DEFAULT_REGISTRY.add(_RecordType(cls, tag, version, migrate))
+        _DEFAULT_REGISTRY.add(_RecordType(cls, tag, version, migrate, positional=positional))
         return cls
 
     return decorate

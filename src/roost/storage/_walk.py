@@ -28,6 +28,7 @@ import cbor2
 from roost._errors import ChannelClosed, Error, NondeterminismError
 from roost._pid import Pid
 from roost._text import has_utf8
+from roost.storage._record_fns import PositionalFns
 from roost.storage._registry import _PID_HEADER, TAG_ERROR, _RecordType
 
 __all__ = [
@@ -112,7 +113,7 @@ class Walk:
     ) -> None:
         self.lookup = lookup
         self.flat = _FLAT_STRICT if strict else _FLAT
-        self.records: dict[int, tuple[_RecordType, dict[str, Any]]] = {}
+        self.records: dict[int, tuple[_RecordType, dict[str, Any] | list[Any]]] = {}
         # Whether a record is of a class cbor2 writes natively (a NamedTuple, an IntEnum,
         # a Decimal with a converter): cbor2 never hands those to the hook, so ``rewrite``
         # boxes them first.
@@ -127,7 +128,11 @@ class Walk:
         found = self.records.get(id(value))
         if found is not None:
             encoder.write(found[0].header)
-            encoder.encode_map(found[1])
+            fields = found[1]
+            if isinstance(fields, list):  # a positional record's values
+                encoder.encode_array(fields)
+            else:
+                encoder.encode_map(fields)
         elif type(value) is _Boxed:
             encoder.write(value.rtype.header)
             encoder.encode_map(value.fields)
@@ -268,6 +273,11 @@ class Walk:
         return deepest + 2
 
     def _record(self, value: Any, rtype: _RecordType, left: int) -> int:
+        positional = rtype.positional()
+        if positional is not None:
+            values = _values_or_none(positional, value)
+            if values is not None:
+                return self._values(value, rtype, values, left)
         name = type(value).__name__
         try:
             fields = rtype.unstructure(value)
@@ -295,6 +305,25 @@ class Walk:
             deepest = max(deepest, d)
         return deepest + 3
 
+    def _values(self, value: Any, rtype: _RecordType, values: list[Any], left: int) -> int:
+        """``_record`` for a positional record: its stored values, in field order."""
+        self.records[id(value)] = (rtype, values)
+        if left < 3:
+            raise TooDeep("", type(value).__name__)
+        inner = left - 3
+        deepest = 0
+        flat = self.flat
+        for i, v in enumerate(values):
+            if type(v) in flat:
+                continue
+            try:
+                d = self.depth(v, inner)
+            except Refused as exc:
+                name = attrs.fields(type(value))[i].name
+                raise _step(exc, f".{name}", value) from None
+            deepest = max(deepest, d)
+        return deepest + 3
+
     def rewrite(self, value: Any) -> Any:
         """A copy of the walked ``value`` in which records cbor2 writes natively are boxed.
 
@@ -304,6 +333,9 @@ class Walk:
         found = self.records.get(id(value))
         if found is not None:
             rtype, fields = found
+            if isinstance(fields, list):  # a positional record's values (never boxed)
+                fields[:] = [self.rewrite(v) for v in fields]
+                return value
             for name, v in fields.items():
                 fields[name] = self.rewrite(v)
             return _Boxed(rtype, fields) if rtype.boxed else value
@@ -320,6 +352,17 @@ class Walk:
                 for k, v in value.items()
             }
         return value
+
+
+def _values_or_none(positional: PositionalFns, value: Any) -> list[Any] | None:
+    """A positional record's stored values; None if reading them raised (a bad field).
+
+    The field map then finds the bad field, and the walk names it.
+    """
+    try:
+        return positional.values(value)
+    except Exception:  # noqa: BLE001 - any failure: the field map's walk reports it
+        return None
 
 
 class _Boxed:
@@ -384,5 +427,11 @@ def _strings(walk: Walk, value: Any, path: str) -> Iterator[tuple[str, str]]:
         yield from _strings(walk, value.message, f"{path}.message")
         yield from _strings(walk, value.details, f"{path}.details")
     elif id(value) in walk.records:
-        for name, v in walk.records[id(value)][1].items():
+        fields = walk.records[id(value)][1]
+        if isinstance(fields, list):  # a positional record's values, in field order
+            names = [f.name for f in attrs.fields(type(value))]
+            for name, v in zip(names, fields, strict=False):
+                yield from _strings(walk, v, f"{path}.{name}")
+            return
+        for name, v in fields.items():
             yield from _strings(walk, v, f"{path}.{name}")

@@ -95,8 +95,21 @@ def tagged(encoder: cbor2.CBOREncoder, value: Any) -> None:
         encoder.encode(cbor2.CBORTag(TAG_ERROR, fields))
     else:
         rtype = _DEFAULT_REGISTRY.by_class[type(value)]
-        fields = make_dict_unstructure_fn(type(value), _CONVERTER)(value)
+        positional = rtype.positional()
+        if positional is not None:  # the values in field order (datetimes, enums packed)
+            fields: Any = [_packed_value(getattr(value, f.name)) for f in attrs.fields(type(value))]
+        else:
+            fields = make_dict_unstructure_fn(type(value), _CONVERTER)(value)
         encoder.encode(cbor2.CBORTag(TAG_RECORD, [rtype.tag, rtype.version, fields]))
+
+
+def _packed_value(value: Any) -> Any:
+    """How a positional record stores a field's value: datetimes in µs, enums as values."""
+    if isinstance(value, dt.datetime):
+        return (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value
 
 
 def test_the_records_written_on_every_workflow_step_take_the_fast_path() -> None:
@@ -144,6 +157,67 @@ def test_a_record_stored_before_a_field_was_added_gets_the_default() -> None:
     assert CODEC.decode(old) == task
 
 
+def _run_record(**fields: Any) -> Any:
+    from roost.workflow._local._records import RunRecord  # noqa: PLC0415
+    from roost.workflow._status import RunStatus  # noqa: PLC0415
+
+    at = dt.datetime(2026, 1, 1, 12, 30, 1, 250, tzinfo=dt.UTC)
+    base = {"workflow_id": "w", "run_id": "r", "workflow_type": "app:flow"}
+    return RunRecord(**{**base, "status": RunStatus.RUNNING, "started_at": at, **fields})
+
+
+def test_a_run_record_is_stored_as_its_values_and_reads_back() -> None:
+    from roost.workflow._status import RunStatus  # noqa: PLC0415
+
+    rec = _run_record(
+        status=RunStatus.COMPLETED,
+        closed_at=dt.datetime(2026, 1, 1, 13, tzinfo=dt.UTC),
+        result={"total": [1, 2]},
+        options={"task_timeout": 10.0},
+    )
+    data = CODEC.encode(rec)
+    body = cbor2.loads(data).value
+    assert list(body[:2]) == ["wf.run", 2]
+    assert type(body[2]) in (list, tuple)  # positional: no field names stored
+    assert body[2][3] == "completed"  # the status as its value
+    assert type(body[2][4]) is int  # started_at in microseconds
+    back = CODEC.decode(data)
+    assert back == rec
+    assert back.started_at.tzinfo is dt.UTC and type(back.status) is RunStatus
+    assert len(data) < len(
+        cbor2.dumps(cbor2.CBORTag(39003, ["wf.run", 1, attrs.asdict(rec, recurse=False)]))
+    )
+
+
+def test_a_run_record_stored_as_a_field_map_still_reads() -> None:
+    rec = _run_record(memo={"k": "v"})
+    fields = make_dict_unstructure_fn(type(rec), _CONVERTER)(rec)
+    old = cbor2.dumps(cbor2.CBORTag(39003, ["wf.run", 1, fields]), default=tagged)
+    assert CODEC.decode(old) == rec
+    del fields["trace"], fields["unread"]  # as written before those fields existed
+    older = cbor2.dumps(cbor2.CBORTag(39003, ["wf.run", 1, fields]), default=tagged)
+    assert CODEC.decode(older) == rec
+
+
+def test_a_shorter_positional_row_gets_the_defaults_and_a_longer_one_is_refused() -> None:
+    rec = _run_record()
+    values = cbor2.loads(CODEC.encode(rec)).value[2]
+    short = cbor2.dumps(cbor2.CBORTag(39003, ["wf.run", 2, values[:-2]]))
+    assert CODEC.decode(short) == rec  # trace and unread added later: their defaults
+    long = cbor2.dumps(cbor2.CBORTag(39003, ["wf.run", 2, [*values, "x"]]))
+    with pytest.raises(roost.Error) as info:
+        CODEC.decode(long)
+    assert "newer version" in info.value.message
+
+
+def test_a_naive_datetime_in_a_run_record_is_refused_naming_the_field() -> None:
+    rec = _run_record(started_at=dt.datetime(2026, 1, 1))
+    with pytest.raises(roost.Error) as info:
+        CODEC.encode(rec)
+    assert info.value.kind == roost.ErrorKind.INVALID
+    assert "started_at" in info.value.message
+
+
 def test_a_wrongly_typed_field_is_refused_whatever_its_annotation():
     # cbor2 would write the frozenset natively (tag 258), which nothing reads back.
     from roost.workflow._history import SendMessage  # noqa: PLC0415
@@ -153,3 +227,44 @@ def test_a_wrongly_typed_field_is_refused_whatever_its_annotation():
         CODEC.encode(bad)
     assert info.value.kind == roost.ErrorKind.INVALID
     assert "topic" in info.value.message
+
+
+class _Color(enum.StrEnum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+@attrs.frozen(kw_only=True)
+class _Packed:
+    color: _Color
+    level: _Level | None = None
+    at: dt.datetime | None = None
+    items: list[int] = attrs.field(factory=list)
+
+
+def test_positional_functions_pack_and_rebuild_optional_enums_and_datetimes() -> None:
+    from roost.storage._record_fns import positional_fns  # noqa: PLC0415
+
+    fns = positional_fns(_Packed)
+    assert fns is not None
+    at = dt.datetime(2026, 5, 1, 8, 0, 0, 17, tzinfo=dt.UTC)
+    full = _Packed(color=_Color.BLUE, level=_Level.HIGH, at=at, items=[1])
+    values = fns.values(full)
+    assert values == [
+        "blue",
+        2,
+        (at - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1),
+        [1],
+    ]
+    assert fns.check(values) and fns.walked == (3,)
+    assert fns.build(values) == full
+    empty = _Packed(color=_Color.RED)
+    assert fns.build(fns.values(empty)) == empty
+    assert fns.build(["red"]) == empty  # the trailing fields' defaults, a fresh list each
+    assert fns.build(["red"]).items is not fns.build(["red"]).items
+    assert not fns.check([_Color.RED, None, None, []])  # an unpacked enum is not a stored form

@@ -17,8 +17,6 @@ start waiting here never waits on a runtime task that itself waits for a slot.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Final
 
 import outcome
@@ -96,15 +94,6 @@ class StartGate:
             trio.lowlevel.reschedule(task)
             return
         self._busy -= 1
-
-    @asynccontextmanager
-    async def admitted(self) -> AsyncIterator[None]:
-        """Hold a slot for the block (``enter``, then ``leave`` however the block ends)."""
-        await self.enter()
-        try:
-            yield
-        finally:
-            self.leave()
 
     def close(self) -> None:
         """The runtime stops: every waiting start ends with Unavailable, and so do new ones."""

@@ -68,7 +68,7 @@ __all__ = [
 PROGRESS_TABLE = "visibility"
 
 
-@record("wf.run")
+@record("wf.run", 2, positional=True)
 @attrs.frozen(kw_only=True)
 class RunRecord:
     """The latest run of a workflow id, as inspection and recovery see it."""

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from roost import _telemetry as telemetry
+from roost._entropy import random_bytes
 from roost._errors import Error
 from roost.workflow._local._unread import check_room
 from roost.workflow._planner import plan_child_start, unloadable_error
@@ -131,4 +131,4 @@ class HostRoutes:
 
     def entropy(self) -> bytes:
         """16 fresh random bytes: a new run's id and seed."""
-        return os.urandom(16)
+        return random_bytes(16)

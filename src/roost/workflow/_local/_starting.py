@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from roost import _telemetry as telemetry
+from roost._entropy import random_bytes
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, denied, reseal
 from roost.actors._app import Entry
@@ -150,13 +150,15 @@ class Starts:
         workflow_id = opts.get("id") or opts.get("name")
         explicit = workflow_id is not None
         if workflow_id is None:
-            workflow_id = f"{self._app_name}-{os.urandom(8).hex()}"
+            workflow_id = f"{self._app_name}-{random_bytes(8).hex()}"
         if SECURITY_KEY in context:  # signed and bound to the workflow (docs/security.md)
             context = dict(reseal(context, workflow_id, self._node.settings.get("keyring")))
         # Every input check comes first: bad input changes nothing, not even a running
         # workflow that terminate_existing would replace, and waits for no admission.
         check_input(self._codec, entry.id, args, opts, messages)
-        async with self._gate.admitted():
+        gate = self._gate
+        await gate.enter()
+        try:
             pid = await self._make_room(
                 workflow_id, explicit=explicit, opts=opts, messages=messages, sender=parent
             )
@@ -192,6 +194,8 @@ class Starts:
                 raise
             self._counters.run_started(entry.id)
             return run.pid
+        finally:
+            gate.leave()
 
     async def commit_start(self, run: Run, events: list[Any]) -> None:
         """Store a new run and its first events; an executor activates it (after any delay)."""
@@ -316,7 +320,7 @@ def new_run(
         args=args,
         context=context,
         at=at,
-        rand=os.urandom(16),
+        rand=random_bytes(16),
         tracing=telemetry.tracing,
         inherit=inherit,
         **fields,

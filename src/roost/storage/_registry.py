@@ -161,9 +161,14 @@ class _RecordType:
         self._schema: Schema | None = None
         self._schema_built = False
         # Stored as a list of field values (see _record_fns.positional_fns), built on first
-        # use; only roost's own records are positional.
+        # use. Only roost's own records are positional: their fields are appended to only.
+        if positional and not self.envelope:
+            raise invalid(
+                f"{_qualname(cls)}: positional=True is for roost's own records; register "
+                "it without positional (its instances are stored as field maps)"
+            )
         self._positional: PositionalFns | None = None
-        self._positional_built = not (positional and self.envelope)
+        self._positional_built = not positional
 
     def unstructure(self, obj: Any) -> dict[str, Any]:
         """Return the field map of ``obj`` (nested records stay objects)."""

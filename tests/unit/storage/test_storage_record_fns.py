@@ -268,3 +268,14 @@ def test_positional_functions_pack_and_rebuild_optional_enums_and_datetimes() ->
     assert fns.build(["red"]) == empty  # the trailing fields' defaults, a fresh list each
     assert fns.build(["red"]).items is not fns.build(["red"]).items
     assert not fns.check([_Color.RED, None, None, []])  # an unpacked enum is not a stored form
+
+
+def test_only_roosts_own_records_may_be_positional() -> None:
+    @attrs.frozen
+    class Mine:
+        x: int
+
+    with pytest.raises(roost.Error) as info:
+        roost.storage.record("test.mine-positional", positional=True)(Mine)
+    assert info.value.kind == roost.ErrorKind.INVALID
+    assert "positional" in info.value.message

@@ -226,3 +226,35 @@ def test_ctrl_c_while_roost_run_runs_an_entry_exits_130_with_one_line(tmp_path):
     _, err = proc.communicate(timeout=WAIT)
     assert proc.returncode == 130
     assert err == "roost: interrupted (Ctrl-C): the node shut down\n"
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_lands_at_a_checkpoint_never_inside_running_code(tmp_path):
+    marker = tmp_path / "finished"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        f"sys.path.insert(0, {str(HERE)!r})\n"
+        "import roost, main_app, trio\n"
+        "app = main_app.app\n"
+        "@app.process\n"
+        "async def job() -> None:\n"
+        "    await trio.sleep(0)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)  # the Ctrl-C arrives while this code runs\n"
+        "    total = sum(range(3_000_000))  # no checkpoint in here\n"
+        f"    open({str(marker)!r}, 'w').write(str(total))\n"
+        "    await trio.sleep_forever()\n"
+        "roost.run(app, job)\n"
+    )
+    proc = subprocess.run(
+        [*python_script(), str(script)],
+        env={**os.environ, "MAIN_MODE": "ready"},
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    # Raised inside the running code, the KeyboardInterrupt would have cut the sum short.
+    assert marker.read_text() == str(sum(range(3_000_000))), proc.stderr
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "roost: interrupted (Ctrl-C): the node shut down\n"

@@ -459,7 +459,10 @@ def run(
 
     runner: Callable[..., Any] = trio.run
     try:
-        return runner(main, clock=clock)
+        # A Ctrl-C reaches the main task at its next checkpoint, never the middle of
+        # whatever code runs when it arrives (a half-made change to the node's state
+        # could leave its shutdown waiting forever); see docs/design-notes.md.
+        return runner(main, clock=clock, restrict_keyboard_interrupt_to_checkpoints=True)
     except BaseException as exc:
         if not only_ctrl_c(exc):
             raise

@@ -137,7 +137,17 @@ def run(  # noqa: PLR0917 - click passes every option as an argument
     root.setLevel(logging.INFO)
     try:
         with failures():
-            trio.run(serve, app, data_dir, http, admin, cluster)
+            # A Ctrl-C before the node listens for it lands at a checkpoint of the main
+            # task, as in roost.run (docs/design-notes.md).
+            trio.run(
+                serve,
+                app,
+                data_dir,
+                http,
+                admin,
+                cluster,
+                restrict_keyboard_interrupt_to_checkpoints=True,
+            )
     except BaseException as exc:
         if not only_ctrl_c(exc):
             raise

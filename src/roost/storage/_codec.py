@@ -45,7 +45,6 @@ import cbor2
 from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost._pid import Pid
 from roost._text import surrogate_error
-from roost.storage._record_fns import PositionalFns
 from roost.storage._registry import (
     _DEFAULT_REGISTRY,
     _REGISTRATIONS,
@@ -212,37 +211,27 @@ class Codec:
     def _encode_typed(self, value: Any, rtype: _RecordType) -> bytes | None:
         # One of roost's records: its typed fields are written as they are, its payload
         # fields walked (each as deep as the full walk would allow it, below the record).
+        # A positional record's are its values in field order, a field map's by name.
         positional = rtype.positional()
-        if positional is not None:
-            return self._encode_values(value, rtype, positional)
-        found = rtype.schema()
-        if found is None:
-            return None
+        found = rtype.schema() if positional is None else None
         try:
-            fields = rtype.unstructure(value)
+            if positional is not None:
+                fields: Any = positional.values(value)
+                checked = positional.check(fields)
+                walked = [fields[i] for i in positional.walked]
+            elif found is not None:
+                fields = rtype.unstructure(value)
+                checked = found.check(fields)
+                walked = [fields[n] for n in found.walked] if checked else []
+            else:
+                return None
         except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001 - the full walk reports it
             return None
-        if not found.check(fields):
+        if not checked:
             return None
-        # The record's header, then its field map: the bytes the walk's hook writes for a
+        # The record's header, then its fields: the bytes the walk's hook writes for a
         # record, without cbor2 first looking the record's class up among its encoders.
-        walk = Walk(self._record_type)
-        walked = [fields[n] for n in found.walked]
-        data = _dump_typed(fields, walk, walked, STORED_DEPTH - 3)
-        return None if data is None else rtype.header + data
-
-    def _encode_values(
-        self, value: Any, rtype: _RecordType, positional: PositionalFns
-    ) -> bytes | None:
-        # A positional record: its values in field order, the payload values walked.
-        try:
-            values = positional.values(value)
-        except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001 - the full walk reports it
-            return None
-        if not positional.check(values):
-            return None
-        walked = [values[i] for i in positional.walked]
-        data = _dump_typed(values, Walk(self._record_type), walked, STORED_DEPTH - 3)
+        data = _dump_typed(fields, Walk(self._record_type), walked, STORED_DEPTH - 3)
         return None if data is None else rtype.header + data
 
     def _encode_walked(self, value: Any, what: str, limit: int) -> bytes:

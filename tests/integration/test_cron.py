@@ -136,3 +136,28 @@ async def test_catch_up_one_runs_the_latest_missed_fire_however_many(autojump_cl
     caught = [s for s, _, _ in ticks if s > last]
     assert caught[0] == reopened.replace(microsecond=0)  # the latest, not the 1000th
     assert caught[0] - last >= dt.timedelta(seconds=5000)
+
+
+def test_a_cron_trigger_whose_runs_could_not_be_stored_is_invalid():
+    from roost.storage import MAX_KEY_SIZE, key  # noqa: PLC0415
+
+    app = roost.App("long")
+
+    async def target(t):
+        return t
+
+    # The trigger's own key fits; its runs' keys (the trigger's, then a run number) do not.
+    fits = None
+    for size in range(480, 520):
+        target.__name__ = target.__qualname__ = "t" * size
+        trigger_id = f"long:{target.__name__} @ * * * * *"
+        if len(key(trigger_id)) <= MAX_KEY_SIZE < len(key(trigger_id, 0)):
+            fits = size
+            break
+    assert fits is not None
+    entry = app.activity(target)
+    with pytest.raises(roost.Error) as info:
+        app.cron("* * * * *", entry)
+    assert info.value.kind is roost.ErrorKind.INVALID
+    assert "too long to store" in info.value.message
+    assert app.declared.get("cron", {}) == {}

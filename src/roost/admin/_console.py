@@ -235,14 +235,16 @@ async def _workflow(request: Request) -> Response:
         parent_pid=data.parent_process(node, described.get("parent")),
         timeline=data.history_rows(history[:_HISTORY_LIMIT]),
         activities=data.activity_rows(
-            history,
+            history[:_HISTORY_LIMIT],
             described.get("pending_activities") or [],
             data.activity_attempts(node, workflow_id),
         ),
         history_total=len(history),
         history_error=history_error,
         timers=data.pending_timers(history, status),
-        chart=data.timeline_chart(history, described.get("closed_at"), _now(node)),
+        chart=data.timeline_chart(
+            history[:_HISTORY_LIMIT], described.get("closed_at"), _now(node)
+        ),
         chart_width=data.CHART_WIDTH,
         children=data.children(node, history),
         now=_now(node),

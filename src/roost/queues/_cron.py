@@ -101,7 +101,9 @@ def declare_cron(app: Any, expression: str, entry: Any, catch_up: str = "skip") 
         legacy_id=legacy,
     )
     check_text(trigger.id, "cron entry")
-    if len(key(trigger.id)) > MAX_KEY_SIZE:  # the trigger's last fire time is stored under it
+    # Its last fire time is stored under the trigger's key, its runs' outcomes under the
+    # key and a run number (a u64: every number takes the same 8 bytes).
+    if len(key(trigger.id, 0)) > MAX_KEY_SIZE:
         raise invalid(
             f"cron trigger {trigger.id[:60]!r}... is too long to store (at most "
             f"{MAX_KEY_SIZE} bytes for the entry name and the expression together)"

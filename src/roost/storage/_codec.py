@@ -333,7 +333,13 @@ class Codec:
             hit = self._fast_tags.get(tag)
         except (TypeError, ValueError):
             raise _corrupt("record", value) from None
-        if hit is not None and hit[0] == version and self._fast_gen == _REGISTRATIONS[0]:
+        positional = type(fields) is list or type(fields) is tuple
+        if (
+            hit is not None
+            and not positional
+            and hit[0] == version
+            and self._fast_gen == _REGISTRATIONS[0]
+        ):
             try:
                 return hit[1](fields)
             except Exception:  # noqa: BLE001, S110 - the full path below explains the problem
@@ -348,7 +354,7 @@ class Codec:
                 retryable=False,
                 details={"tag": tag, "version": version},
             )
-        if type(fields) is list or type(fields) is tuple:  # a positional record
+        if positional:  # a positional record's values
             return rtype.load_values(version, list(fields))
         if not isinstance(fields, Mapping):
             raise _corrupt(f"record {tag!r}", value)

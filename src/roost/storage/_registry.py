@@ -162,10 +162,10 @@ class _RecordType:
         self._schema_built = False
         # Stored as a list of field values (see _record_fns.positional_fns), built on first
         # use. Only roost's own records are positional: their fields are appended to only.
-        if positional and not self.envelope:
+        if positional and (not self.envelope or migrate is not None):
+            # Only roost's own records, whose fields are only ever appended (no migrate).
             raise invalid(
-                f"{_qualname(cls)}: positional=True is for roost's own records; register "
-                "it without positional (its instances are stored as field maps)"
+                f"{_qualname(cls)}: only roost's own records without migrate are positional"
             )
         self._positional: PositionalFns | None = None
         self._positional_built = not positional
@@ -195,32 +195,35 @@ class _RecordType:
     def load_values(self, version: Any, values: list[Any]) -> Any:
         """Rebuild an instance from a stored list of field values (a positional record)."""
         fns = self.positional()
-        if fns is None:
+        if fns is None or type(version) is not int or version > self.version:
             raise Error(
-                f"cannot decode record {self.tag!r}: it was stored as a list of field values, "
-                f"but {_qualname(self.cls)} is not a positional record here",
+                f"cannot decode record {self.tag!r} (schema version {version!r}): it is "
+                f"stored as a list of field values, which {_qualname(self.cls)} at version "
+                f"{self.version} does not read; run the roost version that wrote this store",
                 kind=ErrorKind.INTERNAL,
                 retryable=False,
                 details={"tag": self.tag, "version": version},
             )
-        if type(version) is not int or version > self.version:
-            return self.load(version, {})  # says which version is needed
-        names = fns.names
-        if len(values) <= len(names):
-            try:
-                return fns.build(values)
-            except Exception:  # noqa: BLE001, S110 - the map path below explains the problem
-                pass
-        if len(values) > len(names):
+        if len(values) > len(fns.names):
             raise Error(
                 f"cannot decode record {self.tag!r}: stored with {len(values)} fields, "
-                f"{_qualname(self.cls)} has {len(names)}; it was written by a newer "
+                f"{_qualname(self.cls)} has {len(fns.names)}; it was written by a newer "
                 "version: run that version on this data dir",
                 kind=ErrorKind.INTERNAL,
                 retryable=False,
-                details={"tag": self.tag, "stored": len(values), "known": len(names)},
+                details={"tag": self.tag, "stored": len(values), "known": len(fns.names)},
             )
-        return self.load(version, dict(zip(names, values, strict=False)))
+        try:
+            return fns.build(values)
+        except Exception as exc:  # noqa: BLE001 - any misfit of a stored value: the row is bad
+            raise Error(
+                f"cannot decode record {self.tag!r} (schema version {version}) into "
+                f"{_qualname(self.cls)}: a stored value does not fit its field "
+                f"({type(exc).__name__}: {exc})",
+                kind=ErrorKind.INTERNAL,
+                retryable=False,
+                details={"tag": self.tag, "version": version},
+            ) from None
 
     def schema(self) -> Schema | None:
         """How the codec checks this record, if it is one of roost's own (see ``_schema``).
@@ -359,9 +362,7 @@ def load_record_modules() -> bool:
     return True
 
 
-def record(
-    tag: str, version: int = 1, *, migrate: Migrate | None = None, positional: bool = False
-) -> Callable[[_C], _C]:
+def record(tag: str, version: int = 1, *, migrate: Migrate | None = None) -> Callable[[_C], _C]:
     """Register an attrs class as a storable record in the registry every `Codec` knows.
 
     Args:
@@ -369,9 +370,6 @@ def record(
         version: the current schema version (bump it when fields change incompatibly).
         migrate: ``migrate(stored_version, fields) -> fields``, called when an instance
             stored with an older version is decoded.
-        positional: store instances as the list of their field values (roost's own
-            records only; fields may then only be added at the end). A row stored as a
-            field map still decodes.
 
     Returns:
         A class decorator that returns the class unchanged.
@@ -381,7 +379,21 @@ def record(
     """
 
     def decorate(cls: _C) -> _C:
-        _DEFAULT_REGISTRY.add(_RecordType(cls, tag, version, migrate, positional=positional))
+        _DEFAULT_REGISTRY.add(_RecordType(cls, tag, version, migrate))
+        return cls
+
+    return decorate
+
+
+def positional_record(tag: str, version: int) -> Callable[[_C], _C]:
+    """Register one of roost's own records, stored as the list of its field values.
+
+    Its fields are only ever added at the end (a shorter stored row gets the defaults of
+    the rest); a row stored as a field map, before the class was positional, still reads.
+    """
+
+    def decorate(cls: _C) -> _C:
+        _DEFAULT_REGISTRY.add(_RecordType(cls, tag, version, None, positional=True))
         return cls
 
     return decorate

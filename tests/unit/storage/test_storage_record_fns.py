@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import sys
 import types
 import typing
 from typing import Any
@@ -271,11 +272,62 @@ def test_positional_functions_pack_and_rebuild_optional_enums_and_datetimes() ->
 
 
 def test_only_roosts_own_records_may_be_positional() -> None:
+    from roost.storage._registry import positional_record  # noqa: PLC0415
+
     @attrs.frozen
     class Mine:
         x: int
 
     with pytest.raises(roost.Error) as info:
-        roost.storage.record("test.mine-positional", positional=True)(Mine)
+        positional_record("test.mine-positional", 1)(Mine)
     assert info.value.kind == roost.ErrorKind.INVALID
     assert "positional" in info.value.message
+
+
+def test_a_positional_row_whose_value_does_not_fit_is_refused() -> None:
+    values = list(cbor2.loads(CODEC.encode(_run_record())).value[2])
+    values[4] = "not microseconds"  # started_at
+    bad = cbor2.dumps(cbor2.CBORTag(39003, ["wf.run", 2, values]))
+    with pytest.raises(roost.Error) as info:
+        CODEC.decode(bad)
+    assert info.value.kind == roost.ErrorKind.INTERNAL
+    assert "does not fit its field" in info.value.message
+
+
+def test_after_a_field_map_row_a_positional_row_takes_no_detour() -> None:
+    rec = _run_record()
+    fields = make_dict_unstructure_fn(type(rec), _CONVERTER)(rec)
+    old = cbor2.dumps(cbor2.CBORTag(39003, ["wf.run", 2, fields]), default=tagged)
+    codec = Codec()
+    assert codec.decode(old) == rec  # caches the field map's constructor for the tag
+    positional = codec.encode(rec)
+    tag_hit = codec._fast_tags.get("wf.run")
+    assert tag_hit is not None
+    calls: list[Any] = []
+    codec._fast_tags["wf.run"] = (tag_hit[0], lambda d: calls.append(d) or tag_hit[1](d))
+    assert codec.decode(positional) == rec
+    assert calls == []  # a list body goes straight to the positional constructor
+
+
+def test_random_bytes_are_handed_out_once_across_threads() -> None:
+    import threading  # noqa: PLC0415
+
+    from roost._entropy import random_bytes  # noqa: PLC0415
+
+    assert random_bytes(0) == b""
+    seen: list[bytes] = []
+
+    def draw() -> None:
+        seen.extend(random_bytes(16) for _ in range(2000))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=draw) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert len(seen) == 8000 and len(set(seen)) == 8000

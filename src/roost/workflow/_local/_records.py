@@ -33,6 +33,7 @@ from roost._errors import Error
 from roost._pid import Pid
 from roost.storage import key
 from roost.storage._codec import record
+from roost.storage._registry import positional_record
 from roost.workflow._builders import maker, replacer
 from roost.workflow._history import Event
 from roost.workflow._status import RunStatus
@@ -68,7 +69,7 @@ __all__ = [
 PROGRESS_TABLE = "visibility"
 
 
-@record("wf.run", 2, positional=True)
+@positional_record("wf.run", 2)
 @attrs.frozen(kw_only=True)
 class RunRecord:
     """The latest run of a workflow id, as inspection and recovery see it."""

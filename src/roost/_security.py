@@ -37,9 +37,11 @@ __all__ = [
     "denied",
     "envelope_payload",
     "make_ticket",
+    "open_queued",
     "reseal",
     "scope_of",
     "seal",
+    "seal_queued",
     "ticket_error",
     "visible",
 ]
@@ -347,3 +349,104 @@ def ticket_error(
             topic=topic,
         )
     return None
+
+
+def _queued_payload(actor: Any, policies: Any, queue: str, receipt_id: str) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "kind": "queued",
+        "actor": actor,
+        "policies": policies,
+        "queue": queue,
+        "receipt": receipt_id,
+    }
+
+
+def seal_queued(
+    sec: Mapping[str, Any], queue: str, receipt_id: str, ring: KeyRing | None
+) -> dict[str, Any]:
+    """The enqueuer's security context as a queued message keeps it.
+
+    The claim (actor and policies) of ``sec`` (a claim or a workflow's envelope), signed by
+    ``ring`` and bound to the message (its queue and receipt id, which a retry and a
+    redrive keep); unsigned when the node has no ring.
+    """
+    actor, policies = sec.get("actor"), list(sec.get("policies") or ())
+    kept: dict[str, Any] = {"actor": actor, "policies": policies}
+    if ring is None:
+        return kept
+    key_id, sig = ring.sign(_queued_payload(actor, policies, queue, receipt_id))
+    return {**kept, "key_id": key_id, "sig": sig}
+
+
+def _refused_queued(queue: str, receipt_id: str, why: str) -> Error:
+    return denied(
+        f"queue {queue!r}: message {receipt_id!r} carries a security context that {why}; "
+        "it is not run (it goes to the DLQ). Enqueue it again from the process that may "
+        "run it",
+        queue=queue,
+        receipt_id=receipt_id,
+    )
+
+
+def _queued_shape(stored: object) -> str | None:
+    """What is malformed in a stored queued context (None: nothing)."""
+    if not isinstance(stored, Mapping) or not set(stored) <= {"actor", "policies", "key_id", "sig"}:
+        return "is malformed"
+    policies = stored.get("policies")
+    if not isinstance(policies, list | tuple) or not all(
+        isinstance(p, str) and p for p in policies
+    ):
+        return "has malformed policies"
+    actor = stored.get("actor")
+    if actor is None:
+        return None
+    if not isinstance(actor, Mapping) or set(actor) - {"id", "meta"}:
+        return "has a malformed actor"
+    try:
+        Actor(actor.get("id", ""), actor.get("meta"))
+    except Error:
+        return "has a malformed actor"
+    return None
+
+
+def _queued_signature(
+    stored: Mapping[str, Any], queue: str, receipt_id: str, ring: KeyRing | None
+) -> str | None:
+    """Why a stored queued context's signature (or its absence) is refused (None: it is not)."""
+    signed = "sig" in stored or "key_id" in stored
+    if ring is None:
+        return f"is signed, but this node has no key ring ({ENV_KEYS})" if signed else None
+    if not signed:
+        return (
+            "is unsigned, but this node has a key ring (it was stored by a node without one, "
+            "or written into the store)"
+        )
+    payload = _queued_payload(
+        stored.get("actor"), list(stored.get("policies") or ()), queue, receipt_id
+    )
+    if not ring.verify(stored.get("key_id"), payload, stored.get("sig")):
+        return (
+            "does not verify (changed after it was enqueued, copied from another message, "
+            "or signed with a key not in this node's ring)"
+        )
+    return None
+
+
+def open_queued(
+    stored: object, queue: str, receipt_id: str, ring: KeyRing | None
+) -> tuple[dict[str, Any] | None, Error | None]:
+    """The claim a queued message's delivery runs under, or why it may not run at all.
+
+    ``(None, None)`` for a message without a context (stored without one, or by an older
+    roost). On a node with a ring the context must carry a signature by a key of the ring
+    over (actor, policies, queue, receipt id); on a node without one it must be unsigned.
+    """
+    if stored is None:
+        return None, None
+    why = _queued_shape(stored)
+    if why is None and isinstance(stored, Mapping):
+        why = _queued_signature(stored, queue, receipt_id, ring)
+    if why is not None or not isinstance(stored, Mapping):
+        return None, _refused_queued(queue, receipt_id, why or "is malformed")
+    return {"actor": stored.get("actor"), "policies": list(stored.get("policies") or ())}, None

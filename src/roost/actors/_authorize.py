@@ -24,6 +24,7 @@ __all__ = [
     "authorize",
     "authorize_caller",
     "authorize_sender",
+    "caller_security",
     "check_relay",
     "is_secured",
     "resource_text",
@@ -135,6 +136,22 @@ def authorize_caller(action: str, *parts: object) -> None:
     if context and SECURITY_KEY in context:
         resource = "/".join(resource_text(p) for p in parts)
         authorize(_ActivityCaller(context, bound_node()), action, resource)
+
+
+def caller_security() -> Mapping[str, Any] | None:
+    """The security context of whoever calls (a process, or an activity run by a workflow).
+
+    None without one. A workflow's is its sealed envelope; a process's its claim.
+    """
+    proc = maybe_current_process()
+    context: Mapping[str, Any] | None = None
+    if proc is not None:
+        context = proc.context
+    else:
+        port = activity_context.get()
+        context = port.context if port is not None else None
+    sec = context.get(SECURITY_KEY) if context else None
+    return sec if isinstance(sec, Mapping) else None
 
 
 def authorize_sender(

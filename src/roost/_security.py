@@ -34,8 +34,10 @@ __all__ = [
     "Scope",
     "actor_of",
     "claim",
+    "control_error",
     "denied",
     "envelope_payload",
+    "make_control_ticket",
     "make_ticket",
     "open_queued",
     "reseal",
@@ -311,14 +313,57 @@ def reseal(context: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> 
     return {**context, SECURITY_KEY: seal(sec, addressee, ring)}
 
 
-def _ticket_payload(workflow_id: str, topic: str, actor: str | None) -> dict[str, Any]:
-    return {"v": 1, "kind": "relay", "to": workflow_id, "topic": topic, "actor": actor}
+def _ticket_payload(
+    workflow_id: str, topic: str, actor: str | None, kind: str = "relay"
+) -> dict[str, Any]:
+    return {"v": 1, "kind": kind, "to": workflow_id, "topic": topic, "actor": actor}
 
 
 def make_ticket(ring: KeyRing, workflow_id: str, topic: str, actor: str | None) -> dict[str, Any]:
     """A relay ticket: leave to send ``topic`` to ``workflow_id``, signed as ``actor``."""
     key_id, sig = ring.sign(_ticket_payload(workflow_id, topic, actor))
     return {"actor": actor, "key_id": key_id, "sig": sig}
+
+
+def make_control_ticket(
+    ring: KeyRing, workflow_id: str, action: str, actor: str | None
+) -> dict[str, Any]:
+    """A control ticket: leave to ``action`` (``cancel``, ``terminate``) ``workflow_id``.
+
+    Its own kind of signature: it never passes as a relay ticket for a topic of that name.
+    """
+    key_id, sig = ring.sign(_ticket_payload(workflow_id, action, actor, "control"))
+    return {"actor": actor, "key_id": key_id, "sig": sig}
+
+
+def control_error(
+    ticket: object, workflow_id: str, action: str, ring: KeyRing | None
+) -> Error | None:
+    """Why ``ticket`` does not let its holder ``action`` the secured workflow; None if it does."""
+    if ticket is None:
+        return denied(
+            f"workflow {workflow_id!r} runs under a security context: only a holder of the "
+            f"node's key ring may {action} it from outside the node; sign the command "
+            f"(roost workflow {action} --key-file FILE, or {ENV_KEYS})",
+            workflow=workflow_id,
+            action=action,
+        )
+    if (
+        ring is None
+        or not isinstance(ticket, Mapping)
+        or not ring.verify(
+            ticket.get("key_id"),
+            _ticket_payload(workflow_id, action, ticket.get("actor"), "control"),
+            ticket.get("sig"),
+        )
+    ):
+        return denied(
+            f"the ticket to {action} workflow {workflow_id!r} does not verify (wrong key, "
+            "workflow or action)",
+            workflow=workflow_id,
+            action=action,
+        )
+    return None
 
 
 def ticket_error(

@@ -742,3 +742,109 @@ async def test_the_admin_api_takes_only_a_signed_call_for_a_secured_workflow():
             )
             assert misaddressed.status_code == 403
         assert not messages_of(node, "o-1")  # nothing stored
+
+
+# -- operators: cancel and terminate of a secured workflow from outside the node -----------
+
+
+@pytest.mark.parametrize("action", ["cancel", "terminate"])
+async def test_an_unsigned_cli_cancel_or_terminate_of_a_secured_workflow_is_refused(
+    autojump_clock, tmp_path, monkeypatch, action
+):
+    monkeypatch.delenv("ROOST_SIGNING_KEYS", raising=False)
+    data = tmp_path / "data"
+    await start_orders(data, ["o-1"])
+    mine = tmp_path / "mine.keys"
+    mine.write_text(f"k1:{K2.hex()}\n")  # the node's key id, another secret
+    for extra in ([], ["--key-file", str(mine)]):
+        refused = cli("workflow", action, "o-1", "--data-dir", str(data), *extra)
+        assert refused.exit_code == 1, refused.output
+        assert "PermissionDenied" in refused.output
+    async with roost.open_node(app, data, signing_keys=RING) as node:
+        await trio.testing.wait_all_tasks_blocked()
+        assert node.describe("o-1")["status"] == "running"  # nothing stored
+        assert not any(type(e).__name__ == "CancelRequested" for e in node.history("o-1"))
+    ring = tmp_path / "ring.keys"
+    ring.write_text(f"k1:{K1.hex()}\n")
+    signed = cli("workflow", action, "o-1", "--data-dir", str(data), "--key-file", str(ring))
+    assert signed.exit_code == 0, signed.output
+    async with roost.open_node(app, data, signing_keys=RING) as node:
+        await trio.testing.wait_all_tasks_blocked()
+        if action == "terminate":
+            assert node.describe("o-1")["status"] == "terminated"
+        else:  # stored: the workflow decides what to do with it
+            assert any(type(e).__name__ == "CancelRequested" for e in node.history("o-1"))
+    audit = (data / "audit.log").read_text()
+    assert f"workflow {action}" in audit and "operator:" in audit
+
+
+async def test_the_admin_api_cancels_or_terminates_a_secured_workflow_only_signed():
+    import json  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from roost._security import KeyRing, make_control_ticket  # noqa: PLC0415
+    from roost.cli._signing import operator_control, operator_ticket  # noqa: PLC0415
+
+    ring = KeyRing.build(RING)
+    async with roost.open_node(app, admin="127.0.0.1:0", signing_keys=RING) as node:
+        token = json.loads((node.data_dir / "admin.json").read_text())["token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        await actor_spawner(id="o-1").spawn(order, 1)
+        async with httpx.AsyncClient(base_url=node.admin_url, headers=headers) as client:
+            wrong = [
+                None,
+                operator_control(ring, "o-1", "cancel"),  # another action
+                operator_control(ring, "o-2", "terminate"),  # another workflow
+                operator_ticket(ring, "o-1", "terminate"),  # a relay ticket for that topic
+                make_control_ticket(KeyRing.build({"k1": K2}), "o-1", "terminate", "x"),
+            ]
+            for ticket in wrong:
+                body = {} if ticket is None else {"ticket": ticket}
+                refused = await client.post("/api/workflows/o-1/terminate", json=body)
+                assert refused.status_code == 403, refused.text
+                assert refused.json()["error"]["kind"] == "PermissionDenied"
+            refused = await client.post("/api/workflows/o-1/cancel", json={"reason": "x"})
+            assert refused.status_code == 403
+            # Replacing the run through a start terminates it: the same ticket is needed.
+            replace = {
+                "entry": "shop:order",
+                "args": [2],
+                "id": "o-1",
+                "options": {"id_conflict_policy": "terminate_existing"},
+            }
+            refused = await client.post("/api/workflows", json=replace)
+            assert refused.status_code == 403, refused.text
+            await trio.testing.wait_all_tasks_blocked()
+            assert node.describe("o-1")["status"] == "running"
+            assert not any(type(e).__name__ == "CancelRequested" for e in node.history("o-1"))
+            ticket = operator_control(ring, "o-1", "terminate")
+            done = await client.post("/api/workflows/o-1/terminate", json={"ticket": ticket})
+            assert done.status_code == 200, done.text
+        await trio.testing.wait_all_tasks_blocked()
+        assert node.describe("o-1")["status"] == "terminated"
+
+
+async def test_the_console_cannot_change_a_secured_workflow():
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from console_fixture import open_console_node  # noqa: PLC0415
+
+    async with open_console_node(app, signing_keys=RING) as c:
+        await actor_spawner(id="o-1").spawn(order, 1)
+        async with c.client() as http:
+            for form in [
+                {"action": "signal", "topic": "go", "payload": '"console"'},
+                {"action": "cancel", "reason": "x"},
+                {"action": "terminate"},
+            ]:
+                refused = await http.post("/workflows/o-1", data=form)
+                assert refused.status_code == 403, (form, refused.text)
+                assert "key ring" in refused.text or "signed" in refused.text
+        await trio.testing.wait_all_tasks_blocked()
+        assert c.node.describe("o-1")["status"] == "running"
+        history = c.node.history("o-1")
+        assert not messages_of(c.node, "o-1")  # nothing stored
+        assert not any(type(e).__name__ == "CancelRequested" for e in history)

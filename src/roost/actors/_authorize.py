@@ -17,7 +17,7 @@ import attrs
 
 from roost._errors import shown
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, actor_of, denied, ticket_error
+from roost._security import SECURITY_KEY, actor_of, control_error, denied, ticket_error
 from roost.actors._current import activity_context, bound_node, maybe_current_process
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "authorize_caller",
     "authorize_sender",
     "caller_security",
+    "check_control",
     "check_relay",
     "is_secured",
     "resource_text",
@@ -105,6 +106,21 @@ def check_relay(node: Any, pid: Any, topic: str, ticket: object) -> None:
     if secured is None or not secured(pid):
         return
     refused = ticket_error(ticket, pid.id, topic, node.settings.get("keyring"))
+    if refused is not None:
+        raise refused
+
+
+def check_control(node: Any, pid: Any, action: str, ticket: object) -> None:
+    """Raise PermissionDenied unless ``ticket`` lets its holder ``action`` ``pid``, if secured.
+
+    For cancel and terminate from outside the node's processes (the admin API, the
+    console): only a holder of the node's key ring changes a secured workflow from there.
+    """
+    host = node.workflow_host_of(pid)
+    secured = getattr(host, "secured", None)
+    if secured is None or not secured(pid):
+        return
+    refused = control_error(ticket, pid.id, action, node.settings.get("keyring"))
     if refused is not None:
         raise refused
 

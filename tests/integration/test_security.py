@@ -64,6 +64,11 @@ def spawn_only(actor: security.Actor, action: str, resource: str) -> bool:
     return action == "process.spawn"
 
 
+@app.policy("write.secrets")
+def write_secrets(actor: security.Actor, action: str, resource: str) -> bool:
+    return action == "state.write" and resource.startswith("secrets/")
+
+
 @app.policy("enqueue.only")
 def enqueue_only(actor: security.Actor, action: str, resource: str) -> bool:
     return action == "queue.enqueue"
@@ -141,6 +146,12 @@ async def attempt(what: str, target: str, out: trio.MemorySendChannel) -> None:
                 return
             case "write":
                 await roost.state.set("secrets", target, "overwritten")
+            case "update":
+                await out.send(("returned", await roost.state.update("secrets", target, [])))
+                return
+            case "spawn-named":
+                named = process.with_options().with_name(target).with_message("go", "intruder")
+                await named.spawn(inner_reporter, out)
             case "monitor":
                 process.monitor(target)
             case "link":
@@ -848,3 +859,45 @@ async def test_the_console_cannot_change_a_secured_workflow():
         history = c.node.history("o-1")
         assert not messages_of(c.node, "o-1")  # nothing stored
         assert not any(type(e).__name__ == "CancelRequested" for e in history)
+
+
+async def test_a_write_only_scope_cannot_read_through_state_update(autojump_clock):
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app):
+        await roost.state.set("secrets", "api_key", "s3cr3t")
+        await actor_spawner("intruder", "write.secrets").spawn(
+            attempt, "update", "api_key", out_send
+        )
+        assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        assert await roost.state.get("secrets", "api_key") == "s3cr3t"
+        # With both a read and a write policy, update answers the value.
+        await actor_spawner("user:1").spawn(attempt, "update", "api_key", out_send)
+        assert await out.receive() == ("returned", "s3cr3t")
+
+
+@app.process
+async def mailbox_holder(ready: trio.MemorySendChannel, got: list) -> None:
+    process.registry.register("payments")
+    await ready.send(None)
+    got.append(await process.inbox().receive())
+
+
+@pytest.mark.parametrize("name", ["payments", "free-name"])
+async def test_a_named_spawn_asks_for_the_name_or_the_holder(autojump_clock, name):
+    ready_send, ready = trio.open_memory_channel(1)
+    out_send, out = trio.open_memory_channel(2)
+    got: list = []
+    async with roost.open_node(app):
+        owner = await process.spawn(mailbox_holder, ready_send, got)
+        await ready.receive()
+        # spawn.only allows process.spawn, neither registry.register nor process.send.
+        await actor_spawner("intruder", "spawn.only").spawn(attempt, "spawn-named", name, out_send)
+        with trio.fail_after(60):  # a child that started reports first
+            assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # the holder got no message
+        assert process.registry.lookup("payments") == owner
+        with pytest.raises(roost.Error) as free:  # the free name was not taken
+            process.registry.lookup("free-name")
+        assert free.value.kind == roost.ErrorKind.NOT_FOUND
+        assert out.statistics().current_buffer_used == 0  # no child started

@@ -901,3 +901,37 @@ async def test_a_named_spawn_asks_for_the_name_or_the_holder(autojump_clock, nam
             process.registry.lookup("free-name")
         assert free.value.kind == roost.ErrorKind.NOT_FOUND
         assert out.statistics().current_buffer_used == 0  # no child started
+
+
+@app.process
+async def slow_echo(addresses: trio.MemorySendChannel, go: trio.MemoryReceiveChannel) -> None:
+    """Takes one request, tells the test its reply address, replies once told to."""
+    request = await process.inbox().receive()
+    await addresses.send(request.sender)
+    await go.receive()
+    await process.send(request.sender, "ok", f"echo {request.payload}")
+
+
+@app.process
+async def forger(address: str) -> None:
+    await process.send(address, "ok", "forged")
+
+
+@app.process
+async def secured_caller(target: str, out: trio.MemorySendChannel) -> None:
+    await out.send(await process.call(target, "ask", "hi", timeout="1m"))
+
+
+async def test_a_secured_process_call_takes_its_reply_only_from_the_called(autojump_clock):
+    addr_send, addresses = trio.open_memory_channel(1)
+    go_send, go = trio.open_memory_channel(1)
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app):
+        callee = await process.spawn(slow_echo, addr_send, go)
+        await actor_spawner("user:1").spawn(secured_caller, str(callee), out_send)
+        reply_address = await addresses.receive()
+        await process.spawn(forger, str(reply_address))  # a guessable PID: anyone may send
+        await trio.testing.wait_all_tasks_blocked()
+        assert out.statistics().current_buffer_used == 0  # the forged reply was not taken
+        await go_send.send(None)
+        assert await out.receive() == "echo hi"

@@ -28,6 +28,8 @@ RING = {"k1": K1}
 app = roost.App("qt")
 app.queue("jobs", max_retries=2, backoff="1s", jitter=0)
 app.queue("once", max_retries=0)
+app.subscribe("placed", "qt:job")
+app.subscribe("placed.durable", "qt:proc_job", durable=True, queue="jobs")
 seen: list[tuple[str, str | None, list[str] | None, int]] = []
 fail_left: dict[str, int] = {}
 
@@ -100,6 +102,11 @@ async def enqueuer(queue: str, entry: str, payload: str, out: trio.MemorySendCha
         await out.send(("receipt", await roost.enqueue(queue, entry, payload)))
     except roost.Error as exc:
         await out.send(("raised", exc.kind))
+
+
+@app.process
+async def publisher(topic: str, data: str) -> None:
+    await roost.publish(topic, data)
 
 
 def as_actor(actor: str = "user:42", *policies: str) -> roost.Spawner:
@@ -340,3 +347,11 @@ async def test_a_message_without_a_context_still_delivers(autojump_clock, tmp_pa
         await roost.sleep(5)
         assert node.dlq.list("jobs") == []
     assert seen == [("activity o", None, None, 1)]
+
+
+@pytest.mark.parametrize(("topic", "kind"), [("placed", "activity"), ("placed.durable", "process")])
+async def test_a_subscriber_runs_as_the_publisher(autojump_clock, topic, kind):
+    async with roost.open_node(app, signing_keys=RING):
+        await as_actor("user:7").spawn(publisher, topic, "p")
+        await roost.sleep(5)
+        assert seen == [(f"{kind} p", "user:7", ["jobs.run"], 1 if kind == "process" else 0)]

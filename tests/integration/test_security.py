@@ -149,6 +149,8 @@ async def attempt(what: str, target: str, out: trio.MemorySendChannel) -> None:
             case "update":
                 await out.send(("returned", await roost.state.update("secrets", target, [])))
                 return
+            case "start-named":
+                await process.with_options(name=target).spawn(order, 9)
             case "spawn-named":
                 named = process.with_options().with_name(target).with_message("go", "intruder")
                 await named.spawn(inner_reporter, out)
@@ -935,3 +937,14 @@ async def test_a_secured_process_call_takes_its_reply_only_from_the_called(autoj
         assert out.statistics().current_buffer_used == 0  # the forged reply was not taken
         await go_send.send(None)
         assert await out.receive() == "echo hi"
+
+
+async def test_a_named_workflow_start_asks_for_the_name(autojump_clock):
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app, signing_keys=RING) as node:
+        await actor_spawner("intruder", "spawn.only").spawn(attempt, "start-named", "pay", out_send)
+        assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        assert node.list_workflows() == []
+        with pytest.raises(roost.Error) as free:
+            process.registry.lookup("pay")
+        assert free.value.kind == roost.ErrorKind.NOT_FOUND

@@ -391,6 +391,9 @@ class Spawner:
                 raise invalid(f"option {key!r} applies to plain processes, not workflows")
         if self.name is not None:
             options["name"] = self.name
+        if options.get("name") is not None and is_secured(parent):
+            # A workflow's name is registered for it: the starter's registry.register.
+            authorize(parent, "registry.register", options["name"])
         pid: Pid = await host.spawn(
             parent.pid,
             entry=entry,

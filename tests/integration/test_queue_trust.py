@@ -355,3 +355,19 @@ async def test_a_subscriber_runs_as_the_publisher(autojump_clock, topic, kind):
         await as_actor("user:7").spawn(publisher, topic, "p")
         await roost.sleep(5)
         assert seen == [(f"{kind} p", "user:7", ["jobs.run"], 1 if kind == "process" else 0)]
+
+
+async def test_a_cli_redrive_of_a_stopped_store_keeps_the_context(autojump_clock, tmp_path):
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from roost.cli import main  # noqa: PLC0415
+
+    (dead,) = await dead_letters_of(tmp_path, ["c"])
+    result = CliRunner().invoke(
+        main, ["dlq", "redrive", "once", dead.receipt_id, "--data-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    async with roost.open_node(app, tmp_path, signing_keys=RING) as node:
+        await roost.sleep(5)
+        assert node.dlq.list("once") == []
+    assert seen == [("activity c", "user:42", ["jobs.run"], 1)]

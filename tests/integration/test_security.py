@@ -803,7 +803,7 @@ async def test_the_admin_api_cancels_or_terminates_a_secured_workflow_only_signe
     async with roost.open_node(app, admin="127.0.0.1:0", signing_keys=RING) as node:
         token = json.loads((node.data_dir / "admin.json").read_text())["token"]
         headers = {"Authorization": f"Bearer {token}"}
-        await actor_spawner(id="o-1").spawn(order, 1)
+        pid = await actor_spawner(id="o-1").spawn(order, 1)
         async with httpx.AsyncClient(base_url=node.admin_url, headers=headers) as client:
             wrong = [
                 None,
@@ -834,7 +834,7 @@ async def test_the_admin_api_cancels_or_terminates_a_secured_workflow_only_signe
             ticket = operator_control(ring, "o-1", "terminate")
             done = await client.post("/api/workflows/o-1/terminate", json={"ticket": ticket})
             assert done.status_code == 200, done.text
-        await trio.testing.wait_all_tasks_blocked()
+        await wait_exit(pid)
         assert node.describe("o-1")["status"] == "terminated"
 
 

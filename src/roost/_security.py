@@ -34,12 +34,16 @@ __all__ = [
     "Scope",
     "actor_of",
     "claim",
+    "control_error",
     "denied",
     "envelope_payload",
+    "make_control_ticket",
     "make_ticket",
+    "open_queued",
     "reseal",
     "scope_of",
     "seal",
+    "seal_queued",
     "ticket_error",
     "visible",
 ]
@@ -309,14 +313,57 @@ def reseal(context: Mapping[str, Any], addressee: str, ring: KeyRing | None) -> 
     return {**context, SECURITY_KEY: seal(sec, addressee, ring)}
 
 
-def _ticket_payload(workflow_id: str, topic: str, actor: str | None) -> dict[str, Any]:
-    return {"v": 1, "kind": "relay", "to": workflow_id, "topic": topic, "actor": actor}
+def _ticket_payload(
+    workflow_id: str, topic: str, actor: str | None, kind: str = "relay"
+) -> dict[str, Any]:
+    return {"v": 1, "kind": kind, "to": workflow_id, "topic": topic, "actor": actor}
 
 
 def make_ticket(ring: KeyRing, workflow_id: str, topic: str, actor: str | None) -> dict[str, Any]:
     """A relay ticket: leave to send ``topic`` to ``workflow_id``, signed as ``actor``."""
     key_id, sig = ring.sign(_ticket_payload(workflow_id, topic, actor))
     return {"actor": actor, "key_id": key_id, "sig": sig}
+
+
+def make_control_ticket(
+    ring: KeyRing, workflow_id: str, action: str, actor: str | None
+) -> dict[str, Any]:
+    """A control ticket: leave to ``action`` (``cancel``, ``terminate``) ``workflow_id``.
+
+    Its own kind of signature: it never passes as a relay ticket for a topic of that name.
+    """
+    key_id, sig = ring.sign(_ticket_payload(workflow_id, action, actor, "control"))
+    return {"actor": actor, "key_id": key_id, "sig": sig}
+
+
+def control_error(
+    ticket: object, workflow_id: str, action: str, ring: KeyRing | None
+) -> Error | None:
+    """Why ``ticket`` does not let its holder ``action`` the secured workflow; None if it does."""
+    if ticket is None:
+        return denied(
+            f"workflow {workflow_id!r} runs under a security context: only a holder of the "
+            f"node's key ring may {action} it from outside the node; sign the command "
+            f"(roost workflow {action} --key-file FILE, or {ENV_KEYS})",
+            workflow=workflow_id,
+            action=action,
+        )
+    if (
+        ring is None
+        or not isinstance(ticket, Mapping)
+        or not ring.verify(
+            ticket.get("key_id"),
+            _ticket_payload(workflow_id, action, ticket.get("actor"), "control"),
+            ticket.get("sig"),
+        )
+    ):
+        return denied(
+            f"the ticket to {action} workflow {workflow_id!r} does not verify (wrong key, "
+            "workflow or action)",
+            workflow=workflow_id,
+            action=action,
+        )
+    return None
 
 
 def ticket_error(
@@ -347,3 +394,104 @@ def ticket_error(
             topic=topic,
         )
     return None
+
+
+def _queued_payload(actor: Any, policies: Any, queue: str, receipt_id: str) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "kind": "queued",
+        "actor": actor,
+        "policies": policies,
+        "queue": queue,
+        "receipt": receipt_id,
+    }
+
+
+def seal_queued(
+    sec: Mapping[str, Any], queue: str, receipt_id: str, ring: KeyRing | None
+) -> dict[str, Any]:
+    """The enqueuer's security context as a queued message keeps it.
+
+    The claim (actor and policies) of ``sec`` (a claim or a workflow's envelope), signed by
+    ``ring`` and bound to the message (its queue and receipt id, which a retry and a
+    redrive keep); unsigned when the node has no ring.
+    """
+    actor, policies = sec.get("actor"), list(sec.get("policies") or ())
+    kept: dict[str, Any] = {"actor": actor, "policies": policies}
+    if ring is None:
+        return kept
+    key_id, sig = ring.sign(_queued_payload(actor, policies, queue, receipt_id))
+    return {**kept, "key_id": key_id, "sig": sig}
+
+
+def _refused_queued(queue: str, receipt_id: str, why: str) -> Error:
+    return denied(
+        f"queue {queue!r}: message {receipt_id!r} carries a security context that {why}; "
+        "it is not run (it goes to the DLQ). Enqueue it again from the process that may "
+        "run it",
+        queue=queue,
+        receipt_id=receipt_id,
+    )
+
+
+def _queued_shape(stored: object) -> str | None:
+    """What is malformed in a stored queued context (None: nothing)."""
+    if not isinstance(stored, Mapping) or not set(stored) <= {"actor", "policies", "key_id", "sig"}:
+        return "is malformed"
+    policies = stored.get("policies")
+    if not isinstance(policies, list | tuple) or not all(
+        isinstance(p, str) and p for p in policies
+    ):
+        return "has malformed policies"
+    actor = stored.get("actor")
+    if actor is None:
+        return None
+    if not isinstance(actor, Mapping) or set(actor) - {"id", "meta"}:
+        return "has a malformed actor"
+    try:
+        Actor(actor.get("id", ""), actor.get("meta"))
+    except Error:
+        return "has a malformed actor"
+    return None
+
+
+def _queued_signature(
+    stored: Mapping[str, Any], queue: str, receipt_id: str, ring: KeyRing | None
+) -> str | None:
+    """Why a stored queued context's signature (or its absence) is refused (None: it is not)."""
+    signed = "sig" in stored or "key_id" in stored
+    if ring is None:
+        return f"is signed, but this node has no key ring ({ENV_KEYS})" if signed else None
+    if not signed:
+        return (
+            "is unsigned, but this node has a key ring (it was stored by a node without one, "
+            "or written into the store)"
+        )
+    payload = _queued_payload(
+        stored.get("actor"), list(stored.get("policies") or ()), queue, receipt_id
+    )
+    if not ring.verify(stored.get("key_id"), payload, stored.get("sig")):
+        return (
+            "does not verify (changed after it was enqueued, copied from another message, "
+            "or signed with a key not in this node's ring)"
+        )
+    return None
+
+
+def open_queued(
+    stored: object, queue: str, receipt_id: str, ring: KeyRing | None
+) -> tuple[dict[str, Any] | None, Error | None]:
+    """The claim a queued message's delivery runs under, or why it may not run at all.
+
+    ``(None, None)`` for a message without a context (stored without one, or by an older
+    roost). On a node with a ring the context must carry a signature by a key of the ring
+    over (actor, policies, queue, receipt id); on a node without one it must be unsigned.
+    """
+    if stored is None:
+        return None, None
+    why = _queued_shape(stored)
+    if why is None and isinstance(stored, Mapping):
+        why = _queued_signature(stored, queue, receipt_id, ring)
+    if why is not None or not isinstance(stored, Mapping):
+        return None, _refused_queued(queue, receipt_id, why or "is malformed")
+    return {"actor": stored.get("actor"), "policies": list(stored.get("policies") or ())}, None

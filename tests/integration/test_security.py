@@ -64,6 +64,11 @@ def spawn_only(actor: security.Actor, action: str, resource: str) -> bool:
     return action == "process.spawn"
 
 
+@app.policy("write.secrets")
+def write_secrets(actor: security.Actor, action: str, resource: str) -> bool:
+    return action == "state.write" and resource.startswith("secrets/")
+
+
 @app.policy("enqueue.only")
 def enqueue_only(actor: security.Actor, action: str, resource: str) -> bool:
     return action == "queue.enqueue"
@@ -141,6 +146,14 @@ async def attempt(what: str, target: str, out: trio.MemorySendChannel) -> None:
                 return
             case "write":
                 await roost.state.set("secrets", target, "overwritten")
+            case "update":
+                await out.send(("returned", await roost.state.update("secrets", target, [])))
+                return
+            case "start-named":
+                await process.with_options(name=target).spawn(order, 9)
+            case "spawn-named":
+                named = process.with_options().with_name(target).with_message("go", "intruder")
+                await named.spawn(inner_reporter, out)
             case "monitor":
                 process.monitor(target)
             case "link":
@@ -742,3 +755,196 @@ async def test_the_admin_api_takes_only_a_signed_call_for_a_secured_workflow():
             )
             assert misaddressed.status_code == 403
         assert not messages_of(node, "o-1")  # nothing stored
+
+
+# -- operators: cancel and terminate of a secured workflow from outside the node -----------
+
+
+@pytest.mark.parametrize("action", ["cancel", "terminate"])
+async def test_an_unsigned_cli_cancel_or_terminate_of_a_secured_workflow_is_refused(
+    autojump_clock, tmp_path, monkeypatch, action
+):
+    monkeypatch.delenv("ROOST_SIGNING_KEYS", raising=False)
+    data = tmp_path / "data"
+    await start_orders(data, ["o-1"])
+    mine = tmp_path / "mine.keys"
+    mine.write_text(f"k1:{K2.hex()}\n")  # the node's key id, another secret
+    for extra in ([], ["--key-file", str(mine)]):
+        refused = cli("workflow", action, "o-1", "--data-dir", str(data), *extra)
+        assert refused.exit_code == 1, refused.output
+        assert "PermissionDenied" in refused.output
+    async with roost.open_node(app, data, signing_keys=RING) as node:
+        await trio.testing.wait_all_tasks_blocked()
+        assert node.describe("o-1")["status"] == "running"  # nothing stored
+        assert not any(type(e).__name__ == "CancelRequested" for e in node.history("o-1"))
+    ring = tmp_path / "ring.keys"
+    ring.write_text(f"k1:{K1.hex()}\n")
+    signed = cli("workflow", action, "o-1", "--data-dir", str(data), "--key-file", str(ring))
+    assert signed.exit_code == 0, signed.output
+    async with roost.open_node(app, data, signing_keys=RING) as node:
+        await trio.testing.wait_all_tasks_blocked()
+        if action == "terminate":
+            assert node.describe("o-1")["status"] == "terminated"
+        else:  # stored: the workflow decides what to do with it
+            assert any(type(e).__name__ == "CancelRequested" for e in node.history("o-1"))
+    audit = (data / "audit.log").read_text()
+    assert f"workflow {action}" in audit and "operator:" in audit
+
+
+async def test_the_admin_api_cancels_or_terminates_a_secured_workflow_only_signed():
+    import json  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from roost._security import KeyRing, make_control_ticket  # noqa: PLC0415
+    from roost.cli._signing import operator_control, operator_ticket  # noqa: PLC0415
+
+    ring = KeyRing.build(RING)
+    async with roost.open_node(app, admin="127.0.0.1:0", signing_keys=RING) as node:
+        token = json.loads((node.data_dir / "admin.json").read_text())["token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        pid = await actor_spawner(id="o-1").spawn(order, 1)
+        async with httpx.AsyncClient(base_url=node.admin_url, headers=headers) as client:
+            wrong = [
+                None,
+                operator_control(ring, "o-1", "cancel"),  # another action
+                operator_control(ring, "o-2", "terminate"),  # another workflow
+                operator_ticket(ring, "o-1", "terminate"),  # a relay ticket for that topic
+                make_control_ticket(KeyRing.build({"k1": K2}), "o-1", "terminate", "x"),
+            ]
+            for ticket in wrong:
+                body = {} if ticket is None else {"ticket": ticket}
+                refused = await client.post("/api/workflows/o-1/terminate", json=body)
+                assert refused.status_code == 403, refused.text
+                assert refused.json()["error"]["kind"] == "PermissionDenied"
+            refused = await client.post("/api/workflows/o-1/cancel", json={"reason": "x"})
+            assert refused.status_code == 403
+            # Replacing the run through a start terminates it: the same ticket is needed.
+            replace = {
+                "entry": "shop:order",
+                "args": [2],
+                "id": "o-1",
+                "options": {"id_conflict_policy": "terminate_existing"},
+            }
+            refused = await client.post("/api/workflows", json=replace)
+            assert refused.status_code == 403, refused.text
+            await trio.testing.wait_all_tasks_blocked()
+            assert node.describe("o-1")["status"] == "running"
+            assert not any(type(e).__name__ == "CancelRequested" for e in node.history("o-1"))
+            ticket = operator_control(ring, "o-1", "terminate")
+            done = await client.post("/api/workflows/o-1/terminate", json={"ticket": ticket})
+            assert done.status_code == 200, done.text
+        await wait_exit(pid)
+        assert node.describe("o-1")["status"] == "terminated"
+
+
+async def test_the_console_cannot_change_a_secured_workflow():
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from console_fixture import open_console_node  # noqa: PLC0415
+
+    async with open_console_node(app, signing_keys=RING) as c:
+        await actor_spawner(id="o-1").spawn(order, 1)
+        async with c.client() as http:
+            for form in [
+                {"action": "signal", "topic": "go", "payload": '"console"'},
+                {"action": "cancel", "reason": "x"},
+                {"action": "terminate"},
+            ]:
+                refused = await http.post("/workflows/o-1", data=form)
+                assert refused.status_code == 403, (form, refused.text)
+                assert "key ring" in refused.text or "signed" in refused.text
+        await trio.testing.wait_all_tasks_blocked()
+        assert c.node.describe("o-1")["status"] == "running"
+        history = c.node.history("o-1")
+        assert not messages_of(c.node, "o-1")  # nothing stored
+        assert not any(type(e).__name__ == "CancelRequested" for e in history)
+
+
+async def test_a_write_only_scope_cannot_read_through_state_update(autojump_clock):
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app):
+        await roost.state.set("secrets", "api_key", "s3cr3t")
+        await actor_spawner("intruder", "write.secrets").spawn(
+            attempt, "update", "api_key", out_send
+        )
+        assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        assert await roost.state.get("secrets", "api_key") == "s3cr3t"
+        # With both a read and a write policy, update answers the value.
+        await actor_spawner("user:1").spawn(attempt, "update", "api_key", out_send)
+        assert await out.receive() == ("returned", "s3cr3t")
+
+
+@app.process
+async def mailbox_holder(ready: trio.MemorySendChannel, got: list) -> None:
+    process.registry.register("payments")
+    await ready.send(None)
+    got.append(await process.inbox().receive())
+
+
+@pytest.mark.parametrize("name", ["payments", "free-name"])
+async def test_a_named_spawn_asks_for_the_name_or_the_holder(autojump_clock, name):
+    ready_send, ready = trio.open_memory_channel(1)
+    out_send, out = trio.open_memory_channel(2)
+    got: list = []
+    async with roost.open_node(app):
+        owner = await process.spawn(mailbox_holder, ready_send, got)
+        await ready.receive()
+        # spawn.only allows process.spawn, neither registry.register nor process.send.
+        await actor_spawner("intruder", "spawn.only").spawn(attempt, "spawn-named", name, out_send)
+        with trio.fail_after(60):  # a child that started reports first
+            assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # the holder got no message
+        assert process.registry.lookup("payments") == owner
+        with pytest.raises(roost.Error) as free:  # the free name was not taken
+            process.registry.lookup("free-name")
+        assert free.value.kind == roost.ErrorKind.NOT_FOUND
+        assert out.statistics().current_buffer_used == 0  # no child started
+
+
+@app.process
+async def slow_echo(addresses: trio.MemorySendChannel, go: trio.MemoryReceiveChannel) -> None:
+    """Takes one request, tells the test its reply address, replies once told to."""
+    request = await process.inbox().receive()
+    await addresses.send(request.sender)
+    await go.receive()
+    await process.send(request.sender, "ok", f"echo {request.payload}")
+
+
+@app.process
+async def forger(address: str) -> None:
+    await process.send(address, "ok", "forged")
+
+
+@app.process
+async def secured_caller(target: str, out: trio.MemorySendChannel) -> None:
+    await out.send(await process.call(target, "ask", "hi", timeout="1m"))
+
+
+async def test_a_secured_process_call_takes_its_reply_only_from_the_called(autojump_clock):
+    addr_send, addresses = trio.open_memory_channel(1)
+    go_send, go = trio.open_memory_channel(1)
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app):
+        callee = await process.spawn(slow_echo, addr_send, go)
+        await actor_spawner("user:1").spawn(secured_caller, str(callee), out_send)
+        reply_address = await addresses.receive()
+        await process.spawn(forger, str(reply_address))  # a guessable PID: anyone may send
+        await trio.testing.wait_all_tasks_blocked()
+        assert out.statistics().current_buffer_used == 0  # the forged reply was not taken
+        await go_send.send(None)
+        assert await out.receive() == "echo hi"
+
+
+async def test_a_named_workflow_start_asks_for_the_name(autojump_clock):
+    out_send, out = trio.open_memory_channel(1)
+    async with roost.open_node(app, signing_keys=RING) as node:
+        await actor_spawner("intruder", "spawn.only").spawn(attempt, "start-named", "pay", out_send)
+        assert await out.receive() == ("raised", roost.ErrorKind.PERMISSION_DENIED)
+        assert node.list_workflows() == []
+        with pytest.raises(roost.Error) as free:
+            process.registry.lookup("pay")
+        assert free.value.kind == roost.ErrorKind.NOT_FOUND

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ from roost.workflow._host_protocol import CallingHost
 
 if TYPE_CHECKING:
     from roost.workflow._host_protocol import Durable, WorkflowHost
+
+_log = logging.getLogger("roost.process")
 
 __all__ = [
     "Receipt",
@@ -246,9 +249,21 @@ async def call(
         else:
             node.live(target).get_mailbox().deliver(topic, payload, alias.pid)
         replies = alias.get_mailbox().subscribe(INBOX, message=True)
+        # A secured caller takes replies only from what it called: the reply address is
+        # a PID another process can guess, and a forged reply would be its result.
+        only_from = target if is_secured(proc) else None
         with trio.move_on_after(seconds):
             while True:
                 reply = await replies.receive()
+                if only_from is not None and reply.sender != only_from:
+                    _log.warning(
+                        "process.call %r to %s: dropped a reply from %s (only %s may reply)",
+                        topic,
+                        target,
+                        reply.sender,
+                        target,
+                    )
+                    continue
                 if reply.topic != "ack":
                     return _reply_value(target, topic, reply)
         raise _call_timeout(target, topic, seconds)

@@ -17,13 +17,15 @@ import attrs
 
 from roost._errors import shown
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, actor_of, denied, ticket_error
+from roost._security import SECURITY_KEY, actor_of, control_error, denied, ticket_error
 from roost.actors._current import activity_context, bound_node, maybe_current_process
 
 __all__ = [
     "authorize",
     "authorize_caller",
     "authorize_sender",
+    "caller_security",
+    "check_control",
     "check_relay",
     "is_secured",
     "resource_text",
@@ -108,6 +110,21 @@ def check_relay(node: Any, pid: Any, topic: str, ticket: object) -> None:
         raise refused
 
 
+def check_control(node: Any, pid: Any, action: str, ticket: object) -> None:
+    """Raise PermissionDenied unless ``ticket`` lets its holder ``action`` ``pid``, if secured.
+
+    For cancel and terminate from outside the node's processes (the admin API, the
+    console): only a holder of the node's key ring changes a secured workflow from there.
+    """
+    host = node.workflow_host_of(pid)
+    secured = getattr(host, "secured", None)
+    if secured is None or not secured(pid):
+        return
+    refused = control_error(ticket, pid.id, action, node.settings.get("keyring"))
+    if refused is not None:
+        raise refused
+
+
 @attrs.frozen
 class _ActivityCaller:
     """An activity as ``authorize`` sees it: its workflow's context, on its node."""
@@ -135,6 +152,22 @@ def authorize_caller(action: str, *parts: object) -> None:
     if context and SECURITY_KEY in context:
         resource = "/".join(resource_text(p) for p in parts)
         authorize(_ActivityCaller(context, bound_node()), action, resource)
+
+
+def caller_security() -> Mapping[str, Any] | None:
+    """The security context of whoever calls (a process, or an activity run by a workflow).
+
+    None without one. A workflow's is its sealed envelope; a process's its claim.
+    """
+    proc = maybe_current_process()
+    context: Mapping[str, Any] | None = None
+    if proc is not None:
+        context = proc.context
+    else:
+        port = activity_context.get()
+        context = port.context if port is not None else None
+    sec = context.get(SECURITY_KEY) if context else None
+    return sec if isinstance(sec, Mapping) else None
 
 
 def authorize_sender(

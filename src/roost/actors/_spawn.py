@@ -12,7 +12,7 @@ from roost._errors import invalid
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, Actor, Scope, actor_of, claim, denied, scope_of
 from roost.actors._app import ENTRY_ATTR, Entry, EntryKind, check_arguments
-from roost.actors._authorize import authorize
+from roost.actors._authorize import authorize, is_secured
 from roost.actors._current import current_any, current_process, maybe_current_process
 from roost.actors._node import SpawnRequest, terminated_error
 from roost.actors._process import Process
@@ -391,6 +391,9 @@ class Spawner:
                 raise invalid(f"option {key!r} applies to plain processes, not workflows")
         if self.name is not None:
             options["name"] = self.name
+        if options.get("name") is not None and is_secured(parent):
+            # A workflow's name is registered for it: the starter's registry.register.
+            authorize(parent, "registry.register", options["name"])
         pid: Pid = await host.spawn(
             parent.pid,
             entry=entry,
@@ -430,7 +433,31 @@ class Spawner:
             mailbox_limit=opts.get("mailbox_limit"),
             trap_links=bool(opts.get("trap_links", False)),
         )
+        if req.name is not None and is_secured(parent):
+            _authorize_name(parent, req)
         return node.start_process(parent, resolved, args, req)
+
+
+def _authorize_name(parent: Process, req: SpawnRequest) -> None:
+    """Ask ``parent``'s policies what a named spawn does: take the name, or reach its holder.
+
+    Spawn-or-signal registers a free name (``registry.register``) or hands the start
+    messages to the live holder and links or monitors it (``process.send`` / ``link`` /
+    ``monitor`` of the holder): each is the action it would be as a call of its own.
+    """
+    node = parent.node
+    name = check_name(req.name)
+    holder = node.registry.lookup(name)
+    if holder is None or holder not in node.procs:
+        authorize(parent, "registry.register", name)
+        return
+    for wanted, action in (
+        (bool(req.messages), "process.send"),
+        (req.link, "process.link"),
+        (req.monitor, "process.monitor"),
+    ):
+        if wanted:
+            authorize(parent, action, holder)
 
 
 _DEFAULT = Spawner()

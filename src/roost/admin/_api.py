@@ -29,7 +29,7 @@ import trio
 
 from roost._errors import Error, ErrorKind, invalid, shown
 from roost.actors._app import EntryKind
-from roost.actors._authorize import check_relay
+from roost.actors._authorize import check_control, check_relay
 from roost.actors._current import reset_current, set_current
 from roost.actors._events import Exit
 from roost.admin._json import error_json, to_jsonable
@@ -277,7 +277,7 @@ async def start(request: Request) -> Any:
     from roost import process  # noqa: PLC0415
 
     node = _handle(request)
-    body = await _body(request, ("entry", "args", "id", "options"), _START_EXAMPLE)
+    body = await _body(request, ("entry", "args", "id", "options", "ticket"), _START_EXAMPLE)
     entry_id = _required_text(body, "entry", '"app:order"')
     args = body.get("args", [])
     if not isinstance(args, list):
@@ -304,6 +304,10 @@ async def start(request: Request) -> Any:
     # never silently taken as "the one already running".
     if "id" in options:
         options = {"id_conflict_policy": "fail", **options}
+        if options["id_conflict_policy"] == "terminate_existing":
+            # Replacing a secured run terminates it: the same signed ticket as terminate.
+            pid = workflow_pid(node, str(options["id"]))
+            check_control(node_of(node), pid, "terminate", body.get("ticket"))
     spawner = process.with_options(options)
     pid = await in_process(node, lambda: spawner.spawn(entry.id, *args))
     return {"workflow_id": pid.id}
@@ -407,10 +411,12 @@ async def cancel(request: Request) -> Any:
 
     node = _handle(request)
     workflow_id = request.path_params["id"]
-    body = await _body(request, ("reason",), '{"reason": "not needed"}')
+    body = await _body(request, ("reason", "ticket"), '{"reason": "not needed"}')
     reason = _optional_text(body, "reason")
     _running(node, workflow_id, "canceled")
     pid = workflow_pid(node, workflow_id)
+    # A secured workflow is canceled from outside only with the operator's signed ticket.
+    check_control(node_of(node), pid, "cancel", body.get("ticket"))
 
     async def stop() -> None:
         process.cancel(pid, reason)
@@ -425,9 +431,10 @@ async def terminate(request: Request) -> Any:
 
     node = _handle(request)
     workflow_id = request.path_params["id"]
-    await _body(request, (), "{}")
+    body = await _body(request, ("ticket",), "{}")
     _running(node, workflow_id, "terminated")
     pid = workflow_pid(node, workflow_id)
+    check_control(node_of(node), pid, "terminate", body.get("ticket"))
 
     async def stop() -> None:
         process.terminate(pid)

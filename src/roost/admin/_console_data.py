@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
 from roost.actors._app import EntryKind
+from roost.actors._authorize import check_control, check_relay
 from roost.actors._current import reset_current, set_current
 from roost.admin._console_format import short
 from roost.admin._json import to_jsonable
@@ -445,6 +446,8 @@ async def signal_workflow(handle: Any, workflow_id: str, topic: str, payload: An
     from roost import process  # noqa: PLC0415 - the public call, as a process makes it
 
     _, pid = _workflow_pid(handle, workflow_id)
+    # The console holds no key ring: a secured workflow takes no message from it.
+    check_relay(_node(handle), pid, topic, None)
 
     async def send() -> None:
         await process.send(pid, topic, payload)
@@ -455,12 +458,14 @@ async def signal_workflow(handle: Any, workflow_id: str, topic: str, payload: An
 async def cancel_workflow(handle: Any, workflow_id: str, reason: str | None) -> None:
     """Ask a running workflow to stop; returns once the request is stored."""
     host, pid = _workflow_pid(handle, workflow_id)
+    check_control(_node(handle), pid, "cancel", None)  # as for signal: no ring, no change
     await host.cancel(pid, reason).wait()
 
 
 def terminate_workflow(handle: Any, workflow_id: str) -> None:
     """Stop a running workflow at once (it closes as terminated)."""
     host, pid = _workflow_pid(handle, workflow_id)
+    check_control(_node(handle), pid, "terminate", None)
     host.terminate(pid)
 
 

@@ -13,9 +13,15 @@ from typing import Any
 
 import click
 
-from roost._security import KeyRing, make_ticket
+from roost._security import KeyRing, make_control_ticket, make_ticket
 
-__all__ = ["key_file_option", "operator_actor", "operator_ring", "operator_ticket"]
+__all__ = [
+    "key_file_option",
+    "operator_actor",
+    "operator_control",
+    "operator_ring",
+    "operator_ticket",
+]
 
 key_file_option = click.option(
     "--key-file",
@@ -47,3 +53,10 @@ def operator_ticket(ring: KeyRing | None, workflow_id: str, topic: str) -> dict[
     if ring is None:
         return None
     return make_ticket(ring, workflow_id, topic, operator_actor())
+
+
+def operator_control(ring: KeyRing | None, workflow_id: str, action: str) -> dict[str, Any] | None:
+    """The operator's ticket to ``action`` (cancel, terminate) ``workflow_id`` (None: no ring)."""
+    if ring is None:
+        return None
+    return make_control_ticket(ring, workflow_id, action, operator_actor())

@@ -26,7 +26,12 @@ from roost.cli._common import (
     reading,
     table,
 )
-from roost.cli._signing import key_file_option, operator_ring, operator_ticket
+from roost.cli._signing import (
+    key_file_option,
+    operator_control,
+    operator_ring,
+    operator_ticket,
+)
 from roost.storage import Codec, WriteTxn
 from roost.testing import history_to_json
 from roost.workflow._local import _inspect, _offline
@@ -347,20 +352,37 @@ def signal(  # noqa: PLR0917 - click passes every option as an argument
 @click.argument("workflow_id")
 @click.option("--reason", default=None, help="Why (the workflow sees it).")
 @data_dir_option
+@key_file_option
 @_temporal.temporal_options
-def cancel(
-    workflow_id: str, reason: str | None, data_dir: Path, temporal: str | None, namespace: str
+def cancel(  # noqa: PLR0917 - click passes every option as an argument
+    workflow_id: str,
+    reason: str | None,
+    data_dir: Path,
+    key_file: Path | None,
+    temporal: str | None,
+    namespace: str,
 ) -> None:
-    """Ask a running workflow to cancel (it decides what to do)."""
+    """Ask a running workflow to cancel (it decides what to do).
+
+    A workflow running under a security context is canceled only by a holder of the
+    node's key ring (--key-file or ROOST_SIGNING_KEYS), as operator:<your user name>.
+    """
     if temporal is not None:
         _temporal.cancel(temporal, namespace, workflow_id, reason)
         click.echo(f"cancel requested for {workflow_id}")
         return
     with failures():
+        ring = operator_ring(key_file)
+        ticket = operator_control(ring, workflow_id, "cancel")
+        body: dict[str, Any] = {"reason": reason}
+        if ticket is not None:
+            body["ticket"] = ticket
         change(
             data_dir,
-            admin=_post(f"/api/workflows/{quote(workflow_id)}/cancel", {"reason": reason}),
-            offline=lambda txn, codec: _offline.cancel_offline(txn, codec, workflow_id, reason),
+            admin=_post(f"/api/workflows/{quote(workflow_id)}/cancel", body),
+            offline=lambda txn, codec: _offline.cancel_offline(
+                txn, codec, workflow_id, reason, ticket=ticket, ring=ring
+            ),
         )
     click.echo(f"cancel requested for {workflow_id}")
 
@@ -368,17 +390,29 @@ def cancel(
 @workflow.command()
 @click.argument("workflow_id")
 @data_dir_option
+@key_file_option
 @_temporal.temporal_options
-def terminate(workflow_id: str, data_dir: Path, temporal: str | None, namespace: str) -> None:
-    """Stop a running workflow at once: none of its code runs again."""
+def terminate(
+    workflow_id: str, data_dir: Path, key_file: Path | None, temporal: str | None, namespace: str
+) -> None:
+    """Stop a running workflow at once: none of its code runs again.
+
+    A workflow running under a security context is terminated only by a holder of the
+    node's key ring (--key-file or ROOST_SIGNING_KEYS), as operator:<your user name>.
+    """
     if temporal is not None:
         _temporal.terminate(temporal, namespace, workflow_id)
         click.echo(f"terminate requested for {workflow_id}")
         return
     with failures():
+        ring = operator_ring(key_file)
+        ticket = operator_control(ring, workflow_id, "terminate")
+        body: dict[str, Any] = {} if ticket is None else {"ticket": ticket}
         change(
             data_dir,
-            admin=_post(f"/api/workflows/{quote(workflow_id)}/terminate", {}),
-            offline=lambda txn, codec: _offline.terminate_offline(txn, codec, workflow_id),
+            admin=_post(f"/api/workflows/{quote(workflow_id)}/terminate", body),
+            offline=lambda txn, codec: _offline.terminate_offline(
+                txn, codec, workflow_id, ticket=ticket, ring=ring
+            ),
         )
     click.echo(f"terminate requested for {workflow_id}")

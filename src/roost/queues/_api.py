@@ -6,7 +6,7 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._app import EntryKind
-from roost.actors._authorize import authorize_caller
+from roost.actors._authorize import authorize_caller, caller_security
 from roost.actors._current import bound_node, maybe_current_process
 from roost.queues._records import QueueInfo
 from roost.queues._runtime import DELIVERY, QueueRuntime
@@ -47,6 +47,9 @@ def _node_runtime(node: Any) -> QueueRuntime:
 async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
     """Durably enqueue a call of ``entry`` with ``payload``; returns its receipt id.
 
+    The message keeps the caller's security context (signed by the node's key ring and
+    bound to the message): its delivery runs as the caller's actor under its scope.
+
     Returns once the message is committed. Inside a queue handler the message commits
     with that handler's acknowledgement instead (and is dropped if the handler fails):
     the exactly-once hand-off between pipeline steps.
@@ -56,7 +59,8 @@ async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
             process or workflow, a FIFO payload without its group field, or a payload
             that cannot be encoded; NotFound for an unknown entry; PermissionDenied when
             the caller's policies allow neither ``queue.enqueue`` on the queue nor
-            ``process.spawn`` of the entry. Nothing is stored.
+            ``process.spawn`` of the entry; InvalidState for a workflow entry enqueued
+            under a security context on a node without a key ring. Nothing is stored.
     """
     runtime = _runtime()
     authorize_caller("queue.enqueue", queue)
@@ -68,7 +72,7 @@ async def enqueue(queue: str, entry: Any, payload: Any = None) -> str:
         )
     # The queue runs the entry without the caller's context: enqueuing it is starting it.
     authorize_caller("process.spawn", resolved.id)
-    message, data = runtime.new_message(queue, resolved.id, payload)
+    message, data = runtime.new_message(queue, resolved.id, payload, caller_security())
     delivery = DELIVERY.get()
     if delivery is not None and delivery.open and delivery.runtime is runtime:
         delivery.handoff.append((message, data))

@@ -44,6 +44,10 @@ class QueueMessage:
     enqueued_at: dt.datetime
     errors: list[Error] = attrs.field(factory=list)
     redrives: int = 0  # times redriven from the DLQ: each life's attempts count from 1
+    # The enqueuer's security context, signed and bound to (queue, receipt id) when the
+    # node has a key ring (``roost._security.seal_queued``); None: the delivery runs
+    # without one (so does a message stored by an older roost).
+    security: dict[str, Any] | None = None
 
 
 @record("q.dead_letter")
@@ -61,6 +65,7 @@ class DeadLetter:
     enqueued_at: dt.datetime
     failed_at: dt.datetime
     redrives: int = 0
+    security: dict[str, Any] | None = None  # the message's, kept for its redrive
 
 
 @attrs.frozen(kw_only=True)
@@ -86,6 +91,7 @@ def redriven(dead: DeadLetter, seq: int) -> QueueMessage:
         group=dead.group,
         enqueued_at=dead.enqueued_at,
         redrives=dead.redrives + 1,
+        security=dead.security,
     )
 
 

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -31,6 +31,7 @@ from roost import _telemetry as telemetry
 from roost._duration import deadline_after
 from roost._errors import Error, ErrorKind, invalid, not_found, shown
 from roost._pid import Pid
+from roost._security import SECURITY_KEY, open_queued, seal_queued
 from roost.actors._app import EntryKind, register_extension, register_node_service
 from roost.actors._authorize import authorize_caller
 from roost.actors._current import reset_current, set_current
@@ -152,12 +153,19 @@ class QueueRuntime:
 
     # -- enqueue -------------------------------------------------------------------------
 
-    def new_message(self, queue: str, entry: str, payload: Any) -> Outgoing:
+    def new_message(
+        self, queue: str, entry: str, payload: Any, security: Mapping[str, Any] | None = None
+    ) -> Outgoing:
         """A checked message for ``queue`` and its encoding (not stored yet).
+
+        ``security`` is the enqueuer's security context (None: it has none): the message
+        keeps it, signed by the node's ring, and its delivery runs under it.
 
         Raises:
             roost.Error: Invalid for an undeclared queue, a FIFO payload without its group
-                field, or a payload the codec cannot encode.
+                field, or a payload the codec cannot encode; InvalidState for a context
+                with a workflow entry on a node without a key ring (its start could not
+                seal it).
         """
         spec = self.specs.get(queue)
         if spec is None:
@@ -185,14 +193,28 @@ class QueueRuntime:
                     f"name ({type(exc).__name__}); use a str or an int",
                     queue=queue,
                 ) from None
+        receipt_id = os.urandom(12).hex()
+        ring = self.node.settings.get("keyring")
+        kept = None
+        if security is not None:
+            if ring is None and self.node.app.resolve(entry).kind is EntryKind.WORKFLOW:
+                raise Error(
+                    f"enqueuing workflow {entry!r} under a security context needs a signing "
+                    "key (its delivery starts the workflow under that context); give "
+                    "open_node(signing_keys={...}, signing_key=...) or set ROOST_SIGNING_KEYS",
+                    kind=ErrorKind.INVALID_STATE,
+                    retryable=False,
+                )
+            kept = seal_queued(security, queue, receipt_id, ring)
         message = QueueMessage(
-            receipt_id=os.urandom(12).hex(),
+            receipt_id=receipt_id,
             queue=queue,
             seq=self._seq + 1,
             entry=entry,
             payload=payload,
             group=group,
             enqueued_at=self.node.now(),
+            security=kept,
         )
         what = f"payload for queue {queue!r}"
         self.codec.check(payload, what=what)  # a payload's own limits, inside the message
@@ -239,7 +261,15 @@ class QueueRuntime:
         )
         key = (message.queue, message.entry)
         self.deliveries[key] = self.deliveries.get(key, 0) + 1
-        error = await telemetry.delivery(message, self._invoke(message, spec, delivery))
+        # A context that does not verify is never run under, and never retried.
+        claim, refused = open_queued(
+            message.security, message.queue, message.receipt_id, self.node.settings.get("keyring")
+        )
+        if refused is None:
+            error = await telemetry.delivery(message, self._invoke(message, spec, delivery, claim))
+        else:
+            error = refused
+            log.error("%s", refused.message, extra=_fields(message))
         delivery.open = False
         retry = None
         try:
@@ -252,7 +282,7 @@ class QueueRuntime:
                     error = exc
             if error is not None:
                 self.delivery_failures[key] = self.delivery_failures.get(key, 0) + 1
-                retry = await self._failed(message, spec, error)
+                retry = await self._failed(message, spec, error, final=refused is not None)
         except Exception as exc:  # noqa: BLE001 - the store refused the outcome itself
             retry = self._outcome_lost(message, spec, exc)
         finally:
@@ -260,7 +290,11 @@ class QueueRuntime:
             self._wake[message.queue].set()
 
     async def _invoke(
-        self, message: QueueMessage, spec: QueueSpec, delivery: Delivery
+        self,
+        message: QueueMessage,
+        spec: QueueSpec,
+        delivery: Delivery,
+        claim: Mapping[str, Any] | None,
     ) -> Error | None:
         token = DELIVERY.set(delivery)
         try:
@@ -271,6 +305,7 @@ class QueueRuntime:
                     message.payload,
                     delivery.info,
                     workflow_id=workflow_id_for(message),
+                    security=claim,
                 )
             if not scope.cancelled_caught:
                 return None
@@ -315,14 +350,14 @@ class QueueRuntime:
         self.accept([m for m, _ in handoff])
 
     async def _failed(
-        self, message: QueueMessage, spec: QueueSpec, error: Error
+        self, message: QueueMessage, spec: QueueSpec, error: Error, *, final: bool = False
     ) -> QueueMessage | None:
         now = self.node.now()
         noted = safe_error(error).clone()  # a handler's error may not be storable as it is
         noted.details = {**noted.details, "attempt": message.attempt, "at": now}
         errors = [*message.errors, noted]
         row = message_key(message.queue, message.seq)
-        if message.attempt <= spec.max_retries:
+        if message.attempt <= spec.max_retries and not final:
             delay = retry_delay(spec, message.attempt)
             retry = attrs.evolve(
                 message,
@@ -353,6 +388,7 @@ class QueueRuntime:
             enqueued_at=message.enqueued_at,
             failed_at=now,
             redrives=message.redrives,
+            security=message.security,
         )
         data = self.codec.encode(dead)
 
@@ -389,9 +425,14 @@ async def run_target(
     info: QueueInfo | None,
     *,
     workflow_id: str | None = None,
+    security: Mapping[str, Any] | None = None,
 ) -> Any:
-    """``invoke`` from a fresh attached process (the caller a process target needs)."""
-    parent = node.attach()
+    """``invoke`` from a fresh attached process (the caller a process target needs).
+
+    ``security`` is the security context that process has (a queued message's enqueuer's):
+    the target runs under it, and what it starts inherits it.
+    """
+    parent = node.attach({SECURITY_KEY: dict(security)} if security is not None else None)
     current = set_current(parent)
     try:
         return await invoke(node, entry_id, payload, info, workflow_id=workflow_id)

@@ -162,10 +162,13 @@ async def update(scope: str, key: str, ops: Any) -> Any:
     Raises:
         roost.Error: Invalid for a bad scope, key or op, an op that does not fit the value
             (increment of a non-number, a path through a non-dict, ...), a result the codec
-            cannot encode, or inside a workflow; in every case nothing is stored.
+            cannot encode, or inside a workflow; PermissionDenied unless the caller's
+            policies allow both ``state.write`` and ``state.read`` of the key (it returns
+            the value); in every case nothing is stored.
     """
     what = "roost.state.update"
     authorize_caller("state.write", scope, key)
+    authorize_caller("state.read", scope, key)  # it returns the value: a read as well
     node, store = _store(what)
     row = _row(scope, key, what)
     parsed = parse_ops(ops)

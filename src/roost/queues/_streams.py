@@ -26,6 +26,7 @@ import trio
 from roost._errors import Error, ErrorKind, invalid
 from roost.actors._api import Receipt
 from roost.actors._app import EntryKind, register_app_check, register_extension
+from roost.actors._authorize import caller_security
 from roost.actors._current import bound_node, maybe_current_process
 from roost.actors._process import NodeOps
 from roost.mailbox._mailbox import check_topic
@@ -95,10 +96,14 @@ def publish(topic: str, data: Any = None) -> Receipt:
     """Publish ``data`` on ``topic`` to its subscribers, without blocking.
 
     Await the returned receipt to wait until durable subscribers' messages are committed.
+    Subscription entries run under the publisher's security context, as a queued
+    message's handler runs under its enqueuer's.
 
     Raises:
         roost.Error: Invalid for a bad topic or (with durable subscribers) data that
-            cannot be encoded, or when called inside a workflow.
+            cannot be encoded, or when called inside a workflow; InvalidState for a durable
+            workflow subscriber of a publisher with a security context on a node without
+            a key ring.
     """
     check_topic(topic)
     node, sender = _publisher()
@@ -107,8 +112,16 @@ def publish(topic: str, data: Any = None) -> Receipt:
     durable = [s for s in subs if s.durable]
     if durable and runtime is None:
         raise Error("durable subscriptions need a node with a store", kind=ErrorKind.INVALID_STATE)
+    # Subscribers run as the publisher: a subscription never runs with more than its
+    # publisher may do (a durable copy keeps the context as an enqueued message does).
+    security = caller_security()
+    claim = (
+        {"actor": security.get("actor"), "policies": list(security.get("policies") or ())}
+        if security is not None
+        else None
+    )
     messages = [
-        runtime.new_message(s.queue, node.app.resolve(s.entry).id, data)
+        runtime.new_message(s.queue, node.app.resolve(s.entry).id, data, claim)
         for s in durable
         if runtime is not None
     ]
@@ -118,7 +131,7 @@ def publish(topic: str, data: Any = None) -> Receipt:
             box.deliver(topic, data, sender, force=True)
     for sub in subs:
         if not sub.durable and runtime is not None:
-            runtime.spawn_task(_notify, node, sub, data)
+            runtime.spawn_task(_notify, node, sub, data, claim)
     if not messages or runtime is None:
         return _ACCEPTED
     delivery = DELIVERY.get()
@@ -177,7 +190,9 @@ async def _store(
         receipt.done.set()
 
 
-async def _notify(node: NodeOps, sub: Subscription, data: Any) -> None:
+async def _notify(
+    node: NodeOps, sub: Subscription, data: Any, claim: dict[str, Any] | None
+) -> None:
     entry = node.app.resolve(sub.entry)
     if entry.kind not in _TARGETS:
         log.error(
@@ -185,7 +200,7 @@ async def _notify(node: NodeOps, sub: Subscription, data: Any) -> None:
         )
         return
     try:
-        await run_target(node, entry.id, data, None)
+        await run_target(node, entry.id, data, None, security=claim)
     except BaseException as exc:  # one subscriber's failure is logged, not spread
         error = contain(exc)  # (cancellation goes on up)
         log.warning(

@@ -20,7 +20,14 @@ from typing import Any
 
 from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, KeyRing, denied, envelope_payload, ticket_error
+from roost._security import (
+    SECURITY_KEY,
+    KeyRing,
+    control_error,
+    denied,
+    envelope_payload,
+    ticket_error,
+)
 from roost.actors._app import _check_name as check_name
 from roost.storage import Codec, ReadTxn, WriteTxn, key, unpack_key
 from roost.storage._quarantine import QUARANTINE_TABLE, quarantine_key
@@ -256,39 +263,72 @@ def signal_offline(
     if not isinstance(topic, str) or not topic:
         raise invalid(f"a message topic is a non-empty string, got {topic!r}")
     record = _open_run(txn, codec, workflow_id)
-    sec = _start_context(txn, codec, record).get(SECURITY_KEY)
-    if sec is not None:
-        refused = ticket_error(ticket, workflow_id, topic, ring)
-        if refused is not None:
-            raise refused
-        # Any ring verifies its own tickets: it must also verify the run's envelope, which
-        # only the node's signing keys made (a self-made key file does not).
-        if ring is None or not _verifies(ring, sec):
-            raise denied(
-                f"the key ring given does not verify workflow {workflow_id!r}'s envelope: "
-                "it is not the node's ring (give the node's key file or ROOST_SIGNING_KEYS)",
-                workflow=workflow_id,
-                topic=topic,
-            )
+    _check_signed(txn, codec, record, ring, ticket_error(ticket, workflow_id, topic, ring))
     codec.encode(payload, what=f"payload of message {topic!r}")
     _append(txn, codec, record, MessageArrived(topic=topic, payload=payload, sender=None))
 
 
-def cancel_offline(txn: WriteTxn, codec: Codec, workflow_id: str, reason: str | None) -> None:
+def _check_signed(
+    txn: ReadTxn, codec: Codec, record: RunRecord, ring: KeyRing | None, refused: Error | None
+) -> None:
+    """Raise PermissionDenied if ``record``'s run is secured and the change is not signed.
+
+    ``refused`` is why the change's ticket does not verify (None: it does). Any ring
+    verifies its own tickets: it must also verify the run's envelope, which only the
+    node's signing keys made (a self-made key file does not).
+    """
+    sec = _start_context(txn, codec, record).get(SECURITY_KEY)
+    if sec is None:
+        return
+    if refused is not None:
+        raise refused
+    if ring is None or not _verifies(ring, sec):
+        raise denied(
+            f"the key ring given does not verify workflow {record.workflow_id!r}'s envelope: "
+            "it is not the node's ring (give the node's key file or ROOST_SIGNING_KEYS)",
+            workflow=record.workflow_id,
+        )
+
+
+def cancel_offline(
+    txn: WriteTxn,
+    codec: Codec,
+    workflow_id: str,
+    reason: str | None,
+    *,
+    ticket: Mapping[str, Any] | None = None,
+    ring: KeyRing | None = None,
+) -> None:
     """Store a cancel request for an open workflow (it decides what to do once it runs).
 
+    A workflow running under a security context takes it only with a control ticket that
+    ``ring`` verifies, from a ring that verifies the run's envelope.
+
     Raises:
-        roost.Error: NotFound if no run of that id is open.
+        roost.Error: NotFound if no run of that id is open; PermissionDenied for a
+            secured workflow without a valid ticket (nothing is stored).
     """
     record = _open_run(txn, codec, workflow_id)
+    _check_signed(txn, codec, record, ring, control_error(ticket, workflow_id, "cancel", ring))
     _append(txn, codec, record, CancelRequested(reason=reason))
 
 
-def terminate_offline(txn: WriteTxn, codec: Codec, workflow_id: str) -> None:
+def terminate_offline(
+    txn: WriteTxn,
+    codec: Codec,
+    workflow_id: str,
+    *,
+    ticket: Mapping[str, Any] | None = None,
+    ring: KeyRing | None = None,
+) -> None:
     """Store a terminate of an open workflow: the next node closes it at open, unrun.
 
+    A secured workflow takes it only signed, as ``cancel_offline`` says.
+
     Raises:
-        roost.Error: NotFound if no run of that id is open.
+        roost.Error: NotFound if no run of that id is open; PermissionDenied for a
+            secured workflow without a valid ticket (nothing is stored).
     """
     record = _open_run(txn, codec, workflow_id)
+    _check_signed(txn, codec, record, ring, control_error(ticket, workflow_id, "terminate", ring))
     _append(txn, codec, record, TerminateRequest())

@@ -21,6 +21,7 @@ from temporalio.service import RPCError
 
 import roost
 import roost.temporal
+import roost.temporal._host
 import roost.temporal._replay
 import roost.temporal._workflow
 from roost import channel, funcs, process, workflow
@@ -746,13 +747,13 @@ class _FailingExits:
 
 async def test_a_failure_in_a_host_background_task_does_not_stop_the_node(temporal_server, caplog):
     async with temporal_node(temporal_server, cache=100) as node:
-        host = node._node.require_workflows()
-        services = host._services
-        host._services = failing = _FailingExits(services)
+        watches = node._node.require_workflows()._watches
+        services = watches._services
+        watches._services = failing = _FailingExits(services)
         pid = await process.with_options(id=_id("unannounced")).spawn_monitored(doubler, 1)
         with trio.fail_after(10):
             await failing.tried.wait()  # the host task raised (or logged) right after
-            host._services = services
+            watches._services = services
             assert await process.exec(doubler, 3) == 6  # the node runs on
     assert f"the EXIT of {pid} to" in caplog.text
     assert "the EXIT could not be posted" in caplog.text
@@ -1024,3 +1025,132 @@ async def test_a_secured_run_rejects_an_update_without_a_ticket(temporal_server)
         await process.send(pid, "stop")
         with trio.fail_after(30):
             assert (await process.events().receive()).value == "stopped"
+
+
+async def scheduled(server, workflow_id, activity_type):
+    """The decoded arguments and task queue of each ``activity_type`` the run scheduled."""
+
+    async def fetch(client):
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        converter = client.data_converter.payload_converter
+        found = []
+        for e in history.events:
+            if e.HasField("activity_task_scheduled_event_attributes"):
+                attrs = e.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == activity_type:
+                    args = converter.from_payloads(list(attrs.input.payloads))
+                    found.append((attrs.task_queue.name, args))
+        return found
+
+    return await with_client(server, fetch)
+
+
+def signal_names(events):
+    return [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+
+
+@app.workflow
+async def fail_on_go():
+    await process.listen("go").receive()
+    raise roost.Error("gave up", kind=roost.ErrorKind.CONFLICT)
+
+
+@app.process
+async def watch_and_forget(target, report_to):
+    process.monitor(target)
+    process.unmonitor(target)
+    process.send(report_to, "unwatched")
+    await process.inbox().receive()  # alive until the test ends
+
+
+@pytest.fixture
+def outcome_waits(monkeypatch):
+    """The workflow PIDs the node's host waited on for an outcome (a wait per workflow)."""
+    waited = []
+    original = roost.temporal._host.TemporalHost._outcome
+
+    async def recorded(self, pid, *, give_up_after):
+        waited.append(pid)
+        return await original(self, pid, give_up_after=give_up_after)
+
+    monkeypatch.setattr(roost.temporal._host.TemporalHost, "_outcome", recorded)
+    return waited
+
+
+async def test_monitors_and_links_get_the_close_pushed_by_the_workflow(
+    temporal_server, outcome_waits
+):
+    async with temporal_node(temporal_server, cache=100) as node:
+        inbox = process.inbox()
+        gate = await process.with_options(id=_id("push")).spawn_monitored(fail_on_go)
+        linked = await process.spawn(linked_to, gate, node.pid)
+        await process.spawn(watch_and_forget, gate, node.pid)
+        ended = await process.with_options(id=_id("push-term")).spawn_monitored(cancellable)
+        await process.spawn(linked_to, ended, node.pid)
+        upgraded = await process.with_options(id=_id("push-can")).spawn_monitored(upgrader, 0)
+        with trio.fail_after(30):
+            reported = sorted([(await inbox.receive()).topic for _ in range(3)])
+            assert reported == ["linked", "linked", "unwatched"]
+            await process.send(gate, "go")
+            process.terminate(ended)  # no code of its own runs: the terminate pushes
+            for n in range(4):
+                await process.send(upgraded, "x", n)
+            await process.send(upgraded, "go")  # continue-as-new hands the watch on
+            exits = {}
+            for _ in range(3):
+                event = await process.events().receive()
+                exits[event.pid] = event
+            downs = {}
+            for _ in range(2):
+                event = (await inbox.receive()).payload
+                downs[event.pid] = event
+        assert exits[gate].error.kind is roost.ErrorKind.CONFLICT
+        assert exits[ended].error.kind is roost.ErrorKind.CANCELED
+        assert exits[upgraded].value == [1, [0, 1, 2, 3]]
+        assert downs[gate].error.kind is roost.ErrorKind.CONFLICT
+        assert downs[ended].error.kind is roost.ErrorKind.CANCELED
+        assert outcome_waits == []  # no wait on any watched workflow's result
+        assert node._node.require_workflows()._watches.count() == 0
+    events = await history_events(temporal_server, gate.id)
+    names = signal_names(events)
+    assert names.count("@roost.unwatch") == 1
+    assert updates_named(events, "@roost.watch") == 3
+    [(queue, args)] = await scheduled(temporal_server, gate.id, "@roost.exit")
+    assert queue == f"roost-node-{node.name}"
+    assert args[0] == gate and args[3:] == [None, exits[gate].error, True]
+    watchers = {str(pid): kinds for pid, kinds in args[2]}
+    assert watchers == {str(linked): ["link"], str(node.pid): ["monitor"]}  # not the unwatched
+
+
+async def test_a_dead_watcher_node_delays_the_close_only_by_the_delivery_bound(
+    temporal_server, monkeypatch
+):
+    monkeypatch.setattr(roost.temporal._workflow, "EXIT_DELIVERY_TIMEOUT", dt.timedelta(seconds=1))
+    async with temporal_node(temporal_server):
+        pid = await process.with_options(id=_id("orphaned")).spawn_monitored(waiter)
+        await process.send(pid, "warm-up")  # after the watch: the watch is recorded
+    async with temporal_node(temporal_server):  # the first node is gone
+        process.monitor(pid)
+        await process.send(pid, "go", "late")
+        with trio.fail_after(30):
+            event = await process.events().receive()
+            assert event.value["payload"] == "late"
+
+            async def result(client):
+                return await client.get_workflow_handle(pid.id).result()
+
+            assert (await with_client(temporal_server, result))["payload"] == "late"
+    events = await history_events(temporal_server, pid.id)
+    assert sum(e.HasField("activity_task_timed_out_event_attributes") for e in events) == 1
+
+
+def updates_named(events, name):
+    return sum(
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == name
+        for e in events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    )

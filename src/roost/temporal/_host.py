@@ -21,7 +21,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
 import attrs
@@ -51,6 +51,7 @@ from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO
 from roost.temporal._workflow import (
     CANCEL_SIGNAL,
     DELIVER_ACTIVITY,
+    EXIT_ACTIVITY,
     PING_ACTIVITY,
     PROBE_WORKFLOW,
     PROCESS_ACTIVITY,
@@ -58,13 +59,17 @@ from roost.temporal._workflow import (
     SPAWNED_SIGNAL,
     STOP_ACTIVITY,
     TERMINATE_ACTIVITY,
+    UNWATCH_SIGNAL,
+    WATCH_UPDATE,
     WORKFLOW_NODE,
+    ExitNotice,
     NodeProbe,
     RoostWorkflow,
     apps,
     node_queue,
     replies_host,
     reply_target,
+    unpack_watchers,
 )
 from roost.workflow._host_protocol import (
     FIRES_CRON,
@@ -193,11 +198,164 @@ def _settle(future: asyncio.Future[Exit], event: Exit) -> None:
 
 @attrs.define
 class _Watch:
-    """The plain processes watching one workflow, and the task that waits for its close."""
+    """The plain processes of this node watching one workflow, by kind."""
 
     monitors: set[Pid] = attrs.field(factory=set)
     links: set[Pid] = attrs.field(factory=set)
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    # The wait for the workflow's outcome, when its close cannot be pushed (a retry or
+    # cron run follows, the watch could not be registered): cancelled with the watch.
+    scope: trio.CancelScope | None = None
+
+
+class _Watches:
+    """Which of this node's plain processes get which workflow's EXIT (the trio thread).
+
+    A watch is registered with the workflow (``TemporalHost.monitor``); at its close the
+    workflow pushes the EXITs here (``pushed``, the ``@roost.exit`` activity). This node's
+    record decides who still gets one: a process that unwatched meanwhile gets none.
+    """
+
+    def __init__(self, services: NodeServices, nursery: trio.Nursery) -> None:
+        self._services = services
+        self._nursery = nursery
+        self._by_pid: dict[Pid, _Watch] = {}
+        # The workflow's outcome once it has closed for good, and the wait for one run's
+        # close to be recorded (set by the host).
+        self.outcome: Callable[[Pid], Awaitable[ExitResult]] | None = None
+        self.recorded: Callable[[Pid, str], Awaitable[None]] | None = None
+
+    def add(self, pid: Pid, watcher: Pid, kind: str) -> bool:
+        """``watcher`` watches ``pid`` (``kind``: monitor or link); False if it already did."""
+        watch = self._by_pid.setdefault(pid, _Watch())
+        held = watch.monitors if kind == "monitor" else watch.links
+        if watcher in held:
+            return False
+        held.add(watcher)
+        return True
+
+    def drop(self, pid: Pid, watcher: Pid) -> bool:
+        """``watcher`` no longer watches ``pid``; False if it did not."""
+        watch = self._by_pid.get(pid)
+        if watch is None or (watcher not in watch.monitors and watcher not in watch.links):
+            return False
+        watch.monitors.discard(watcher)
+        watch.links.discard(watcher)
+        if not watch.monitors and not watch.links:
+            self._forget(pid, watch)
+        return True
+
+    def count(self) -> int:
+        """The watches this node holds (monitors and links)."""
+        return sum(len(w.monitors) + len(w.links) for w in self._by_pid.values())
+
+    def _forget(self, pid: Pid, watch: _Watch) -> None:
+        if self._by_pid.get(pid) is watch:
+            del self._by_pid[pid]
+        if watch.scope is not None:
+            watch.scope.cancel()
+
+    def pushed(
+        self,
+        pid: Pid,
+        run_id: str,
+        watchers: Mapping[Pid, set[str]],
+        value: Any,
+        error: Error | None,
+        *,
+        final: bool,
+    ) -> None:
+        """The run ``run_id`` of ``pid`` is closing: EXITs to ``watchers`` once it has.
+
+        The run pushes before its close is recorded (a run runs no code after it), so
+        the EXITs wait for that: a watcher that gets one finds the workflow closed, as on
+        the embedded host. Not ``final``: a retry or cron run follows, so this node waits
+        for the workflow's outcome instead.
+        """
+        if pid not in self._by_pid:
+            return
+        if not final:
+            self.wait_for(pid)
+            return
+        self._nursery.start_soon(
+            self._deliver_recorded, pid, run_id, dict(watchers), ExitResult(value, error)
+        )
+
+    async def _deliver_recorded(
+        self, pid: Pid, run_id: str, watchers: dict[Pid, set[str]], outcome: ExitResult
+    ) -> None:
+        assert self.recorded is not None
+        try:
+            await self.recorded(pid, run_id)
+        except Error as exc:  # the close is pushed: it is given even if the wait failed
+            log.warning("roost.temporal: the close of %s was not seen recorded: %s", pid, exc)
+        watch = self._by_pid.get(pid)
+        if watch is None:
+            return
+        mine = _Watch(
+            {w for w in watchers if w in watch.monitors}, {w for w in watchers if w in watch.links}
+        )
+        watch.monitors -= mine.monitors
+        watch.links -= mine.links
+        if not watch.monitors and not watch.links:
+            self._forget(pid, watch)
+        self._deliver(pid, mine, outcome)
+
+    def closed(self, pid: Pid, outcome: ExitResult) -> None:
+        """The workflow ``pid`` has closed for good: EXITs to all that watch it here."""
+        watch = self._by_pid.get(pid)
+        if watch is not None:
+            self._forget(pid, watch)
+            self._deliver(pid, watch, outcome)
+
+    def _deliver(self, pid: Pid, watch: _Watch, outcome: ExitResult) -> None:
+        at = self._services.now()
+        services = self._services
+        for watcher in sorted(watch.monitors, key=str):
+            exit_event = Exit(pid, outcome.value, outcome.error, at)
+            _each(services.post_exit, watcher, exit_event, what=f"the EXIT of {pid}")
+        if outcome.error is not None:
+            for linked in sorted(watch.links, key=str):
+                _each(
+                    services.link_down,
+                    linked,
+                    pid,
+                    outcome.error,
+                    at,
+                    what=f"the LINK_DOWN of {pid}",
+                )
+
+    def wait_for(self, pid: Pid) -> None:
+        """Wait for ``pid``'s outcome (once per watch), then give it to its watchers here."""
+        watch = self._by_pid.get(pid)
+        if watch is None or watch.scope is not None:
+            return
+        watch.scope = trio.CancelScope()
+        self._nursery.start_soon(self._wait_and_announce, pid, watch.scope)
+
+    async def _wait_and_announce(self, pid: Pid, scope: trio.CancelScope) -> None:
+        """The wait of ``wait_for``, in the host's nursery: what fails is logged, not raised."""
+        try:
+            with scope:
+                outcome = await self._wait(pid)
+                self.closed(pid, outcome)
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            log.exception("roost.temporal: the exit of workflow %s was not announced", pid)
+
+    async def _wait(self, pid: Pid) -> ExitResult:
+        assert self.outcome is not None
+        while True:
+            try:
+                return await self.outcome(pid)
+            except Error as exc:  # a refusal other than an outage: asked again, slowly
+                log.warning(
+                    "roost.temporal: cannot wait for workflow %s (asking again in %gs): %s",
+                    pid.id,
+                    _RETRY_MAX,
+                    exc,
+                )
+                await trio.sleep(_RETRY_MAX)
 
 
 class TemporalHost:
@@ -212,6 +370,7 @@ class TemporalHost:
         *,
         health: _Health,
         exits: _Exits,
+        watches: _Watches,
         workers: tuple[temporalio.worker.Worker, ...],
     ) -> None:
         self._services = services
@@ -225,7 +384,9 @@ class TemporalHost:
         self._host = f"{self._app.name}:workflows"
         self._replies = replies_host(self._app.name)
         self._pid_hosts = frozenset({self._host, self._replies})
-        self._watches: dict[Pid, _Watch] = {}
+        self._watches = watches
+        watches.outcome = self._final_outcome
+        watches.recorded = self._recorded
         # The last signal to each workflow id, so that signals are sent in the order given.
         self._tails: dict[str, Any] = {}
 
@@ -358,6 +519,29 @@ class TemporalHost:
             if self._tails.get(workflow_id) is me:
                 del self._tails[workflow_id]
 
+    async def _send_watch(self, workflow_id: str, args: list[Any]) -> None:
+        """The ``@roost.watch`` update, in order with the signals to that workflow.
+
+        Raises:
+            roost.Error: NotFound when the workflow has closed, is closing or never existed.
+        """
+        before = self._tails.get(workflow_id)
+        me = asyncio.current_task()
+        self._tails[workflow_id] = me
+        try:
+            if before is not None:
+                await asyncio.wait([before])
+            handle = self._client.get_workflow_handle(workflow_id)
+            try:
+                await handle.execute_update(WATCH_UPDATE, args=args)
+            except temporalio.client.WorkflowUpdateFailedError as exc:
+                raise error_of(exc.cause) from None
+            except temporalio.service.RPCError as exc:
+                raise _client.rpc_error(exc, workflow_id) from None
+        finally:
+            if self._tails.get(workflow_id) is me:
+                del self._tails[workflow_id]
+
     async def call(
         self,
         caller: Pid,
@@ -483,75 +667,80 @@ class TemporalHost:
         return await self._bridge.run(self._outcome(pid, give_up_after=BLOCKING_TIMEOUT))
 
     def monitor(self, watcher: Pid, pid: Pid) -> None:
-        """One EXIT to ``watcher`` when the workflow closes (at once if it has)."""
-        self._watch(pid).monitors.add(watcher)
+        """One EXIT to ``watcher`` when the workflow closes (at once if it has).
+
+        The watch is a ``@roost.watch`` update, recorded in the workflow's history: at its
+        close the workflow pushes the EXIT to this node. A workflow that has closed (or
+        never existed, or is closing) refuses it, and its outcome is the EXIT.
+        """
+        self._register(watcher, pid, "monitor")
 
     def link(self, proc: Pid, pid: Pid) -> None:
-        """LINK_DOWN to ``proc`` if the workflow closes with an error."""
-        self._watch(pid).links.add(proc)
+        """LINK_DOWN to ``proc`` if the workflow closes with an error (pushed, as a monitor)."""
+        self._register(proc, pid, "link")
 
     def unwatch(self, proc: Pid, pid: Pid) -> None:
-        """Drop ``proc``'s monitor and link of the workflow."""
-        watch = self._watches.get(pid)
-        if watch is None:
+        """Drop ``proc``'s monitor and link of the workflow (and tell the workflow)."""
+        if self._watches.drop(pid, proc) and pid.host == self._host:
+            self._signal(pid.id, UNWATCH_SIGNAL, [proc])
+
+    def _register(self, watcher: Pid, pid: Pid, kind: str) -> None:
+        if not self._watches.add(pid, watcher, kind):
             return
-        watch.monitors.discard(proc)
-        watch.links.discard(proc)
-        if not watch.monitors and not watch.links:
-            watch.scope.cancel()
-            del self._watches[pid]
+        if pid.host != self._host:  # a reply address: never an open workflow
+            self._nursery.start_soon(self._announce_closed, pid)
+            return
+        future = self._bridge.submit(self._send_watch(pid.id, [watcher, kind]))
+        self._nursery.start_soon(self._registered, pid, _Accepted(self._bridge, future))
 
-    def _watch(self, pid: Pid) -> _Watch:
-        watch = self._watches.get(pid)
-        if watch is None:
-            watch = self._watches[pid] = _Watch()
-            self._nursery.start_soon(self._wait_and_announce, pid, watch)
-        return watch
-
-    async def _wait_and_announce(self, pid: Pid, watch: _Watch) -> None:
-        """One wait for the workflow's close per watched workflow, then the EXITs.
-
-        It runs in the host's nursery, around the node's life: what goes wrong here is
-        logged, never raised, so that it cannot stop the node (a cancel still propagates).
-        """
+    async def _registered(self, pid: Pid, accepted: _Accepted) -> None:
+        """Once the watch signal is answered: nothing more, or the EXIT if it was refused."""
         try:
-            await self._announce(pid, watch)
-        except BaseException as exc:
-            if must_propagate(exc):
-                raise
-            log.exception("roost.temporal: the exit of workflow %s was not announced", pid)
+            await accepted.wait()
+        except Error as exc:
+            if exc.kind is ErrorKind.NOT_FOUND:  # closed (or never was): its outcome now
+                await self._announce_closed(pid)
+            else:  # not registered (an outage): this node waits for the outcome instead
+                log.warning(
+                    "roost.temporal: the watch of workflow %s was not registered (%s); "
+                    "waiting for its outcome instead",
+                    pid.id,
+                    exc,
+                )
+                self._watches.wait_for(pid)
 
-    async def _announce(self, pid: Pid, watch: _Watch) -> None:
-        with watch.scope:
-            while True:
-                try:
-                    outcome = await self._bridge.run(self._outcome(pid, give_up_after=None))
-                    break
-                except Error as exc:  # a refusal other than an outage: asked again, slowly
-                    log.warning(
-                        "roost.temporal: cannot wait for workflow %s (asking again in %gs): %s",
-                        pid.id,
-                        _RETRY_MAX,
-                        exc,
-                    )
-                    await trio.sleep(_RETRY_MAX)
-            if self._watches.get(pid) is watch:
-                del self._watches[pid]
-            at = self._services.now()
-            services = self._services
-            for watcher in sorted(watch.monitors, key=str):
-                exit_event = Exit(pid, outcome.value, outcome.error, at)
-                _each(services.post_exit, watcher, exit_event, what=f"the EXIT of {pid}")
-            if outcome.error is not None:
-                for linked in sorted(watch.links, key=str):
-                    _each(
-                        services.link_down,
-                        linked,
-                        pid,
-                        outcome.error,
-                        at,
-                        what=f"the LINK_DOWN of {pid}",
-                    )
+    async def _announce_closed(self, pid: Pid) -> None:
+        try:
+            outcome = await self._final_outcome(pid, give_up_after=BLOCKING_TIMEOUT)
+        except Error:
+            self._watches.wait_for(pid)
+            return
+        self._watches.closed(pid, outcome)
+
+    async def _recorded(self, pid: Pid, run_id: str) -> None:
+        """Return once the close of run ``run_id`` of ``pid`` is in its history.
+
+        Raises:
+            roost.Error: Unavailable when the server gives no answer in ``BLOCKING_TIMEOUT``.
+        """
+
+        async def closed() -> None:
+            handle = self._client.get_workflow_handle(pid.id, run_id=run_id)
+            with contextlib.suppress(temporalio.client.WorkflowFailureError):
+                await handle.result(follow_runs=False)
+
+        try:
+            await self._bridge.run(asyncio.wait_for(closed(), BLOCKING_TIMEOUT))
+        except (TimeoutError, temporalio.service.RPCError) as exc:
+            raise Error(
+                f"the close of workflow {pid.id!r} was not seen recorded: {exc}",
+                kind=ErrorKind.UNAVAILABLE,
+            ) from None
+
+    async def _final_outcome(self, pid: Pid, give_up_after: float | None = None) -> ExitResult:
+        if pid.host != self._host:
+            return ExitResult(None, noproc_error(pid))
+        return await self._bridge.run(self._outcome(pid, give_up_after=give_up_after))
 
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """The EXIT of a process a workflow spawned here: its activity's result."""
@@ -679,6 +868,7 @@ def temporal_host(
         exits = _Exits()
         refused: Error | None = None  # raised once the nursery is left: not in a group
         async with trio.open_nursery() as nursery:
+            watches = _Watches(services, nursery)
             await bridge.start(nursery)
             apps.add(services.app, services.keyring)
             try:
@@ -693,6 +883,7 @@ def temporal_host(
                             threads=threads,
                             health=health,
                             exits=exits,
+                            watches=watches,
                         )
                     )
                 except Error as exc:
@@ -706,6 +897,7 @@ def temporal_host(
                             nursery,
                             health=health,
                             exits=exits,
+                            watches=watches,
                             workers=opened.workers,
                         )
                     finally:
@@ -745,6 +937,7 @@ async def _open(
     threads: concurrent.futures.Executor,
     health: _Health,
     exits: _Exits,
+    watches: _Watches,
 ) -> _Opened:
     """Connect, refuse a taken node name, and start the node's two workers (on asyncio).
 
@@ -762,6 +955,7 @@ async def _open(
             threads=threads,
             health=health,
             exits=exits,
+            watches=watches,
         )
     except temporalio.service.RPCError as exc:
         raise Error(
@@ -783,6 +977,7 @@ async def _open_workers(
     threads: concurrent.futures.Executor,
     health: _Health,
     exits: _Exits,
+    watches: _Watches,
 ) -> _Opened:
     app = services.app
     # The namespace is checked here: a worker would only find it missing in its own task.
@@ -790,7 +985,7 @@ async def _open_workers(
     app_worker = temporalio.worker.Worker(
         client,
         task_queue=app.name,
-        workflows=[RoostWorkflow, NodeProbe, CronFire],
+        workflows=[RoostWorkflow, NodeProbe, CronFire, ExitNotice],
         activities=[activity_function(services, bridge, threads), _terminator(client)],
         interceptors=[ContextCarrier()],
         max_cached_workflows=max_cached,
@@ -812,7 +1007,7 @@ async def _open_workers(
     node_worker = temporalio.worker.Worker(
         client,
         task_queue=node_queue(services.name),
-        activities=[*_node_activities(services, bridge, exits, client)],
+        activities=[*_node_activities(services, bridge, exits, watches, client)],
         identity=identity,
     )
     running.append(loop.create_task(node_worker.run()))
@@ -837,7 +1032,11 @@ async def _shutdown(opened: _Opened) -> None:
 
 
 def _node_activities(
-    services: NodeServices, bridge: Bridge, exits: _Exits, client: temporalio.client.Client
+    services: NodeServices,
+    bridge: Bridge,
+    exits: _Exits,
+    watches: _Watches,
+    client: temporalio.client.Client,
 ) -> list[Callable[..., Any]]:
     """The node queue's activities: a workflow's messages, stops and processes here; a ping."""
 
@@ -907,7 +1106,37 @@ def _node_activities(
     async def ping() -> str:
         return services.name
 
-    return [deliver, stop, run_process, ping]
+    return [deliver, stop, run_process, _exit_activity(bridge, watches), ping]
+
+
+def _exit_activity(bridge: Bridge, watches: _Watches) -> Callable[..., Any]:
+    """The node queue's activity by which a closing workflow pushes its EXITs here."""
+
+    async def exits_here(  # noqa: PLR0917 - the activity's arguments
+        pid: Pid,
+        run_id: str,
+        watchers: list[list[Any]],
+        value: Any,
+        error: Error | None,
+        final: bool,
+    ) -> None:
+        watches.pushed(pid, run_id, unpack_watchers(watchers), value, error, final=final)
+
+    @temporalio.activity.defn(name=EXIT_ACTIVITY)
+    async def exit_pushed(  # noqa: PLR0917 - the activity's arguments
+        pid: Pid,
+        run_id: str,
+        watchers: list[list[Any]],
+        value: Any,
+        error: Error | None,
+        final: bool,
+    ) -> None:
+        try:
+            await bridge.to_trio(exits_here, pid, run_id, watchers, value, error, final)
+        except Error as exc:
+            raise application_error(exc) from None
+
+    return exit_pushed
 
 
 def _terminator(client: temporalio.client.Client) -> Callable[..., Any]:

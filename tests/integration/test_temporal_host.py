@@ -1019,9 +1019,8 @@ async def test_a_secured_run_rejects_an_update_without_a_ticket(temporal_server)
         assert rejected is not None and "does not verify" not in str(rejected)
         assert "takes only signed messages" in str(rejected.cause)
         events = await history_events(temporal_server, pid.id)
-        assert not any(
-            e.HasField("workflow_execution_update_accepted_event_attributes") for e in events
-        )
+        assert updates_named(events, "ping") == 0  # its monitor's @roost.watch is the only one
+        assert updates_named(events, "@roost.watch") == 1
         await process.send(pid, "stop")
         with trio.fail_after(30):
             assert (await process.events().receive()).value == "stopped"
@@ -1154,3 +1153,37 @@ def updates_named(events, name):
         for e in events
         if e.HasField("workflow_execution_update_accepted_event_attributes")
     )
+
+
+def _samples(text):
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    found = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def test_the_node_metrics_count_what_its_worker_ran_under_roost_names(temporal_server):
+    from roost.admin._metrics import metrics_text, new_registry  # noqa: PLC0415
+
+    async with temporal_node(temporal_server) as node:
+        order_id = _id("metered")
+        with trio.fail_after(30):
+            await process.with_options(id=order_id).exec(order, order_id, "pen", 5)
+            with pytest.raises(roost.Error):
+                await process.with_options(id=_id("metered-fail")).exec(failing, "Conflict")
+        samples = _samples(metrics_text(new_registry(node)))
+
+    def value(name, **labels):
+        return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+    assert value("roost_workflows_started_total", type="tshop:order") >= 1
+    assert value("roost_workflows_completed_total", type="tshop:order") >= 1
+    assert value("roost_workflows_closed_total", type="tshop:failing", status="failed") >= 1
+    assert value("roost_workflows_failed_total", type="tshop:failing") >= 1
+    assert value("roost_activity_attempts_total", entry="tshop:charge") >= 2  # one was retried
+    assert value("roost_activity_failures_total", entry="tshop:charge") >= 1
+    assert value("roost_activity_duration_seconds_count", entry="tshop:charge") >= 2
+    assert value("roost_activity_attempts_total", entry="tshop:ship") >= 1

@@ -35,6 +35,7 @@ import temporalio.service
 import temporalio.worker
 import trio
 
+from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, reseal
@@ -45,6 +46,7 @@ from roost.actors._node_types import noproc_error
 from roost.temporal import _client
 from roost.temporal._activity import ContextCarrier, activity_function
 from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
+from roost.temporal._counting import RunCounting
 from roost.temporal._cron import CronFire, ensure_schedules
 from roost.temporal._failures import application_error, error_of, unsupported
 from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO
@@ -371,6 +373,7 @@ class TemporalHost:
         health: _Health,
         exits: _Exits,
         watches: _Watches,
+        counters: RuntimeCounters,
         workers: tuple[temporalio.worker.Worker, ...],
     ) -> None:
         self._services = services
@@ -385,6 +388,7 @@ class TemporalHost:
         self._replies = replies_host(self._app.name)
         self._pid_hosts = frozenset({self._host, self._replies})
         self._watches = watches
+        self._counters = counters
         watches.outcome = self._final_outcome
         watches.recorded = self._recorded
         # The last signal to each workflow id, so that signals are sent in the order given.
@@ -399,6 +403,15 @@ class TemporalHost:
     def pid_hosts(self) -> frozenset[str]:
         """The workflow host, and that of the reply addresses of workflows' calls."""
         return self._pid_hosts
+
+    @property
+    def counters(self) -> RuntimeCounters:
+        """What this node's workers ran: workflows started and closed, activity attempts.
+
+        The counters the embedded host keeps, under the same metric names (``/metrics``);
+        a run counts on the node whose worker ran the task that started or closed it.
+        """
+        return self._counters
 
     @property
     def client(self) -> temporalio.client.Client:
@@ -536,6 +549,12 @@ class TemporalHost:
                 await handle.execute_update(WATCH_UPDATE, args=args)
             except temporalio.client.WorkflowUpdateFailedError as exc:
                 raise error_of(exc.cause) from None
+            except temporalio.client.WorkflowUpdateRPCTimeoutOrCancelledError:
+                raise Error(
+                    f"no worker took the watch of workflow {workflow_id!r} in time",
+                    kind=ErrorKind.UNAVAILABLE,
+                    details={"workflow_id": workflow_id},
+                ) from None
             except temporalio.service.RPCError as exc:
                 raise _client.rpc_error(exc, workflow_id) from None
         finally:
@@ -700,14 +719,22 @@ class TemporalHost:
         except Error as exc:
             if exc.kind is ErrorKind.NOT_FOUND:  # closed (or never was): its outcome now
                 await self._announce_closed(pid)
-            else:  # not registered (an outage): this node waits for the outcome instead
-                log.warning(
-                    "roost.temporal: the watch of workflow %s was not registered (%s); "
-                    "waiting for its outcome instead",
-                    pid.id,
-                    exc,
-                )
-                self._watches.wait_for(pid)
+                return
+            why: object = exc
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            why = f"{type(exc).__name__}: {exc}"
+        else:
+            return
+        # Not registered (an outage, no worker in time): this node waits for the outcome.
+        log.warning(
+            "roost.temporal: the watch of workflow %s was not registered (%s); "
+            "waiting for its outcome instead",
+            pid.id,
+            why,
+        )
+        self._watches.wait_for(pid)
 
     async def _announce_closed(self, pid: Pid) -> None:
         try:
@@ -869,6 +896,7 @@ def temporal_host(
         refused: Error | None = None  # raised once the nursery is left: not in a group
         async with trio.open_nursery() as nursery:
             watches = _Watches(services, nursery)
+            counters = RuntimeCounters()
             await bridge.start(nursery)
             apps.add(services.app, services.keyring)
             try:
@@ -884,6 +912,7 @@ def temporal_host(
                             health=health,
                             exits=exits,
                             watches=watches,
+                            counters=counters,
                         )
                     )
                 except Error as exc:
@@ -898,6 +927,7 @@ def temporal_host(
                             health=health,
                             exits=exits,
                             watches=watches,
+                            counters=counters,
                             workers=opened.workers,
                         )
                     finally:
@@ -938,6 +968,7 @@ async def _open(
     health: _Health,
     exits: _Exits,
     watches: _Watches,
+    counters: RuntimeCounters,
 ) -> _Opened:
     """Connect, refuse a taken node name, and start the node's two workers (on asyncio).
 
@@ -956,6 +987,7 @@ async def _open(
             health=health,
             exits=exits,
             watches=watches,
+            counters=counters,
         )
     except temporalio.service.RPCError as exc:
         raise Error(
@@ -978,6 +1010,7 @@ async def _open_workers(
     health: _Health,
     exits: _Exits,
     watches: _Watches,
+    counters: RuntimeCounters,
 ) -> _Opened:
     app = services.app
     # The namespace is checked here: a worker would only find it missing in its own task.
@@ -986,8 +1019,11 @@ async def _open_workers(
         client,
         task_queue=app.name,
         workflows=[RoostWorkflow, NodeProbe, CronFire, ExitNotice],
-        activities=[activity_function(services, bridge, threads), _terminator(client)],
-        interceptors=[ContextCarrier()],
+        activities=[
+            activity_function(services, bridge, threads, counters),
+            _terminator(client),
+        ],
+        interceptors=[ContextCarrier(), RunCounting(counters)],
         max_cached_workflows=max_cached,
     )
     loop = asyncio.get_running_loop()

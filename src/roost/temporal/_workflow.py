@@ -48,6 +48,7 @@ from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._mailbox import EVENTS
 from roost.storage._codec import Codec
+from roost.temporal._counting import count_close
 from roost.temporal._failures import application_error, error_of
 from roost.temporal._options import (
     CARRIED_MEMO,
@@ -898,9 +899,16 @@ class _Run:
                 if self.cancel_requested:
                     tw.upsert_memo({STATUS_MEMO: "canceled"})
                 await self._notify(value, None)
+                if _final(None):
+                    count_close(
+                        tw.info().workflow_type,
+                        "canceled" if self.cancel_requested else "completed",
+                    )
                 return value
             case Fail(error=error):
                 await self._notify(None, error)
+                if _final(error):
+                    count_close(tw.info().workflow_type, "failed")
                 raise application_error(error)
         # ContinueAsNew: raises temporalio's ContinueAsNewError, which ends this run.
         unread: list[Event] = [

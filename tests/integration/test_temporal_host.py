@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from console_fixture import open_console_node
+from prometheus_client.parser import text_string_to_metric_families
 from temporal_server import DevServer, dev_server  # noqa: F401 - the fixture `temporal_server`
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -25,6 +27,8 @@ import roost.temporal._host
 import roost.temporal._replay
 import roost.temporal._workflow
 from roost import channel, funcs, process, workflow
+from roost.admin._console_format import workflow_url
+from roost.admin._metrics import metrics_text, new_registry
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -1156,8 +1160,6 @@ def updates_named(events, name):
 
 
 def _samples(text):
-    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
-
     found = {}
     for family in text_string_to_metric_families(text.decode()):
         for sample in family.samples:
@@ -1166,8 +1168,6 @@ def _samples(text):
 
 
 async def test_the_node_metrics_count_what_its_worker_ran_under_roost_names(temporal_server):
-    from roost.admin._metrics import metrics_text, new_registry  # noqa: PLC0415
-
     async with temporal_node(temporal_server) as node:
         order_id = _id("metered")
         with trio.fail_after(30):
@@ -1187,3 +1187,31 @@ async def test_the_node_metrics_count_what_its_worker_ran_under_roost_names(temp
     assert value("roost_activity_failures_total", entry="tshop:charge") >= 1
     assert value("roost_activity_duration_seconds_count", entry="tshop:charge") >= 2
     assert value("roost_activity_attempts_total", entry="tshop:ship") >= 1
+
+
+async def test_the_console_links_a_hosted_run_to_temporals_ui(temporal_server):
+    workflow_id = _id("linked/ui run")
+    async with open_console_node(
+        app, name=_node_name(), temporal=temporal_server, temporal_ui="http://127.0.0.1:8233/"
+    ) as c:
+        with trio.fail_after(30):
+            assert await process.with_options(id=workflow_id).exec(doubler, 4) == 8
+        run_id = c.node.describe(workflow_id)["run_id"]
+        async with c.client() as http:
+            page = await http.get(workflow_url(workflow_id))
+    assert page.status_code == 200
+    quoted = workflow_id.replace("/", "%2F").replace(" ", "%20")
+    expected = f"http://127.0.0.1:8233/namespaces/default/workflows/{quoted}/{run_id}/history"
+    assert f'id="wf-temporal" href="{expected}"' in page.text
+
+
+async def test_a_temporal_ui_that_is_no_http_address_is_refused():
+    with pytest.raises(roost.Error) as caught:
+        async with roost.open_node(app, temporal="127.0.0.1:1", temporal_ui="8233"):
+            pass
+    assert caught.value.kind is roost.ErrorKind.INVALID
+    assert "temporal_ui must be the http(s) address" in caught.value.message
+    with pytest.raises(roost.Error) as caught:
+        async with roost.open_node(app, temporal_ui="http://127.0.0.1:8233"):
+            pass
+    assert "give temporal=" in caught.value.message

@@ -210,10 +210,33 @@ async def _workflows(request: Request) -> Response:
     )
 
 
+# What the workflow page shows of ``describe``.
+_DESCRIBED = (
+    "attempt",
+    "closed_at",
+    "error",
+    "history_length",
+    "history_size",
+    "memo",
+    "parent",
+    "pending_activities",
+    "result",
+    "run_id",
+    "search_attributes",
+    "started_at",
+    "status",
+    "task_failure",
+    "task_queue",
+    "unread_messages",
+    "workflow_type",
+)
+
+
 async def _workflow(request: Request) -> Response:
     node = request.app.state.node
     workflow_id = _tail(request, "/workflows/", "id")
-    described = node.describe(workflow_id)
+    # A host that does not report every field (Temporal's) shows the rest as empty.
+    described = dict.fromkeys(_DESCRIBED, None) | node.describe(workflow_id)
     try:
         history = node.history(workflow_id)
         history_error = None
@@ -233,6 +256,7 @@ async def _workflow(request: Request) -> Response:
         url=workflow_url(workflow_id),
         parent_id=data.parent_workflow(node, described.get("parent")),
         parent_pid=data.parent_process(node, described.get("parent")),
+        temporal_url=data.temporal_url(node, workflow_id, described.get("run_id")),
         timeline=data.history_rows(history[:_HISTORY_LIMIT]),
         activities=data.activity_rows(
             history[:_HISTORY_LIMIT],

@@ -390,6 +390,15 @@ def _place(row: dict[str, Any], start: dt.datetime, last: dt.datetime, *, closed
     row["x"], row["width"] = x, max(min(width, CHART_WIDTH - x), 2.0)
 
 
+def temporal_url(handle: Any, workflow_id: str, run_id: Any) -> str | None:
+    """The run's page in Temporal's UI, when its host has one (``open_node(temporal_ui=)``)."""
+    ui_url = getattr(_node(handle).workflows, "ui_url", None)
+    if ui_url is None or not isinstance(run_id, str):
+        return None
+    url: str | None = ui_url(workflow_id, run_id)
+    return url
+
+
 def parent_workflow(handle: Any, parent: Any) -> str | None:
     """The workflow id of ``parent`` when it is a workflow of this node (else None)."""
     host = _node(handle).workflows

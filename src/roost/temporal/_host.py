@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
@@ -375,6 +376,7 @@ class TemporalHost:
         watches: _Watches,
         counters: RuntimeCounters,
         workers: tuple[temporalio.worker.Worker, ...],
+        ui: str | None = None,
     ) -> None:
         self._services = services
         self._health = health
@@ -389,6 +391,7 @@ class TemporalHost:
         self._pid_hosts = frozenset({self._host, self._replies})
         self._watches = watches
         self._counters = counters
+        self._ui = ui
         watches.outcome = self._final_outcome
         watches.recorded = self._recorded
         # The last signal to each workflow id, so that signals are sent in the order given.
@@ -412,6 +415,15 @@ class TemporalHost:
         a run counts on the node whose worker ran the task that started or closed it.
         """
         return self._counters
+
+    def ui_url(self, workflow_id: str, run_id: str) -> str | None:
+        """The page of that run in the cluster's Temporal UI; None without ``ui=``."""
+        if self._ui is None:
+            return None
+        namespace = urllib.parse.quote(self._client.namespace, safe="")
+        workflow = urllib.parse.quote(workflow_id, safe="")
+        run = urllib.parse.quote(run_id, safe="")
+        return f"{self._ui}/namespaces/{namespace}/workflows/{workflow}/{run}/history"
 
     @property
     def client(self) -> temporalio.client.Client:
@@ -865,6 +877,7 @@ def temporal_host(
     *,
     namespace: str = "default",
     max_cached_workflows: int = 1000,
+    ui: str | None = None,
 ) -> WorkflowHostFactory:
     """A ``workflow_host=`` factory: the node's workflows on the Temporal server ``target``.
 
@@ -876,6 +889,8 @@ def temporal_host(
         namespace: the Temporal namespace.
         max_cached_workflows: runs the node's worker keeps in memory; 0 replays every
             workflow task from the history.
+        ui: the base address of the cluster's Temporal UI (``"http://127.0.0.1:8233"``):
+            the admin console links each hosted run to its page there. None: no links.
 
     Raises:
         roost.Error: kind Invalid for a bad argument.
@@ -886,6 +901,7 @@ def temporal_host(
         raise invalid(f"temporal_namespace must be a non-empty string, got {namespace!r}")
     if isinstance(max_cached_workflows, bool) or not isinstance(max_cached_workflows, int):
         raise invalid(f"max_cached_workflows must be an int >= 0, got {max_cached_workflows!r}")
+    ui_base = _ui_base(ui)
 
     @contextlib.asynccontextmanager
     async def factory(services: NodeServices) -> AsyncIterator[WorkflowHost]:
@@ -929,6 +945,7 @@ def temporal_host(
                             watches=watches,
                             counters=counters,
                             workers=opened.workers,
+                            ui=ui_base,
                         )
                     finally:
                         health.stopping = True
@@ -946,6 +963,19 @@ def temporal_host(
 
     setattr(factory, FIRES_CRON, True)  # the node's own cron service stays idle
     return factory
+
+
+def _ui_base(ui: str | None) -> str | None:
+    """``ui`` without its trailing slash, checked to be an http(s) address."""
+    if ui is None:
+        return None
+    parsed = urllib.parse.urlsplit(ui) if isinstance(ui, str) else None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise invalid(
+            f"temporal_ui must be the http(s) address of the Temporal UI, such as "
+            f"'http://127.0.0.1:8233', got {ui!r}"
+        )
+    return ui.rstrip("/")
 
 
 @attrs.frozen

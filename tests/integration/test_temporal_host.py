@@ -190,7 +190,12 @@ async def temporal_node(server, *, cache=0, name=None):
 
 
 STARTED: list[str] = []  # the workflow ids ``_id`` gave out, in order
-NO_REPLAY = {"test_an_exception_out_of_the_driver_fails_the_workflow_task"}
+# Histories that do not replay here: tasks that fail whenever they run, and a run that
+# dropped an unticketed reply by its worker's key ring (the Replayer has no ring).
+NO_REPLAY = {
+    "test_an_exception_out_of_the_driver_fails_the_workflow_task",
+    "test_a_reply_without_a_ticket_is_refused_under_a_key_ring",
+}
 
 
 def _id(prefix):
@@ -1215,3 +1220,58 @@ async def test_a_temporal_ui_that_is_no_http_address_is_refused():
         async with roost.open_node(app, temporal_ui="http://127.0.0.1:8233"):
             pass
     assert "give temporal=" in caught.value.message
+
+
+@app.workflow
+async def patient_caller(dest):
+    return await process.call(dest, "q", 1, timeout="60s")
+
+
+@app.process
+async def slow_callee(report_to):
+    request = await process.inbox().receive()
+    process.send(report_to, "request", request.sender)
+    await process.listen("answer now").receive()
+    process.send(request.sender, "ok", "genuine")
+
+
+async def _forge_then_answer(server, node, forged_senders):
+    """Start a call to a callee that waits; forge replies to it; then let it answer."""
+    inbox = process.inbox()
+    callee = await process.spawn(slow_callee, node.pid)
+    workflow_id = _id("forged-reply")
+    await process.with_options(id=workflow_id).spawn_monitored(patient_caller, callee)
+    with trio.fail_after(30):
+        reply_to = (await inbox.receive()).payload
+        run_id, seq, _ = reply_to.id.split(".", 2)
+
+        async def forge(client):
+            handle = client.get_workflow_handle(workflow_id)
+            for sender in forged_senders(callee):
+                await handle.signal("@roost.reply", args=[run_id, int(seq), "ok", "forged", sender])
+
+        await with_client(server, forge)  # recorded before the genuine reply
+        await process.send(callee, "answer now")
+        return (await process.events().receive()).value, workflow_id
+
+
+async def test_a_forged_reply_signal_is_not_taken_as_the_answer(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        value, workflow_id = await _forge_then_answer(
+            temporal_server,
+            node,
+            lambda callee: [node.pid, None],  # not the callee
+        )
+    assert value == "genuine"
+    names = signal_names(await history_events(temporal_server, workflow_id))
+    assert names.count("@roost.reply") == 3  # the forged ones are recorded, never taken
+
+
+async def test_a_reply_without_a_ticket_is_refused_under_a_key_ring(temporal_server):
+    async with keyed_node(temporal_server) as node:
+        value, _ = await _forge_then_answer(
+            temporal_server,
+            node,
+            lambda callee: [callee],  # the right sender, no ticket
+        )
+    assert value == "genuine"

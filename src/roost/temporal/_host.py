@@ -72,6 +72,7 @@ from roost.temporal._workflow import (
     node_queue,
     replies_host,
     reply_target,
+    reply_ticket,
     unpack_watchers,
 )
 from roost.workflow._host_protocol import (
@@ -494,7 +495,11 @@ class TemporalHost:
         _check(payload, f"payload of message {topic!r}")
         if pid.host == self._replies:  # a reply to a workflow's call
             workflow_id, run_id, seq = reply_target(pid)
-            return self._signal(workflow_id, REPLY_SIGNAL, [run_id, seq, topic, payload, sender])
+            reply: list[Any] = [run_id, seq, topic, payload, sender]
+            ring = self._services.keyring
+            if ring is not None and sender is not None:  # the caller's worker checks it
+                reply.append(reply_ticket(ring, workflow_id, run_id, seq, topic, sender))
+            return self._signal(workflow_id, REPLY_SIGNAL, reply)
         args = [payload, sender] if ticket is None else [payload, sender, dict(ticket)]
         return self._signal(pid.id, topic, args)
 

@@ -42,7 +42,7 @@ import temporalio.workflow as tw
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, KeyRing, reseal, ticket_error
+from roost._security import SECURITY_KEY, KeyRing, denied, make_ticket, reseal, ticket_error
 from roost.actors._app import App, EntryKind
 from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
@@ -117,6 +117,7 @@ __all__ = [
     "push_exits",
     "replies_host",
     "reply_target",
+    "reply_ticket",
     "unpack_watchers",
     "watch_change",
 ]
@@ -129,7 +130,9 @@ SPAWNED_SIGNAL: Final = "@roost.spawned"
 """From a node to a workflow: the plain process ``pid`` it spawned there has started (or
 could not start), so what the workflow sends it may go."""
 REPLY_SIGNAL: Final = "@roost.reply"
-"""A reply to a workflow's own ``process.call``: ``[run_id, seq, topic, payload, sender]``."""
+"""A reply to a workflow's own ``process.call``: ``[run_id, seq, topic, payload, sender]``,
+and ``ticket`` (``reply_ticket``) when the sender has a key ring. The run takes it only
+from the call's destination, and, when its worker has a key ring, only with a ticket."""
 MESSAGES_SIGNAL: Final = "@roost.messages"
 """Several messages from one workflow to another, ``[[topic, payload, sender], ...]``."""
 DELIVER_ACTIVITY: Final = "@roost.deliver"
@@ -299,7 +302,7 @@ def signal_events(name: str, values: list[Any]) -> list[Event]:
         messages, sender = values[0], values[1] if len(values) > 1 else None
         return [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
     if name == REPLY_SIGNAL:
-        run_id, seq, topic, payload, sender = values
+        run_id, seq, topic, payload, sender = values[:5]
         if run_id != tw.info().run_id:
             return []  # a reply to a call of a run before this one: dropped, as a late one
         return [MessageArrived(topic=topic, payload=payload, sender=sender, call=seq)]
@@ -371,6 +374,8 @@ class RoostWorkflow:
         self.incoming: list[Event] = []
         self.calls: dict[Pid, asyncio.Future[list[Any]]] = {}
         self.spawned: dict[Pid, asyncio.Future[None]] = {}
+        # The destination of each call this run made, by seq: only it may reply.
+        self.call_dests: dict[int, Pid | str] = {}
         # The plain processes watching this workflow, kept across continue-as-new.
         self.watching = _Watching(unpack_watchers(tw.memo_value(WATCHERS_MEMO, [])))
 
@@ -386,7 +391,13 @@ class RoostWorkflow:
         if name == UNWATCH_SIGNAL:  # not an event: who to notify at the close
             watch_change(self.watching.watchers, name, values)
             return
-        if not name.startswith("@roost."):
+        if name == REPLY_SIGNAL:
+            refused = self._reply_refusal(values)
+            if refused is not None:
+                if not tw.unsafe.is_replaying():
+                    log.warning("workflow %s: a reply dropped: %s", tw.info().workflow_id, refused)
+                return
+        elif not name.startswith("@roost."):
             refused = self._refusal(name, values)
             if refused is not None:
                 if not tw.unsafe.is_replaying():
@@ -409,6 +420,35 @@ class RoostWorkflow:
             return None
         ticket = values[2] if len(values) > 2 else None
         return ticket_error(ticket, tw.info().workflow_id, topic, apps.trust(self._app()).ring)
+
+    def _reply_refusal(self, values: list[Any]) -> Error | None:
+        """Why a ``@roost.reply`` may not answer this run's call (None: it may).
+
+        As on the embedded host, only the call's destination replies: the reply's sender
+        must be it. The sender is what the signal says, so a worker with a key ring also
+        asks for a ticket that binds the sender to this call (``reply_ticket``).
+        """
+        if len(values) < 5 or not isinstance(values[1], int) or not isinstance(values[2], str):
+            return Error("a malformed reply", kind=ErrorKind.INVALID)
+        run_id, seq, topic, _payload, sender = values[:5]
+        if run_id != tw.info().run_id:
+            return None  # a reply to an earlier run's call: dropped as a late one
+        dest = self.call_dests.get(seq)
+        if dest is None:
+            return Error(f"no call {seq} of this run", kind=ErrorKind.NOT_FOUND)
+        if not _is_callee(sender, dest, replies_host(self._app().name)):
+            return denied(f"only {dest} may reply to call {seq}; {sender} is not it")
+        ring = apps.trust(self._app()).ring
+        if ring is None:
+            return None
+        ticket = values[5] if len(values) > 5 else None
+        workflow_id = tw.info().workflow_id
+        refused = ticket_error(ticket, workflow_id, _reply_topic(run_id, seq, topic), ring)
+        if refused is None and (
+            not isinstance(ticket, Mapping) or ticket.get("actor") != str(sender)
+        ):
+            refused = denied(f"the reply's ticket is not {sender}'s")
+        return refused
 
     @staticmethod
     def _app() -> App:
@@ -480,6 +520,7 @@ class RoostWorkflow:
             self.calls,
             self.spawned,
             watching=self.watching,
+            call_dests=self.call_dests,
         )
         return await run.run(_decode(args))
 
@@ -555,6 +596,7 @@ class _Run:
         spawned: dict[Pid, asyncio.Future[None]],
         *,
         watching: _Watching,
+        call_dests: dict[int, Pid | str],
     ) -> None:
         self.app = app
         self.host = host
@@ -562,6 +604,8 @@ class _Run:
         # The open ``process.call`` updates, by the caller's reply address (the workflow's
         # instance owns it: an update may come before the run starts).
         self.calls = calls
+        # What each call of this run was sent to (the instance owns it: replies check it).
+        self.call_dests = call_dests
         # The start of each plain process this run spawned, set by the node's
         # ``@roost.spawned`` signal: sends to it wait for it, as those to a child do.
         self.spawned = spawned
@@ -685,6 +729,8 @@ class _Run:
         return dest.id if dest.host == self.host else None
 
     def _send(self, command: SendMessage) -> None:
+        if command.reply_to is not None:  # a call of this run: only ``dest`` may reply
+            self.call_dests[command.seq] = command.dest
         reply = self.calls.get(command.dest) if isinstance(command.dest, Pid) else None
         if reply is not None:  # a reply to an open call: its update's result, unless an ack
             if command.topic != "ack" and not reply.done():
@@ -752,6 +798,11 @@ class _Run:
                 name, args = CANCEL_SIGNAL, [run.reason]
             elif isinstance(run, _Reply):
                 name, args = REPLY_SIGNAL, [run.run_id, run.seq, run.topic, run.payload, run.sender]
+                ring = apps.trust(self.app).ring
+                if ring is not None:
+                    args.append(
+                        reply_ticket(ring, target, run.run_id, run.seq, run.topic, run.sender)
+                    )
             elif len(run) == 1:
                 name, args = run[0].topic, [run[0].payload, run[0].sender]
             else:
@@ -1040,6 +1091,28 @@ class ExitNotice:
     async def run(self, pid: Any, run_id: Any, watchers: Any, error: Any) -> None:
         """Push the EXITs of the terminated run ``run_id`` (``push_exits``) and end."""
         await push_exits(pid, run_id, unpack_watchers(watchers), None, error, final=True)
+
+
+def _reply_topic(run_id: str, seq: int, topic: str) -> str:
+    return f"{REPLY_SIGNAL} {run_id}.{seq} {topic}"
+
+
+def reply_ticket(  # noqa: PLR0917 - what the ticket binds
+    ring: KeyRing, workflow_id: str, run_id: str, seq: int, topic: str, sender: Pid
+) -> dict[str, Any]:
+    """The ticket of a reply from ``sender`` to call ``seq`` of run ``run_id``."""
+    return make_ticket(ring, workflow_id, _reply_topic(run_id, seq, topic), str(sender))
+
+
+def _is_callee(sender: object, dest: Pid | str, replies: str) -> bool:
+    """Whether ``sender`` is what a call to ``dest`` was sent to (a name: that workflow)."""
+    if not isinstance(sender, Pid):
+        return False
+    if isinstance(dest, str):
+        return sender.id == dest and sender.host.endswith(":workflows")
+    if dest.host == replies:  # a call to a call's reply address: never answered
+        return False
+    return sender.host == dest.host and sender.id == dest.id and sender.node == dest.node
 
 
 def _closed_error(workflow_id: str) -> Error:

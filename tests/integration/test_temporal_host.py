@@ -430,6 +430,9 @@ async def test_what_the_host_does_not_carry_out_yet_is_a_roost_error(temporal_se
         with pytest.raises(roost.Error) as history:
             node.history("anything")
         assert history.value.kind is roost.ErrorKind.INVALID_STATE
+        assert "is not supported on the Temporal host yet" in history.value.message
+        export = f"`roost history export anything FILE --temporal {temporal_server} --namespace"
+        assert export in history.value.message
 
 
 DUE = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
@@ -1275,3 +1278,35 @@ async def test_a_reply_without_a_ticket_is_refused_under_a_key_ring(temporal_ser
             lambda callee: [callee],  # the right sender, no ticket
         )
     assert value == "genuine"
+
+
+async def test_the_admin_api_asks_the_temporal_host_without_blocking_the_nodes_loop(
+    temporal_server, monkeypatch
+):
+    token = trio.lowlevel.current_trio_token()
+    asked = trio.Event()
+    held = {}
+    original = roost.temporal._client.describe
+
+    async def held_describe(client, workflow_id):  # on the host's asyncio thread
+        held["go"] = (asyncio.get_running_loop(), go := asyncio.Event())
+        token.run_sync_soon(asked.set)
+        await go.wait()  # until a trio task of the node's loop lets it go
+        return await original(client, workflow_id)
+
+    async def release():
+        await asked.wait()  # runs only while the node's loop is not blocked
+        loop, go = held["go"]
+        loop.call_soon_threadsafe(go.set)
+
+    workflow_id = _id("off-loop")
+    async with open_console_node(app, name=_node_name(), temporal=temporal_server) as c:
+        with trio.fail_after(30):
+            assert await process.with_options(id=workflow_id).exec(doubler, 2) == 4
+        monkeypatch.setattr(roost.temporal._client, "describe", held_describe)
+        async with c.client() as http, trio.open_nursery() as nursery:
+            nursery.start_soon(release)
+            with trio.fail_after(20):
+                response = await http.get(f"/api/workflows/{workflow_id}")
+    assert response.status_code == 200
+    assert response.json()["status"] == "completed"

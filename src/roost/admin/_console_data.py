@@ -18,6 +18,7 @@ from roost.actors._app import EntryKind
 from roost.actors._current import reset_current, set_current
 from roost.admin._console_format import short
 from roost.admin._json import to_jsonable
+from roost.admin._views import asked
 from roost.workflow._history import (
     ActivityResolved,
     CancelActivity,
@@ -420,11 +421,12 @@ def activity_names(history: list[Any]) -> dict[int, str]:
     return {e.seq: e.entry for e in history if isinstance(e, ScheduleActivity)}
 
 
-def _workflow_pid(handle: Any, workflow_id: str) -> tuple[Any, Pid]:
+async def _workflow_pid(handle: Any, workflow_id: str) -> tuple[Any, Pid]:
     host = _node(handle).workflows
     if host is None:
         raise Error("this node has no workflow runtime", kind=ErrorKind.INVALID_STATE)
-    status = handle.describe(workflow_id)["status"]  # NotFound for an unknown id
+    # NotFound for an unknown id
+    status = (await asked(handle, handle.describe, workflow_id))["status"]
     if status != "running":
         raise Error(
             f"workflow {workflow_id!r} is {status}; only a running workflow takes a signal, "
@@ -453,7 +455,7 @@ async def signal_workflow(handle: Any, workflow_id: str, topic: str, payload: An
     """Send ``payload`` on ``topic`` to a running workflow; returns once it is stored."""
     from roost import process  # noqa: PLC0415 - the public call, as a process makes it
 
-    _, pid = _workflow_pid(handle, workflow_id)
+    _, pid = await _workflow_pid(handle, workflow_id)
 
     async def send() -> None:
         await process.send(pid, topic, payload)
@@ -463,14 +465,15 @@ async def signal_workflow(handle: Any, workflow_id: str, topic: str, payload: An
 
 async def cancel_workflow(handle: Any, workflow_id: str, reason: str | None) -> None:
     """Ask a running workflow to stop; returns once the request is stored."""
-    host, pid = _workflow_pid(handle, workflow_id)
-    await host.cancel(pid, reason).wait()
+    host, pid = await _workflow_pid(handle, workflow_id)
+    accepted = await asked(handle, host.cancel, pid, reason)
+    await accepted.wait()
 
 
-def terminate_workflow(handle: Any, workflow_id: str) -> None:
+async def terminate_workflow(handle: Any, workflow_id: str) -> None:
     """Stop a running workflow at once (it closes as terminated)."""
-    host, pid = _workflow_pid(handle, workflow_id)
-    host.terminate(pid)
+    host, pid = await _workflow_pid(handle, workflow_id)
+    await asked(handle, host.terminate, pid)
 
 
 # -- queues and cron ---------------------------------------------------------------------------

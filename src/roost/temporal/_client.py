@@ -58,6 +58,7 @@ __all__ = [
     "described",
     "history_file",
     "list_workflows",
+    "notify_terminated",
     "outcome",
     "read_history_file",
     "rpc_error",
@@ -65,6 +66,7 @@ __all__ = [
     "start",
     "status_query",
     "terminate",
+    "terminate_run",
 ]
 
 log = logging.getLogger("roost.temporal")
@@ -285,19 +287,33 @@ async def _signal(
 async def terminate(client: temporalio.client.Client, workflow_id: str) -> None:
     """Terminate the workflow's open run, and push its close to the processes watching it.
 
-    A terminated run runs no code, so it cannot notify its watchers itself: the watchers
-    its history recorded (``@roost.watch`` updates and ``@roost.unwatch`` signals, and those its
-    run before a continue-as-new handed it) get the EXIT from an ``ExitNotice`` workflow
-    started here. A failure of that notice is logged; the terminate stands.
+    Raises:
+        roost.Error: NotFound when it is not running.
+    """
+    await terminate_run(client, workflow_id)
+    await notify_terminated(client, workflow_id)
+
+
+async def terminate_run(client: temporalio.client.Client, workflow_id: str) -> None:
+    """Terminate the workflow's open run (``notify_terminated`` tells its watchers).
 
     Raises:
         roost.Error: NotFound when it is not running.
     """
-    handle = client.get_workflow_handle(workflow_id)
     try:
-        await handle.terminate(reason="terminated")
+        await client.get_workflow_handle(workflow_id).terminate(reason="terminated")
     except temporalio.service.RPCError as exc:
         raise rpc_error(exc, workflow_id) from None
+
+
+async def notify_terminated(client: temporalio.client.Client, workflow_id: str) -> None:
+    """Push the close of the terminated latest run of ``workflow_id`` to its watchers.
+
+    A terminated run runs no code, so it cannot notify its watchers itself: the watchers
+    its history recorded (``@roost.watch`` updates and ``@roost.unwatch`` signals, and
+    those its run before a continue-as-new handed it) get the EXIT from an ``ExitNotice``
+    workflow started here. A failure is logged; the terminate stands.
+    """
     try:
         await _notify_terminated(client, workflow_id)
     except Exception:  # the terminate happened; a lost notice is logged
@@ -307,7 +323,6 @@ async def terminate(client: temporalio.client.Client, workflow_id: str) -> None:
 
 
 async def _notify_terminated(client: temporalio.client.Client, workflow_id: str) -> None:
-    """Start the ``ExitNotice`` of the terminated latest run of ``workflow_id``, if watched."""
     described = await client.get_workflow_handle(workflow_id).describe()
     run = client.get_workflow_handle(workflow_id, run_id=described.run_id)
     converter = client.data_converter.payload_converter

@@ -49,7 +49,7 @@ from roost.temporal._activity import ContextCarrier, activity_function
 from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
 from roost.temporal._counting import RunCounting
 from roost.temporal._cron import CronFire, ensure_schedules
-from roost.temporal._failures import application_error, error_of, unsupported
+from roost.temporal._failures import UNSUPPORTED, application_error, error_of
 from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO
 from roost.temporal._workflow import (
     CANCEL_SIGNAL,
@@ -630,8 +630,12 @@ class TemporalHost:
             raise _client.rpc_error(exc, workflow_id) from None
 
     def terminate(self, pid: Pid) -> None:
-        """Terminate the workflow (blocks the node's thread on the RPC)."""
-        self._blocking(_client.terminate(self._client, pid.id))
+        """Terminate the workflow (blocks the calling thread on the one RPC).
+
+        Its watchers are told afterwards, off the calling thread (``notify_terminated``).
+        """
+        self._blocking(_client.terminate_run(self._client, pid.id))
+        self._bridge.submit(_client.notify_terminated(self._client, pid.id))
 
     def running(self, pid: Pid) -> bool:
         """Whether the workflow is open (blocks on a describe)."""
@@ -805,8 +809,24 @@ class TemporalHost:
         return self._blocking(_client.list_workflows(self._client, query))  # type: ignore[no-any-return]
 
     def history(self, workflow_id: str) -> list[Any]:
-        """Refused: the roost form of a Temporal history is not built yet."""
-        raise unsupported("node.history (use `temporal workflow show --workflow-id ID` meanwhile)")
+        """Refused, naming the commands that export and show the run's Temporal history.
+
+        A Temporal-hosted run's history is Temporal's events, not roost's events and
+        commands: ``roost history export --temporal`` writes it to a file ``roost replay``
+        checks against new code.
+        """
+        target = self._client.service_client.config.target_host
+        namespace = self._client.namespace
+        raise Error(
+            f"node.history({workflow_id!r}) {UNSUPPORTED}: a Temporal-hosted run's history is "
+            f"Temporal's events; export it with `roost history export {workflow_id} FILE "
+            f"--temporal {target} --namespace {namespace}` (roost replay checks the file "
+            f"against new code) or show it with `roost workflow show {workflow_id} "
+            f"--temporal {target} --namespace {namespace}`",
+            kind=ErrorKind.INVALID_STATE,
+            retryable=False,
+            details={"workflow_id": workflow_id},
+        )
 
 
 def _each(fn: Callable[..., None], to: Pid, *args: Any, what: str) -> None:

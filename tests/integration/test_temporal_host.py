@@ -1310,3 +1310,20 @@ async def test_the_admin_api_asks_the_temporal_host_without_blocking_the_nodes_l
                 response = await http.get(f"/api/workflows/{workflow_id}")
     assert response.status_code == 200
     assert response.json()["status"] == "completed"
+
+
+async def test_a_close_that_runs_no_workflow_code_is_found_by_the_nodes_sweep(
+    temporal_server, monkeypatch
+):
+    monkeypatch.setattr(roost.temporal._host, "SWEEP_INTERVAL", 0.2)
+    async with temporal_node(temporal_server, cache=100):
+        pid = await process.with_options(id=_id("ui-terminated")).spawn_monitored(waiter)
+        await process.send(pid, "warm-up")  # after the watch: the watch is recorded
+
+        async def terminate_as_temporals_ui(client):
+            await client.get_workflow_handle(pid.id).terminate(reason="from the UI")
+
+        await with_client(temporal_server, terminate_as_temporals_ui)
+        with trio.fail_after(30):
+            event = await process.events().receive()
+    assert event.pid == pid and event.error.kind is roost.ErrorKind.CANCELED

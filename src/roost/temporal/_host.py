@@ -104,6 +104,10 @@ _RETRY_MAX: Final = 2.0
 _LIVE_POLLER: Final = 70.0
 # A node running a workflow's plain process heartbeats its activity this often (seconds).
 _PROCESS_BEAT: Final = 2.0
+SWEEP_INTERVAL = 30.0
+"""How often a node that watches workflows asks which of them closed without a push (one
+list query for all of them, seconds; read at each sweep)."""
+_SWEEP_CHUNK: Final = 50  # workflow ids per list query
 
 
 class _Accepted:
@@ -217,16 +221,22 @@ class _Watches:
     A watch is registered with the workflow (``TemporalHost.monitor``); at its close the
     workflow pushes the EXITs here (``pushed``, the ``@roost.exit`` activity). This node's
     record decides who still gets one: a process that unwatched meanwhile gets none.
+
+    A close that runs no workflow code (a terminate from Temporal's own UI or CLI, a run
+    or execution timeout) pushes nothing: while this node watches workflows, a sweep asks
+    every ``SWEEP_INTERVAL`` seconds, in one list query for all of them, which have closed.
     """
 
     def __init__(self, services: NodeServices, nursery: trio.Nursery) -> None:
         self._services = services
         self._nursery = nursery
         self._by_pid: dict[Pid, _Watch] = {}
-        # The workflow's outcome once it has closed for good, and the wait for one run's
-        # close to be recorded (set by the host).
+        self._sweeping = False
+        # The workflow's outcome once it has closed for good, the wait for one run's close
+        # to be recorded, and which of some workflows have closed for good (set by the host).
         self.outcome: Callable[[Pid], Awaitable[ExitResult]] | None = None
         self.recorded: Callable[[Pid, str], Awaitable[None]] | None = None
+        self.closed_among: Callable[[list[Pid]], Awaitable[list[Pid]]] | None = None
 
     def add(self, pid: Pid, watcher: Pid, kind: str) -> bool:
         """``watcher`` watches ``pid`` (``kind``: monitor or link); False if it already did."""
@@ -235,7 +245,26 @@ class _Watches:
         if watcher in held:
             return False
         held.add(watcher)
+        if not self._sweeping:
+            self._sweeping = True
+            self._nursery.start_soon(self._sweep)
         return True
+
+    async def _sweep(self) -> None:
+        """Find the watched workflows that closed without a push, while any is watched."""
+        try:
+            while self._by_pid:
+                await trio.sleep(SWEEP_INTERVAL)
+                assert self.closed_among is not None
+                try:
+                    closed = await self.closed_among(list(self._by_pid))
+                except Error as exc:
+                    log.warning("roost.temporal: the sweep of watched workflows failed: %s", exc)
+                    continue
+                for pid in closed:
+                    self.wait_for(pid)  # closed for good: the outcome comes at once
+        finally:
+            self._sweeping = False
 
     def drop(self, pid: Pid, watcher: Pid) -> bool:
         """``watcher`` no longer watches ``pid``; False if it did not."""
@@ -395,6 +424,7 @@ class TemporalHost:
         self._ui = ui
         watches.outcome = self._final_outcome
         watches.recorded = self._recorded
+        watches.closed_among = self._closed_among
         # The last signal to each workflow id, so that signals are sent in the order given.
         self._tails: dict[str, Any] = {}
 
@@ -765,6 +795,25 @@ class TemporalHost:
             return
         self._watches.closed(pid, outcome)
 
+    async def _closed_among(self, pids: list[Pid]) -> list[Pid]:
+        """Which of the workflows ``pids`` have closed for good (their latest run closed).
+
+        One visibility query per ``_SWEEP_CHUNK`` ids finds the candidates (any run of the
+        id closed, other than by continue-as-new); a describe of each candidate's latest
+        run confirms it (a retry or cron run may follow a closed one).
+
+        Raises:
+            roost.Error: Unavailable when the server does not answer.
+        """
+        by_id = {pid.id: pid for pid in pids if pid.host == self._host}
+        try:
+            return await self._bridge.run(_closed_workflows(self._client, by_id))
+        except temporalio.service.RPCError as exc:
+            raise Error(
+                f"the sweep of watched workflows failed: {exc.message}",
+                kind=ErrorKind.UNAVAILABLE,
+            ) from None
+
     async def _recorded(self, pid: Pid, run_id: str) -> None:
         """Return once the close of run ``run_id`` of ``pid`` is in its history.
 
@@ -827,6 +876,35 @@ class TemporalHost:
             retryable=False,
             details={"workflow_id": workflow_id},
         )
+
+
+async def _closed_workflows(
+    client: temporalio.client.Client, by_id: Mapping[str, Pid]
+) -> list[Pid]:
+    """The workflows of ``by_id`` whose latest run has closed (see ``_closed_among``)."""
+    ids = sorted(by_id)
+    quotable = [i for i in ids if "'" not in i and "\\" not in i]
+    candidates = set(ids) - set(quotable)  # not expressible in a query: each described
+    for start in range(0, len(quotable), _SWEEP_CHUNK):
+        listed = ", ".join(f"'{i}'" for i in quotable[start : start + _SWEEP_CHUNK])
+        query = (
+            f"WorkflowId IN ({listed}) AND ExecutionStatus != 'Running' "
+            "AND ExecutionStatus != 'ContinuedAsNew'"
+        )
+        async for execution in client.list_workflows(query):
+            candidates.add(execution.id)
+    closed = []
+    for workflow_id in sorted(candidates):
+        try:
+            latest = await client.get_workflow_handle(workflow_id).describe()
+        except temporalio.service.RPCError as exc:
+            if exc.status != temporalio.service.RPCStatusCode.NOT_FOUND:
+                raise
+            closed.append(by_id[workflow_id])  # gone: its watchers get "noproc"
+            continue
+        if latest.status != temporalio.client.WorkflowExecutionStatus.RUNNING:
+            closed.append(by_id[workflow_id])
+    return closed
 
 
 def _each(fn: Callable[..., None], to: Pid, *args: Any, what: str) -> None:

@@ -1327,3 +1327,27 @@ async def test_a_close_that_runs_no_workflow_code_is_found_by_the_nodes_sweep(
         with trio.fail_after(30):
             event = await process.events().receive()
     assert event.pid == pid and event.error.kind is roost.ErrorKind.CANCELED
+
+
+@app.process
+async def linked_quietly(target, report_to):
+    process.link(target)  # no trap_links: a failure of the workflow kills this process
+    process.send(report_to, "linked")
+    await process.inbox().receive()
+
+
+async def test_a_linked_process_that_does_not_trap_is_killed_by_the_pushed_failure(
+    temporal_server, outcome_waits
+):
+    async with temporal_node(temporal_server, cache=100):
+        gate = await process.with_options(id=_id("kill-link")).spawn(fail_on_go)
+        inbox = process.inbox()
+        linked = await process.spawn_monitored(linked_quietly, gate, process.pid())
+        with trio.fail_after(30):
+            assert (await inbox.receive()).topic == "linked"
+            await process.send(gate, "go")
+            event = await process.events().receive()
+    assert event.pid == linked and event.error.kind is roost.ErrorKind.CONFLICT
+    assert event.error.details["reason"] == "link"
+    assert event.error.details["linked_pid"] == str(gate)
+    assert outcome_waits == []

@@ -261,6 +261,9 @@ class _Watches:
                 except Error as exc:
                     log.warning("roost.temporal: the sweep of watched workflows failed: %s", exc)
                     continue
+                except Exception:  # logged, never raised: it runs in the host's nursery
+                    log.exception("roost.temporal: the sweep of watched workflows failed")
+                    continue
                 for pid in closed:
                     self.wait_for(pid)  # closed for good: the outcome comes at once
         finally:
@@ -319,7 +322,7 @@ class _Watches:
         assert self.recorded is not None
         try:
             await self.recorded(pid, run_id)
-        except Error as exc:  # the close is pushed: it is given even if the wait failed
+        except Exception as exc:  # noqa: BLE001 - the close is pushed: given even if the wait failed
             log.warning("roost.temporal: the close of %s was not seen recorded: %s", pid, exc)
         watch = self._by_pid.get(pid)
         if watch is None:

@@ -610,7 +610,8 @@ class _Run:
         # ``@roost.spawned`` signal: sends to it wait for it, as those to a child do.
         self.spawned = spawned
         # The plain processes to notify at the close (the workflow's instance owns it: a
-        # watch may come before the run starts), changed only by the watch signals.
+        # watch may come before the run starts), changed only by the watch update and the
+        # unwatch signal.
         self.watching = watching
         self.activities: dict[int, asyncio.Task[None]] = {}
         # Per destination (a workflow id, or a plain process's PID): what waits to be sent,

@@ -267,9 +267,7 @@ async def _workflow(request: Request) -> Response:
         history_total=len(history),
         history_error=history_error,
         timers=data.pending_timers(history, status),
-        chart=data.timeline_chart(
-            history[:_HISTORY_LIMIT], described.get("closed_at"), _now(node)
-        ),
+        chart=data.timeline_chart(history[:_HISTORY_LIMIT], described.get("closed_at"), _now(node)),
         chart_width=data.CHART_WIDTH,
         children=data.children(node, history),
         now=_now(node),

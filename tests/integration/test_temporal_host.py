@@ -15,15 +15,20 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from console_fixture import open_console_node
+from prometheus_client.parser import text_string_to_metric_families
 from temporal_server import DevServer, dev_server  # noqa: F401 - the fixture `temporal_server`
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 import roost
 import roost.temporal
+import roost.temporal._host
 import roost.temporal._replay
 import roost.temporal._workflow
 from roost import channel, funcs, process, workflow
+from roost.admin._console_format import workflow_url
+from roost.admin._metrics import metrics_text, new_registry
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -185,7 +190,12 @@ async def temporal_node(server, *, cache=0, name=None):
 
 
 STARTED: list[str] = []  # the workflow ids ``_id`` gave out, in order
-NO_REPLAY = {"test_an_exception_out_of_the_driver_fails_the_workflow_task"}
+# Histories that do not replay here: tasks that fail whenever they run, and a run that
+# dropped an unticketed reply by its worker's key ring (the Replayer has no ring).
+NO_REPLAY = {
+    "test_an_exception_out_of_the_driver_fails_the_workflow_task",
+    "test_a_reply_without_a_ticket_is_refused_under_a_key_ring",
+}
 
 
 def _id(prefix):
@@ -420,6 +430,9 @@ async def test_what_the_host_does_not_carry_out_yet_is_a_roost_error(temporal_se
         with pytest.raises(roost.Error) as history:
             node.history("anything")
         assert history.value.kind is roost.ErrorKind.INVALID_STATE
+        assert "is not supported on the Temporal host yet" in history.value.message
+        export = f"`roost history export anything FILE --temporal {temporal_server} --namespace"
+        assert export in history.value.message
 
 
 DUE = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
@@ -746,13 +759,13 @@ class _FailingExits:
 
 async def test_a_failure_in_a_host_background_task_does_not_stop_the_node(temporal_server, caplog):
     async with temporal_node(temporal_server, cache=100) as node:
-        host = node._node.require_workflows()
-        services = host._services
-        host._services = failing = _FailingExits(services)
+        watches = node._node.require_workflows()._watches
+        services = watches._services
+        watches._services = failing = _FailingExits(services)
         pid = await process.with_options(id=_id("unannounced")).spawn_monitored(doubler, 1)
         with trio.fail_after(10):
             await failing.tried.wait()  # the host task raised (or logged) right after
-            host._services = services
+            watches._services = services
             assert await process.exec(doubler, 3) == 6  # the node runs on
     assert f"the EXIT of {pid} to" in caplog.text
     assert "the EXIT could not be posted" in caplog.text
@@ -1018,9 +1031,323 @@ async def test_a_secured_run_rejects_an_update_without_a_ticket(temporal_server)
         assert rejected is not None and "does not verify" not in str(rejected)
         assert "takes only signed messages" in str(rejected.cause)
         events = await history_events(temporal_server, pid.id)
-        assert not any(
-            e.HasField("workflow_execution_update_accepted_event_attributes") for e in events
-        )
+        assert updates_named(events, "ping") == 0  # its monitor's @roost.watch is the only one
+        assert updates_named(events, "@roost.watch") == 1
         await process.send(pid, "stop")
         with trio.fail_after(30):
             assert (await process.events().receive()).value == "stopped"
+
+
+async def scheduled(server, workflow_id, activity_type):
+    """The decoded arguments and task queue of each ``activity_type`` the run scheduled."""
+
+    async def fetch(client):
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        converter = client.data_converter.payload_converter
+        found = []
+        for e in history.events:
+            if e.HasField("activity_task_scheduled_event_attributes"):
+                attrs = e.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == activity_type:
+                    args = converter.from_payloads(list(attrs.input.payloads))
+                    found.append((attrs.task_queue.name, args))
+        return found
+
+    return await with_client(server, fetch)
+
+
+def signal_names(events):
+    return [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+
+
+@app.workflow
+async def fail_on_go():
+    await process.listen("go").receive()
+    raise roost.Error("gave up", kind=roost.ErrorKind.CONFLICT)
+
+
+@app.process
+async def watch_and_forget(target, report_to):
+    process.monitor(target)
+    process.unmonitor(target)
+    process.send(report_to, "unwatched")
+    await process.inbox().receive()  # alive until the test ends
+
+
+@pytest.fixture
+def outcome_waits(monkeypatch):
+    """The workflow PIDs the node's host waited on for an outcome (a wait per workflow)."""
+    waited = []
+    original = roost.temporal._host.TemporalHost._outcome
+
+    async def recorded(self, pid, *, give_up_after):
+        waited.append(pid)
+        return await original(self, pid, give_up_after=give_up_after)
+
+    monkeypatch.setattr(roost.temporal._host.TemporalHost, "_outcome", recorded)
+    return waited
+
+
+async def test_monitors_and_links_get_the_close_pushed_by_the_workflow(
+    temporal_server, outcome_waits
+):
+    async with temporal_node(temporal_server, cache=100) as node:
+        inbox = process.inbox()
+        gate = await process.with_options(id=_id("push")).spawn_monitored(fail_on_go)
+        linked = await process.spawn(linked_to, gate, node.pid)
+        await process.spawn(watch_and_forget, gate, node.pid)
+        ended = await process.with_options(id=_id("push-term")).spawn_monitored(cancellable)
+        await process.spawn(linked_to, ended, node.pid)
+        upgraded = await process.with_options(id=_id("push-can")).spawn_monitored(upgrader, 0)
+        with trio.fail_after(30):
+            reported = sorted([(await inbox.receive()).topic for _ in range(3)])
+            assert reported == ["linked", "linked", "unwatched"]
+            await process.send(gate, "go")
+            process.terminate(ended)  # no code of its own runs: the terminate pushes
+            for n in range(4):
+                await process.send(upgraded, "x", n)
+            await process.send(upgraded, "go")  # continue-as-new hands the watch on
+            exits = {}
+            for _ in range(3):
+                event = await process.events().receive()
+                exits[event.pid] = event
+            downs = {}
+            for _ in range(2):
+                event = (await inbox.receive()).payload
+                downs[event.pid] = event
+        assert exits[gate].error.kind is roost.ErrorKind.CONFLICT
+        assert exits[ended].error.kind is roost.ErrorKind.CANCELED
+        assert exits[upgraded].value == [1, [0, 1, 2, 3]]
+        assert downs[gate].error.kind is roost.ErrorKind.CONFLICT
+        assert downs[ended].error.kind is roost.ErrorKind.CANCELED
+        assert outcome_waits == []  # no wait on any watched workflow's result
+        assert node._node.require_workflows()._watches.count() == 0
+    events = await history_events(temporal_server, gate.id)
+    names = signal_names(events)
+    assert names.count("@roost.unwatch") == 1
+    assert updates_named(events, "@roost.watch") == 3
+    [(queue, args)] = await scheduled(temporal_server, gate.id, "@roost.exit")
+    assert queue == f"roost-node-{node.name}"
+    assert args[0] == gate and args[3:] == [None, exits[gate].error, True]
+    watchers = {str(pid): kinds for pid, kinds in args[2]}
+    assert watchers == {str(linked): ["link"], str(node.pid): ["monitor"]}  # not the unwatched
+
+
+async def test_a_dead_watcher_node_delays_the_close_only_by_the_delivery_bound(
+    temporal_server, monkeypatch
+):
+    monkeypatch.setattr(roost.temporal._workflow, "EXIT_DELIVERY_TIMEOUT", dt.timedelta(seconds=1))
+    async with temporal_node(temporal_server):
+        pid = await process.with_options(id=_id("orphaned")).spawn_monitored(waiter)
+        await process.send(pid, "warm-up")  # after the watch: the watch is recorded
+    async with temporal_node(temporal_server):  # the first node is gone
+        process.monitor(pid)
+        await process.send(pid, "go", "late")
+        with trio.fail_after(30):
+            event = await process.events().receive()
+            assert event.value["payload"] == "late"
+
+            async def result(client):
+                return await client.get_workflow_handle(pid.id).result()
+
+            assert (await with_client(temporal_server, result))["payload"] == "late"
+    events = await history_events(temporal_server, pid.id)
+    assert sum(e.HasField("activity_task_timed_out_event_attributes") for e in events) == 1
+
+
+def updates_named(events, name):
+    return sum(
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == name
+        for e in events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    )
+
+
+def _samples(text):
+    found = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def test_the_node_metrics_count_what_its_worker_ran_under_roost_names(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        order_id = _id("metered")
+        with trio.fail_after(30):
+            await process.with_options(id=order_id).exec(order, order_id, "pen", 5)
+            with pytest.raises(roost.Error):
+                await process.with_options(id=_id("metered-fail")).exec(failing, "Conflict")
+        samples = _samples(metrics_text(new_registry(node)))
+
+    def value(name, **labels):
+        return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+    assert value("roost_workflows_started_total", type="tshop:order") >= 1
+    assert value("roost_workflows_completed_total", type="tshop:order") >= 1
+    assert value("roost_workflows_closed_total", type="tshop:failing", status="failed") >= 1
+    assert value("roost_workflows_failed_total", type="tshop:failing") >= 1
+    assert value("roost_activity_attempts_total", entry="tshop:charge") >= 2  # one was retried
+    assert value("roost_activity_failures_total", entry="tshop:charge") >= 1
+    assert value("roost_activity_duration_seconds_count", entry="tshop:charge") >= 2
+    assert value("roost_activity_attempts_total", entry="tshop:ship") >= 1
+
+
+async def test_the_console_links_a_hosted_run_to_temporals_ui(temporal_server):
+    workflow_id = _id("linked/ui run")
+    async with open_console_node(
+        app, name=_node_name(), temporal=temporal_server, temporal_ui="http://127.0.0.1:8233/"
+    ) as c:
+        with trio.fail_after(30):
+            assert await process.with_options(id=workflow_id).exec(doubler, 4) == 8
+        run_id = c.node.describe(workflow_id)["run_id"]
+        async with c.client() as http:
+            page = await http.get(workflow_url(workflow_id))
+    assert page.status_code == 200
+    quoted = workflow_id.replace("/", "%2F").replace(" ", "%20")
+    expected = f"http://127.0.0.1:8233/namespaces/default/workflows/{quoted}/{run_id}/history"
+    assert f'id="wf-temporal" href="{expected}"' in page.text
+
+
+async def test_a_temporal_ui_that_is_no_http_address_is_refused():
+    with pytest.raises(roost.Error) as caught:
+        async with roost.open_node(app, temporal="127.0.0.1:1", temporal_ui="8233"):
+            pass
+    assert caught.value.kind is roost.ErrorKind.INVALID
+    assert "temporal_ui must be the http(s) address" in caught.value.message
+    with pytest.raises(roost.Error) as caught:
+        async with roost.open_node(app, temporal_ui="http://127.0.0.1:8233"):
+            pass
+    assert "give temporal=" in caught.value.message
+
+
+@app.workflow
+async def patient_caller(dest):
+    return await process.call(dest, "q", 1, timeout="60s")
+
+
+@app.process
+async def slow_callee(report_to):
+    request = await process.inbox().receive()
+    process.send(report_to, "request", request.sender)
+    await process.listen("answer now").receive()
+    process.send(request.sender, "ok", "genuine")
+
+
+async def _forge_then_answer(server, node, forged_senders):
+    """Start a call to a callee that waits; forge replies to it; then let it answer."""
+    inbox = process.inbox()
+    callee = await process.spawn(slow_callee, node.pid)
+    workflow_id = _id("forged-reply")
+    await process.with_options(id=workflow_id).spawn_monitored(patient_caller, callee)
+    with trio.fail_after(30):
+        reply_to = (await inbox.receive()).payload
+        run_id, seq, _ = reply_to.id.split(".", 2)
+
+        async def forge(client):
+            handle = client.get_workflow_handle(workflow_id)
+            for sender in forged_senders(callee):
+                await handle.signal("@roost.reply", args=[run_id, int(seq), "ok", "forged", sender])
+
+        await with_client(server, forge)  # recorded before the genuine reply
+        await process.send(callee, "answer now")
+        return (await process.events().receive()).value, workflow_id
+
+
+async def test_a_forged_reply_signal_is_not_taken_as_the_answer(temporal_server):
+    async with temporal_node(temporal_server) as node:
+        value, workflow_id = await _forge_then_answer(
+            temporal_server,
+            node,
+            lambda callee: [node.pid, None],  # not the callee
+        )
+    assert value == "genuine"
+    names = signal_names(await history_events(temporal_server, workflow_id))
+    assert names.count("@roost.reply") == 3  # the forged ones are recorded, never taken
+
+
+async def test_a_reply_without_a_ticket_is_refused_under_a_key_ring(temporal_server):
+    async with keyed_node(temporal_server) as node:
+        value, _ = await _forge_then_answer(
+            temporal_server,
+            node,
+            lambda callee: [callee],  # the right sender, no ticket
+        )
+    assert value == "genuine"
+
+
+async def test_the_admin_api_asks_the_temporal_host_without_blocking_the_nodes_loop(
+    temporal_server, monkeypatch
+):
+    token = trio.lowlevel.current_trio_token()
+    asked = trio.Event()
+    held = {}
+    original = roost.temporal._client.describe
+
+    async def held_describe(client, workflow_id):  # on the host's asyncio thread
+        held["go"] = (asyncio.get_running_loop(), go := asyncio.Event())
+        token.run_sync_soon(asked.set)
+        await go.wait()  # until a trio task of the node's loop lets it go
+        return await original(client, workflow_id)
+
+    async def release():
+        await asked.wait()  # runs only while the node's loop is not blocked
+        loop, go = held["go"]
+        loop.call_soon_threadsafe(go.set)
+
+    workflow_id = _id("off-loop")
+    async with open_console_node(app, name=_node_name(), temporal=temporal_server) as c:
+        with trio.fail_after(30):
+            assert await process.with_options(id=workflow_id).exec(doubler, 2) == 4
+        monkeypatch.setattr(roost.temporal._client, "describe", held_describe)
+        async with c.client() as http, trio.open_nursery() as nursery:
+            nursery.start_soon(release)
+            with trio.fail_after(20):
+                response = await http.get(f"/api/workflows/{workflow_id}")
+    assert response.status_code == 200
+    assert response.json()["status"] == "completed"
+
+
+async def test_a_close_that_runs_no_workflow_code_is_found_by_the_nodes_sweep(
+    temporal_server, monkeypatch
+):
+    monkeypatch.setattr(roost.temporal._host, "SWEEP_INTERVAL", 0.2)
+    async with temporal_node(temporal_server, cache=100):
+        pid = await process.with_options(id=_id("ui-terminated")).spawn_monitored(waiter)
+        await process.send(pid, "warm-up")  # after the watch: the watch is recorded
+
+        async def terminate_as_temporals_ui(client):
+            await client.get_workflow_handle(pid.id).terminate(reason="from the UI")
+
+        await with_client(temporal_server, terminate_as_temporals_ui)
+        with trio.fail_after(30):
+            event = await process.events().receive()
+    assert event.pid == pid and event.error.kind is roost.ErrorKind.CANCELED
+
+
+@app.process
+async def linked_quietly(target, report_to):
+    process.link(target)  # no trap_links: a failure of the workflow kills this process
+    process.send(report_to, "linked")
+    await process.inbox().receive()
+
+
+async def test_a_linked_process_that_does_not_trap_is_killed_by_the_pushed_failure(
+    temporal_server, outcome_waits
+):
+    async with temporal_node(temporal_server, cache=100):
+        gate = await process.with_options(id=_id("kill-link")).spawn(fail_on_go)
+        inbox = process.inbox()
+        linked = await process.spawn_monitored(linked_quietly, gate, process.pid())
+        with trio.fail_after(30):
+            assert (await inbox.receive()).topic == "linked"
+            await process.send(gate, "go")
+            event = await process.events().receive()
+    assert event.pid == linked and event.error.kind is roost.ErrorKind.CONFLICT
+    assert event.error.details["reason"] == "link"
+    assert event.error.details["linked_pid"] == str(gate)
+    assert outcome_waits == []

@@ -198,6 +198,7 @@ async def open_node(
     workflow_host: WorkflowHostFactory | None = None,
     temporal: str | None = None,
     temporal_namespace: str = "default",
+    temporal_ui: str | None = None,
     signing_keys: Mapping[str, bytes] | None = None,
     signing_key: str | None = None,
     loop_stall: Duration = "1s",
@@ -239,6 +240,9 @@ async def open_node(
             (``roost.temporal.temporal_host``; needs ``roost[temporal]``, see
             docs/temporal.md). ``name`` must then be unique among the cluster's live nodes.
         temporal_namespace: the Temporal namespace, with ``temporal``.
+        temporal_ui: the base address of the cluster's Temporal UI, with ``temporal``
+            (``"http://127.0.0.1:8233"``): the admin console links each workflow to its
+            page there. None: ``ROOST_TEMPORAL_UI``, or no links.
         signing_keys: the key ring that signs and verifies security contexts and relay
             tickets, ``{key_id: bytes}`` (docs/security.md); None: ``ROOST_SIGNING_KEYS``
             (``id1:hex,id2:hex``), or no ring. Verification accepts any key of the ring.
@@ -281,8 +285,8 @@ async def open_node(
             "workflow_host must be a factory (a callable given the node's services that "
             f"returns an async context manager yielding a WorkflowHost), got {workflow_host!r}"
         )
-    if temporal is not None:
-        workflow_host = _temporal_host(temporal, temporal_namespace, workflow_host)
+    if temporal is not None or temporal_ui is not None:
+        workflow_host = _temporal_host(temporal, temporal_namespace, temporal_ui, workflow_host)
     http_bind = _extension("http_bind")(http) if http is not None else None
     admin_bind = _extension("admin_bind")(admin) if admin is not None else None
     hosts = _extension("allowed_hosts")(allowed_hosts) if allowed_hosts is not None else None
@@ -340,9 +344,11 @@ def _keyring(keys: Mapping[str, bytes] | None, active: str | None) -> KeyRing | 
 
 
 def _temporal_host(
-    target: str, namespace: str, given: WorkflowHostFactory | None
+    target: str | None, namespace: str, ui: str | None, given: WorkflowHostFactory | None
 ) -> WorkflowHostFactory:
     """The Temporal host's factory for ``open_node(temporal=...)``."""
+    if target is None:
+        raise invalid("temporal_ui is the Temporal UI of the temporal= cluster: give temporal=")
     if given is not None:
         raise invalid("give open_node either temporal= or workflow_host=, not both")
     try:
@@ -352,7 +358,9 @@ def _temporal_host(
             f"open_node(temporal=...) needs the roost[temporal] extra ({exc}): "
             "pip install 'roost[temporal]'"
         ) from None
-    return temporal_host(target, namespace=namespace)
+    if ui is None:
+        ui = os.environ.get("ROOST_TEMPORAL_UI") or None
+    return temporal_host(target, namespace=namespace, ui=ui)
 
 
 @asynccontextmanager

@@ -35,6 +35,7 @@ from roost.actors._events import Exit
 from roost.admin._json import error_json, to_jsonable
 from roost.admin._status import http_status
 from roost.admin._views import (
+    asked,
     cron_list,
     dead_letter,
     node_info,
@@ -214,12 +215,14 @@ def _handle(request: Request) -> NodeHandle:
 async def list_workflows(request: Request) -> Any:
     query = request.query_params.get("query") or None
     status = request.query_params.get("status") or None
-    return _handle(request).list_workflows(with_status(query, status))
+    node = _handle(request)
+    return await asked(node, node.list_workflows, with_status(query, status))
 
 
 @_endpoint
 async def describe(request: Request) -> Any:
-    return _handle(request).describe(request.path_params["id"])
+    node = _handle(request)
+    return await asked(node, node.describe, request.path_params["id"])
 
 
 @_endpoint
@@ -236,7 +239,7 @@ async def result(request: Request) -> Any:
     if wait not in ("0", "1", "true", "false"):
         raise invalid(f"wait is 1 or 0, got {wait!r}", wait=wait)
     bound = _seconds_param(request, "timeout")
-    described = node.describe(workflow_id)
+    described = await asked(node, node.describe, workflow_id)
     if wait in ("1", "true") and described["status"] == RunStatus.RUNNING.value:
         closing: Closing = request.app.state.closing
         with closing.scope() as waiting:
@@ -251,7 +254,7 @@ async def result(request: Request) -> Any:
                 retryable=True,
                 details={"workflow_id": workflow_id},
             )
-        described = node.describe(workflow_id)
+        described = await asked(node, node.describe, workflow_id)
     return {key: described[key] for key in ("status", "result", "error")}
 
 
@@ -340,8 +343,8 @@ class Closing:
             scope.cancel()
 
 
-def _running(node: NodeHandle, workflow_id: str, what: str) -> None:
-    status = node.describe(workflow_id)["status"]
+async def _running(node: NodeHandle, workflow_id: str, what: str) -> None:
+    status = (await asked(node, node.describe, workflow_id))["status"]
     if status != RunStatus.RUNNING.value:
         raise Error(
             f"workflow {workflow_id!r} is {status}; only a running workflow can be {what}",
@@ -361,7 +364,7 @@ async def signal(request: Request) -> Any:
     )
     topic = _required_text(body, "topic", '"approve"')
     payload = body.get("payload")
-    _running(node, workflow_id, "signaled")
+    await _running(node, workflow_id, "signaled")
     pid = workflow_pid(node, workflow_id)
     # A secured workflow takes the operator's signed ticket, not the node's own signature.
     check_relay(node_of(node), pid, topic, body.get("ticket"))
@@ -392,7 +395,7 @@ async def call(request: Request) -> Any:
             f"{shown(timeout)}",
             field="timeout",
         )
-    _running(node, workflow_id, "called")
+    await _running(node, workflow_id, "called")
     pid = workflow_pid(node, workflow_id)
     # As for signal: a secured workflow takes the operator's signed ticket for the request.
     check_relay(node_of(node), pid, topic, body.get("ticket"))
@@ -413,13 +416,13 @@ async def cancel(request: Request) -> Any:
     workflow_id = request.path_params["id"]
     body = await _body(request, ("reason", "ticket"), '{"reason": "not needed"}')
     reason = _optional_text(body, "reason")
-    _running(node, workflow_id, "canceled")
+    await _running(node, workflow_id, "canceled")
     pid = workflow_pid(node, workflow_id)
     # A secured workflow is canceled from outside only with the operator's signed ticket.
     check_control(node_of(node), pid, "cancel", body.get("ticket"))
 
     async def stop() -> None:
-        process.cancel(pid, reason)
+        await asked(node, process.cancel, pid, reason)
 
     await in_process(node, stop)
     return {"ok": True}
@@ -432,12 +435,12 @@ async def terminate(request: Request) -> Any:
     node = _handle(request)
     workflow_id = request.path_params["id"]
     body = await _body(request, ("ticket",), "{}")
-    _running(node, workflow_id, "terminated")
+    await _running(node, workflow_id, "terminated")
     pid = workflow_pid(node, workflow_id)
     check_control(node_of(node), pid, "terminate", body.get("ticket"))
 
     async def stop() -> None:
-        process.terminate(pid)
+        await asked(node, process.terminate, pid)
 
     await in_process(node, stop)
     return {"ok": True}

@@ -47,6 +47,7 @@ from roost.admin._console_format import (
 )
 from roost.admin._json import to_jsonable
 from roost.admin._status import http_status
+from roost.admin._views import asked
 from roost.workflow._local._inspect import LISTED_STATUSES, with_status
 
 __all__ = ["console_routes"]
@@ -190,7 +191,7 @@ async def _workflows(request: Request) -> Response:
     search = request.query_params.get("q", "").strip()
     query = with_status(search or None, status or None)
     try:
-        rows = node.list_workflows(query)
+        rows = await asked(node, node.list_workflows, query)
         query_error = None
     except Error as err:  # a bad search: the page says why, above an empty list
         if err.kind is not ErrorKind.INVALID:
@@ -210,12 +211,35 @@ async def _workflows(request: Request) -> Response:
     )
 
 
+# What the workflow page shows of ``describe``.
+_DESCRIBED = (
+    "attempt",
+    "closed_at",
+    "error",
+    "history_length",
+    "history_size",
+    "memo",
+    "parent",
+    "pending_activities",
+    "result",
+    "run_id",
+    "search_attributes",
+    "started_at",
+    "status",
+    "task_failure",
+    "task_queue",
+    "unread_messages",
+    "workflow_type",
+)
+
+
 async def _workflow(request: Request) -> Response:
     node = request.app.state.node
     workflow_id = _tail(request, "/workflows/", "id")
-    described = node.describe(workflow_id)
+    # A host that does not report every field (Temporal's) shows the rest as empty.
+    described = dict.fromkeys(_DESCRIBED, None) | await asked(node, node.describe, workflow_id)
     try:
-        history = node.history(workflow_id)
+        history = await asked(node, node.history, workflow_id)
         history_error = None
     except Error as err:  # a quarantined workflow: its describe still shows
         history, history_error = [], err
@@ -233,6 +257,7 @@ async def _workflow(request: Request) -> Response:
         url=workflow_url(workflow_id),
         parent_id=data.parent_workflow(node, described.get("parent")),
         parent_pid=data.parent_process(node, described.get("parent")),
+        temporal_url=data.temporal_url(node, workflow_id, described.get("run_id")),
         timeline=data.history_rows(history[:_HISTORY_LIMIT]),
         activities=data.activity_rows(
             history[:_HISTORY_LIMIT],
@@ -267,7 +292,7 @@ async def _workflow_action(request: Request) -> Response:
         reason = form.get("reason", "").strip() or None
         await data.cancel_workflow(node, workflow_id, reason)
     elif action == "terminate":
-        data.terminate_workflow(node, workflow_id)
+        await data.terminate_workflow(node, workflow_id)
     else:
         raise invalid(f"unknown action {action[:40]!r}: use signal, cancel or terminate")
     return _back(workflow_url(workflow_id), action)

@@ -19,6 +19,7 @@ from roost.actors._authorize import check_control, check_relay
 from roost.actors._current import reset_current, set_current
 from roost.admin._console_format import short
 from roost.admin._json import to_jsonable
+from roost.admin._views import asked
 from roost.workflow._history import (
     ActivityResolved,
     CancelActivity,
@@ -391,6 +392,15 @@ def _place(row: dict[str, Any], start: dt.datetime, last: dt.datetime, *, closed
     row["x"], row["width"] = x, max(min(width, CHART_WIDTH - x), 2.0)
 
 
+def temporal_url(handle: Any, workflow_id: str, run_id: Any) -> str | None:
+    """The run's page in Temporal's UI, when its host has one (``open_node(temporal_ui=)``)."""
+    ui_url = getattr(_node(handle).workflows, "ui_url", None)
+    if ui_url is None or not isinstance(run_id, str):
+        return None
+    url: str | None = ui_url(workflow_id, run_id)
+    return url
+
+
 def parent_workflow(handle: Any, parent: Any) -> str | None:
     """The workflow id of ``parent`` when it is a workflow of this node (else None)."""
     host = _node(handle).workflows
@@ -412,11 +422,12 @@ def activity_names(history: list[Any]) -> dict[int, str]:
     return {e.seq: e.entry for e in history if isinstance(e, ScheduleActivity)}
 
 
-def _workflow_pid(handle: Any, workflow_id: str) -> tuple[Any, Pid]:
+async def _workflow_pid(handle: Any, workflow_id: str) -> tuple[Any, Pid]:
     host = _node(handle).workflows
     if host is None:
         raise Error("this node has no workflow runtime", kind=ErrorKind.INVALID_STATE)
-    status = handle.describe(workflow_id)["status"]  # NotFound for an unknown id
+    # NotFound for an unknown id
+    status = (await asked(handle, handle.describe, workflow_id))["status"]
     if status != "running":
         raise Error(
             f"workflow {workflow_id!r} is {status}; only a running workflow takes a signal, "
@@ -445,7 +456,7 @@ async def signal_workflow(handle: Any, workflow_id: str, topic: str, payload: An
     """Send ``payload`` on ``topic`` to a running workflow; returns once it is stored."""
     from roost import process  # noqa: PLC0415 - the public call, as a process makes it
 
-    _, pid = _workflow_pid(handle, workflow_id)
+    _, pid = await _workflow_pid(handle, workflow_id)
     # The console holds no key ring: a secured workflow takes no message from it.
     check_relay(_node(handle), pid, topic, None)
 
@@ -457,16 +468,17 @@ async def signal_workflow(handle: Any, workflow_id: str, topic: str, payload: An
 
 async def cancel_workflow(handle: Any, workflow_id: str, reason: str | None) -> None:
     """Ask a running workflow to stop; returns once the request is stored."""
-    host, pid = _workflow_pid(handle, workflow_id)
+    host, pid = await _workflow_pid(handle, workflow_id)
     check_control(_node(handle), pid, "cancel", None)  # as for signal: no ring, no change
-    await host.cancel(pid, reason).wait()
+    accepted = await asked(handle, host.cancel, pid, reason)
+    await accepted.wait()
 
 
-def terminate_workflow(handle: Any, workflow_id: str) -> None:
+async def terminate_workflow(handle: Any, workflow_id: str) -> None:
     """Stop a running workflow at once (it closes as terminated)."""
-    host, pid = _workflow_pid(handle, workflow_id)
+    host, pid = await _workflow_pid(handle, workflow_id)
     check_control(_node(handle), pid, "terminate", None)
-    host.terminate(pid)
+    await asked(handle, host.terminate, pid)
 
 
 # -- queues and cron ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from roost._counters import RuntimeCounters
 from roost.admin._views import node_of, queue_stats
 
 if TYPE_CHECKING:
@@ -54,9 +55,14 @@ class NodeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """The families, read from the runtime's counters now."""
         node = node_of(self.handle)
-        embedded = node.local_workflows  # the counters are the embedded host's own
+        embedded = node.local_workflows  # the counters and gauges are the embedded host's own
         if embedded is not None:
-            yield from _workflows(embedded)
+            yield from _workflows(embedded.counters)
+            yield from _workflow_gauges(embedded)
+        else:  # another host (Temporal's) may count what this node's workers ran
+            counters = getattr(node.workflows, "counters", None)
+            if isinstance(counters, RuntimeCounters):
+                yield from _workflows(counters)
         if node.store is not None:
             yield from _store(node.store.stats)
         yield from _queues(self.handle)
@@ -111,8 +117,7 @@ def _loop(node: Any) -> Iterator[Metric]:
         yield seconds
 
 
-def _workflows(manager: Any) -> Iterator[Metric]:
-    counters = manager.counters
+def _workflows(counters: RuntimeCounters) -> Iterator[Metric]:
     started = CounterMetricFamily(
         "roost_workflows_started_total", "Workflows started, by type.", labels=["type"]
     )
@@ -143,22 +148,6 @@ def _workflows(manager: Any) -> Iterator[Metric]:
     for kind, n in sorted(counters.task_failures.items()):
         failures.add_metric([kind], n)
     yield failures
-    gauges = manager.gauges()
-    open_runs = GaugeMetricFamily(
-        "roost_workflows_open", "Open workflow runs, by type.", labels=["type"]
-    )
-    for kind, n in sorted(gauges["open"].items()):
-        open_runs.add_metric([kind], n)
-    yield open_runs
-    pending = GaugeMetricFamily(
-        "roost_activities_pending",
-        "Activity tasks not resolved yet: running, or waiting for a retry.",
-    )
-    pending.add_metric([], gauges["activities"])
-    yield pending
-    timers = GaugeMetricFamily("roost_timers", "Durable workflow timers armed.")
-    timers.add_metric([], gauges["timers"])
-    yield timers
     attempts = CounterMetricFamily(
         "roost_activity_attempts_total", "Activity attempts started, by entry.", labels=["entry"]
     )
@@ -181,6 +170,25 @@ def _workflows(manager: Any) -> Iterator[Metric]:
     for entry, hist in sorted(counters.activity_seconds.items()):
         durations.add_metric([entry], hist.cumulative(), hist.total)
     yield durations
+
+
+def _workflow_gauges(manager: Any) -> Iterator[Metric]:
+    gauges = manager.gauges()
+    open_runs = GaugeMetricFamily(
+        "roost_workflows_open", "Open workflow runs, by type.", labels=["type"]
+    )
+    for kind, n in sorted(gauges["open"].items()):
+        open_runs.add_metric([kind], n)
+    yield open_runs
+    pending = GaugeMetricFamily(
+        "roost_activities_pending",
+        "Activity tasks not resolved yet: running, or waiting for a retry.",
+    )
+    pending.add_metric([], gauges["activities"])
+    yield pending
+    timers = GaugeMetricFamily("roost_timers", "Durable workflow timers armed.")
+    timers.add_metric([], gauges["timers"])
+    yield timers
 
 
 def _store(stats: Any) -> Iterator[Metric]:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
@@ -20,7 +23,10 @@ if TYPE_CHECKING:
     from roost.actors._open import NodeHandle
     from roost.queues._records import DeadLetter
 
+T = TypeVar("T")
+
 __all__ = [
+    "asked",
     "cron_list",
     "dead_letter",
     "node_info",
@@ -35,6 +41,18 @@ __all__ = [
 def node_of(handle: NodeHandle) -> Node:
     """The node behind a ``NodeHandle``."""
     return handle._node
+
+
+async def asked(handle: NodeHandle, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, a synchronous workflow call of the node, without blocking its loop.
+
+    The embedded host answers from memory and its store, on the node's thread; another
+    host (Temporal's) asks a server, so the call is made from a worker thread and the
+    node's loop runs on meanwhile (such a host takes its calls from any thread).
+    """
+    if node_of(handle).local_workflows is not None:
+        return call(*args)
+    return await trio.to_thread.run_sync(call, *args)
 
 
 def version() -> str:

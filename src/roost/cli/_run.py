@@ -102,6 +102,14 @@ async def serve(
     help="The Temporal namespace, with --temporal.",
 )
 @click.option(
+    "--temporal-ui",
+    default=None,
+    metavar="URL",
+    envvar="ROOST_TEMPORAL_UI",
+    help="The cluster's Temporal UI, with --temporal: the admin console links to it "
+    "(env ROOST_TEMPORAL_UI).",
+)
+@click.option(
     "--name",
     default=None,
     help="The node's name (with --temporal: unique among the cluster's live nodes).",
@@ -113,6 +121,7 @@ def run(  # noqa: PLR0917 - click passes every option as an argument
     admin: str | None,
     temporal: str | None,
     namespace: str,
+    temporal_ui: str | None,
     name: str | None,
 ) -> None:
     """Run a node for MODULE:APP until SIGINT or SIGTERM (logs to stderr).
@@ -129,6 +138,8 @@ def run(  # noqa: PLR0917 - click passes every option as an argument
         cluster["name"] = name
     if temporal is not None:
         cluster.update(temporal=temporal, temporal_namespace=namespace)
+        if temporal_ui is not None:
+            cluster["temporal_ui"] = temporal_ui
     app = load_app(app_ref)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -23,6 +23,7 @@ import temporalio.common
 import temporalio.worker
 import temporalio.workflow
 
+from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind
 from roost._security import SECURITY_KEY
 from roost.actors._app import EntryKind
@@ -78,9 +79,16 @@ class TemporalActivityPort(ActivityPort):
 
 
 def activity_function(
-    services: NodeServices, bridge: Bridge, threads: concurrent.futures.Executor
+    services: NodeServices,
+    bridge: Bridge,
+    threads: concurrent.futures.Executor,
+    counters: RuntimeCounters,
 ) -> Callable[..., Any]:
-    """The dynamic temporalio activity that runs the node's app's activities."""
+    """The dynamic temporalio activity that runs the node's app's activities.
+
+    Each attempt is counted in ``counters`` (``roost_activity_*`` by entry), as the
+    embedded host counts its attempts.
+    """
     app = services.app
 
     @temporalio.activity.defn(dynamic=True)
@@ -113,6 +121,7 @@ def activity_function(
             if refused is not None:
                 raise application_error(refused)
             port.context = sealed
+        began = counters.attempt(entry.id)
         try:
             if entry.is_async:
                 value = await bridge.to_trio(_run_async, services, entry.fn, values, port)
@@ -126,7 +135,10 @@ def activity_function(
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - the attempt's failure, whatever the activity raised
+            counters.attempt_failed(entry.id)
             raise application_error(Error.from_exception(exc)) from None
+        finally:
+            counters.attempt_done(entry.id, began)
         return value
 
     return roost_activity

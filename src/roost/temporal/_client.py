@@ -9,7 +9,9 @@ converter: ``connect``, ``describe`` / ``list_workflows`` (roost's ``describe`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -23,15 +25,26 @@ from roost._errors import Error, ErrorKind, invalid, not_found
 from roost._pid import Pid
 from roost.storage._codec import Codec
 from roost.temporal._converter import data_converter
-from roost.temporal._failures import error_of
+from roost.temporal._failures import error_of, terminated
 from roost.temporal._options import (
     PARENT_MEMO,
     STATUS_MEMO,
+    WATCHERS_MEMO,
     search_dict,
     start_kwargs,
     user_memo,
 )
-from roost.temporal._workflow import CANCEL_SIGNAL, START_SIGNAL, WORKFLOW_NODE
+from roost.temporal._workflow import (
+    CANCEL_SIGNAL,
+    NOTICE_WORKFLOW,
+    START_SIGNAL,
+    UNWATCH_SIGNAL,
+    WATCH_UPDATE,
+    WORKFLOW_NODE,
+    pack_watchers,
+    unpack_watchers,
+    watch_change,
+)
 from roost.workflow._options import check_start_options
 from roost.workflow._planner import already_error
 from roost.workflow._recorded import is_plain
@@ -45,6 +58,7 @@ __all__ = [
     "described",
     "history_file",
     "list_workflows",
+    "notify_terminated",
     "outcome",
     "read_history_file",
     "rpc_error",
@@ -52,7 +66,10 @@ __all__ = [
     "start",
     "status_query",
     "terminate",
+    "terminate_run",
 ]
+
+log = logging.getLogger("roost.temporal")
 
 HISTORY_FORMAT: Final = "roost.temporal-history/1"
 """The ``format`` of a history file written from a Temporal-hosted run."""
@@ -268,7 +285,17 @@ async def _signal(
 
 
 async def terminate(client: temporalio.client.Client, workflow_id: str) -> None:
-    """Terminate the workflow's open run.
+    """Terminate the workflow's open run, and push its close to the processes watching it.
+
+    Raises:
+        roost.Error: NotFound when it is not running.
+    """
+    await terminate_run(client, workflow_id)
+    await notify_terminated(client, workflow_id)
+
+
+async def terminate_run(client: temporalio.client.Client, workflow_id: str) -> None:
+    """Terminate the workflow's open run (``notify_terminated`` tells its watchers).
 
     Raises:
         roost.Error: NotFound when it is not running.
@@ -277,6 +304,56 @@ async def terminate(client: temporalio.client.Client, workflow_id: str) -> None:
         await client.get_workflow_handle(workflow_id).terminate(reason="terminated")
     except temporalio.service.RPCError as exc:
         raise rpc_error(exc, workflow_id) from None
+
+
+async def notify_terminated(client: temporalio.client.Client, workflow_id: str) -> None:
+    """Push the close of the terminated latest run of ``workflow_id`` to its watchers.
+
+    A terminated run runs no code, so it cannot notify its watchers itself: the watchers
+    its history recorded (``@roost.watch`` updates and ``@roost.unwatch`` signals, and
+    those its run before a continue-as-new handed it) get the EXIT from an ``ExitNotice``
+    workflow started here. A failure is logged; the terminate stands.
+    """
+    try:
+        await _notify_terminated(client, workflow_id)
+    except Exception:  # the terminate happened; a lost notice is logged
+        log.exception(
+            "roost.temporal: the watchers of %r were not told it was terminated", workflow_id
+        )
+
+
+async def _notify_terminated(client: temporalio.client.Client, workflow_id: str) -> None:
+    described = await client.get_workflow_handle(workflow_id).describe()
+    run = client.get_workflow_handle(workflow_id, run_id=described.run_id)
+    converter = client.data_converter.payload_converter
+    watchers: dict[Pid, set[str]] = {}
+    async for event in run.fetch_history_events():
+        if event.HasField("workflow_execution_started_event_attributes"):
+            memo = event.workflow_execution_started_event_attributes.memo.fields
+            if WATCHERS_MEMO in memo:
+                watchers = unpack_watchers(converter.from_payloads([memo[WATCHERS_MEMO]])[0])
+        elif event.HasField("workflow_execution_update_accepted_event_attributes"):
+            request = event.workflow_execution_update_accepted_event_attributes.accepted_request
+            if request.input.name == WATCH_UPDATE:
+                values = converter.from_payloads(list(request.input.args.payloads))
+                watch_change(watchers, WATCH_UPDATE, values)
+        elif event.HasField("workflow_execution_signaled_event_attributes"):
+            signaled = event.workflow_execution_signaled_event_attributes
+            if signaled.signal_name == UNWATCH_SIGNAL:
+                values = converter.from_payloads(list(signaled.input.payloads))
+                watch_change(watchers, UNWATCH_SIGNAL, values)
+    if not watchers:
+        return
+    app_name = described.workflow_type.partition(":")[0]
+    pid = Pid.trusted(WORKFLOW_NODE, f"{app_name}:workflows", workflow_id)
+    # A second terminate notice of this run is refused: the first is under way.
+    with contextlib.suppress(temporalio.exceptions.WorkflowAlreadyStartedError):
+        await client.start_workflow(
+            NOTICE_WORKFLOW,
+            args=[pid, described.run_id, pack_watchers(watchers), terminated()],
+            id=f"{NOTICE_WORKFLOW}-{workflow_id}-{described.run_id}",
+            task_queue=described.task_queue,
+        )
 
 
 async def outcome(client: temporalio.client.Client, workflow_id: str) -> tuple[Any, Error | None]:

@@ -21,7 +21,8 @@ import contextlib
 import datetime as dt
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
 import attrs
@@ -35,6 +36,7 @@ import temporalio.service
 import temporalio.worker
 import trio
 
+from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind, invalid
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, reseal
@@ -45,12 +47,14 @@ from roost.actors._node_types import noproc_error
 from roost.temporal import _client
 from roost.temporal._activity import ContextCarrier, activity_function
 from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
+from roost.temporal._counting import RunCounting
 from roost.temporal._cron import CronFire, ensure_schedules
-from roost.temporal._failures import application_error, error_of, unsupported
+from roost.temporal._failures import UNSUPPORTED, application_error, error_of
 from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO
 from roost.temporal._workflow import (
     CANCEL_SIGNAL,
     DELIVER_ACTIVITY,
+    EXIT_ACTIVITY,
     PING_ACTIVITY,
     PROBE_WORKFLOW,
     PROCESS_ACTIVITY,
@@ -58,13 +62,18 @@ from roost.temporal._workflow import (
     SPAWNED_SIGNAL,
     STOP_ACTIVITY,
     TERMINATE_ACTIVITY,
+    UNWATCH_SIGNAL,
+    WATCH_UPDATE,
     WORKFLOW_NODE,
+    ExitNotice,
     NodeProbe,
     RoostWorkflow,
     apps,
     node_queue,
     replies_host,
     reply_target,
+    reply_ticket,
+    unpack_watchers,
 )
 from roost.workflow._host_protocol import (
     FIRES_CRON,
@@ -95,6 +104,10 @@ _RETRY_MAX: Final = 2.0
 _LIVE_POLLER: Final = 70.0
 # A node running a workflow's plain process heartbeats its activity this often (seconds).
 _PROCESS_BEAT: Final = 2.0
+SWEEP_INTERVAL = 30.0
+"""How often a node that watches workflows asks which of them closed without a push (one
+list query for all of them, seconds; read at each sweep)."""
+_SWEEP_CHUNK: Final = 50  # workflow ids per list query
 
 
 class _Accepted:
@@ -193,11 +206,192 @@ def _settle(future: asyncio.Future[Exit], event: Exit) -> None:
 
 @attrs.define
 class _Watch:
-    """The plain processes watching one workflow, and the task that waits for its close."""
+    """The plain processes of this node watching one workflow, by kind."""
 
     monitors: set[Pid] = attrs.field(factory=set)
     links: set[Pid] = attrs.field(factory=set)
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    # The wait for the workflow's outcome, when its close cannot be pushed (a retry or
+    # cron run follows, the watch could not be registered): cancelled with the watch.
+    scope: trio.CancelScope | None = None
+
+
+class _Watches:
+    """Which of this node's plain processes get which workflow's EXIT (the trio thread).
+
+    A watch is registered with the workflow (``TemporalHost.monitor``); at its close the
+    workflow pushes the EXITs here (``pushed``, the ``@roost.exit`` activity). This node's
+    record decides who still gets one: a process that unwatched meanwhile gets none.
+
+    A close that runs no workflow code (a terminate from Temporal's own UI or CLI, a run
+    or execution timeout) pushes nothing: while this node watches workflows, a sweep asks
+    every ``SWEEP_INTERVAL`` seconds, in one list query for all of them, which have closed.
+    """
+
+    def __init__(self, services: NodeServices, nursery: trio.Nursery) -> None:
+        self._services = services
+        self._nursery = nursery
+        self._by_pid: dict[Pid, _Watch] = {}
+        self._sweeping = False
+        # The workflow's outcome once it has closed for good, the wait for one run's close
+        # to be recorded, and which of some workflows have closed for good (set by the host).
+        self.outcome: Callable[[Pid], Awaitable[ExitResult]] | None = None
+        self.recorded: Callable[[Pid, str], Awaitable[None]] | None = None
+        self.closed_among: Callable[[list[Pid]], Awaitable[list[Pid]]] | None = None
+
+    def add(self, pid: Pid, watcher: Pid, kind: str) -> bool:
+        """``watcher`` watches ``pid`` (``kind``: monitor or link); False if it already did."""
+        watch = self._by_pid.setdefault(pid, _Watch())
+        held = watch.monitors if kind == "monitor" else watch.links
+        if watcher in held:
+            return False
+        held.add(watcher)
+        if not self._sweeping:
+            self._sweeping = True
+            self._nursery.start_soon(self._sweep)
+        return True
+
+    async def _sweep(self) -> None:
+        """Find the watched workflows that closed without a push, while any is watched."""
+        try:
+            while self._by_pid:
+                await trio.sleep(SWEEP_INTERVAL)
+                assert self.closed_among is not None
+                try:
+                    closed = await self.closed_among(list(self._by_pid))
+                except Error as exc:
+                    log.warning("roost.temporal: the sweep of watched workflows failed: %s", exc)
+                    continue
+                except Exception:  # logged, never raised: it runs in the host's nursery
+                    log.exception("roost.temporal: the sweep of watched workflows failed")
+                    continue
+                for pid in closed:
+                    self.wait_for(pid)  # closed for good: the outcome comes at once
+        finally:
+            self._sweeping = False
+
+    def drop(self, pid: Pid, watcher: Pid) -> bool:
+        """``watcher`` no longer watches ``pid``; False if it did not."""
+        watch = self._by_pid.get(pid)
+        if watch is None or (watcher not in watch.monitors and watcher not in watch.links):
+            return False
+        watch.monitors.discard(watcher)
+        watch.links.discard(watcher)
+        if not watch.monitors and not watch.links:
+            self._forget(pid, watch)
+        return True
+
+    def count(self) -> int:
+        """The watches this node holds (monitors and links)."""
+        return sum(len(w.monitors) + len(w.links) for w in self._by_pid.values())
+
+    def _forget(self, pid: Pid, watch: _Watch) -> None:
+        if self._by_pid.get(pid) is watch:
+            del self._by_pid[pid]
+        if watch.scope is not None:
+            watch.scope.cancel()
+
+    def pushed(
+        self,
+        pid: Pid,
+        run_id: str,
+        watchers: Mapping[Pid, set[str]],
+        value: Any,
+        error: Error | None,
+        *,
+        final: bool,
+    ) -> None:
+        """The run ``run_id`` of ``pid`` is closing: EXITs to ``watchers`` once it has.
+
+        The run pushes before its close is recorded (a run runs no code after it), so
+        the EXITs wait for that: a watcher that gets one finds the workflow closed, as on
+        the embedded host. Not ``final``: a retry or cron run follows, so this node waits
+        for the workflow's outcome instead.
+        """
+        if pid not in self._by_pid:
+            return
+        if not final:
+            self.wait_for(pid)
+            return
+        self._nursery.start_soon(
+            self._deliver_recorded, pid, run_id, dict(watchers), ExitResult(value, error)
+        )
+
+    async def _deliver_recorded(
+        self, pid: Pid, run_id: str, watchers: dict[Pid, set[str]], outcome: ExitResult
+    ) -> None:
+        assert self.recorded is not None
+        try:
+            await self.recorded(pid, run_id)
+        except Exception as exc:  # noqa: BLE001 - the close is pushed: given even if the wait failed
+            log.warning("roost.temporal: the close of %s was not seen recorded: %s", pid, exc)
+        watch = self._by_pid.get(pid)
+        if watch is None:
+            return
+        mine = _Watch(
+            {w for w in watchers if w in watch.monitors}, {w for w in watchers if w in watch.links}
+        )
+        watch.monitors -= mine.monitors
+        watch.links -= mine.links
+        if not watch.monitors and not watch.links:
+            self._forget(pid, watch)
+        self._deliver(pid, mine, outcome)
+
+    def closed(self, pid: Pid, outcome: ExitResult) -> None:
+        """The workflow ``pid`` has closed for good: EXITs to all that watch it here."""
+        watch = self._by_pid.get(pid)
+        if watch is not None:
+            self._forget(pid, watch)
+            self._deliver(pid, watch, outcome)
+
+    def _deliver(self, pid: Pid, watch: _Watch, outcome: ExitResult) -> None:
+        at = self._services.now()
+        services = self._services
+        for watcher in sorted(watch.monitors, key=str):
+            exit_event = Exit(pid, outcome.value, outcome.error, at)
+            _each(services.post_exit, watcher, exit_event, what=f"the EXIT of {pid}")
+        if outcome.error is not None:
+            for linked in sorted(watch.links, key=str):
+                _each(
+                    services.link_down,
+                    linked,
+                    pid,
+                    outcome.error,
+                    at,
+                    what=f"the LINK_DOWN of {pid}",
+                )
+
+    def wait_for(self, pid: Pid) -> None:
+        """Wait for ``pid``'s outcome (once per watch), then give it to its watchers here."""
+        watch = self._by_pid.get(pid)
+        if watch is None or watch.scope is not None:
+            return
+        watch.scope = trio.CancelScope()
+        self._nursery.start_soon(self._wait_and_announce, pid, watch.scope)
+
+    async def _wait_and_announce(self, pid: Pid, scope: trio.CancelScope) -> None:
+        """The wait of ``wait_for``, in the host's nursery: what fails is logged, not raised."""
+        try:
+            with scope:
+                outcome = await self._wait(pid)
+                self.closed(pid, outcome)
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            log.exception("roost.temporal: the exit of workflow %s was not announced", pid)
+
+    async def _wait(self, pid: Pid) -> ExitResult:
+        assert self.outcome is not None
+        while True:
+            try:
+                return await self.outcome(pid)
+            except Error as exc:  # a refusal other than an outage: asked again, slowly
+                log.warning(
+                    "roost.temporal: cannot wait for workflow %s (asking again in %gs): %s",
+                    pid.id,
+                    _RETRY_MAX,
+                    exc,
+                )
+                await trio.sleep(_RETRY_MAX)
 
 
 class TemporalHost:
@@ -212,7 +406,10 @@ class TemporalHost:
         *,
         health: _Health,
         exits: _Exits,
+        watches: _Watches,
+        counters: RuntimeCounters,
         workers: tuple[temporalio.worker.Worker, ...],
+        ui: str | None = None,
     ) -> None:
         self._services = services
         self._health = health
@@ -225,7 +422,12 @@ class TemporalHost:
         self._host = f"{self._app.name}:workflows"
         self._replies = replies_host(self._app.name)
         self._pid_hosts = frozenset({self._host, self._replies})
-        self._watches: dict[Pid, _Watch] = {}
+        self._watches = watches
+        self._counters = counters
+        self._ui = ui
+        watches.outcome = self._final_outcome
+        watches.recorded = self._recorded
+        watches.closed_among = self._closed_among
         # The last signal to each workflow id, so that signals are sent in the order given.
         self._tails: dict[str, Any] = {}
 
@@ -238,6 +440,24 @@ class TemporalHost:
     def pid_hosts(self) -> frozenset[str]:
         """The workflow host, and that of the reply addresses of workflows' calls."""
         return self._pid_hosts
+
+    @property
+    def counters(self) -> RuntimeCounters:
+        """What this node's workers ran: workflows started and closed, activity attempts.
+
+        The counters the embedded host keeps, under the same metric names (``/metrics``);
+        a run counts on the node whose worker ran the task that started or closed it.
+        """
+        return self._counters
+
+    def ui_url(self, workflow_id: str, run_id: str) -> str | None:
+        """The page of that run in the cluster's Temporal UI; None without ``ui=``."""
+        if self._ui is None:
+            return None
+        namespace = urllib.parse.quote(self._client.namespace, safe="")
+        workflow = urllib.parse.quote(workflow_id, safe="")
+        run = urllib.parse.quote(run_id, safe="")
+        return f"{self._ui}/namespaces/{namespace}/workflows/{workflow}/{run}/history"
 
     @property
     def client(self) -> temporalio.client.Client:
@@ -308,7 +528,11 @@ class TemporalHost:
         _check(payload, f"payload of message {topic!r}")
         if pid.host == self._replies:  # a reply to a workflow's call
             workflow_id, run_id, seq = reply_target(pid)
-            return self._signal(workflow_id, REPLY_SIGNAL, [run_id, seq, topic, payload, sender])
+            reply: list[Any] = [run_id, seq, topic, payload, sender]
+            ring = self._services.keyring
+            if ring is not None and sender is not None:  # the caller's worker checks it
+                reply.append(reply_ticket(ring, workflow_id, run_id, seq, topic, sender))
+            return self._signal(workflow_id, REPLY_SIGNAL, reply)
         args = [payload, sender] if ticket is None else [payload, sender, dict(ticket)]
         return self._signal(pid.id, topic, args)
 
@@ -352,6 +576,35 @@ class TemporalHost:
             handle = self._client.get_workflow_handle(workflow_id)
             try:
                 await handle.signal(name, args=args)
+            except temporalio.service.RPCError as exc:
+                raise _client.rpc_error(exc, workflow_id) from None
+        finally:
+            if self._tails.get(workflow_id) is me:
+                del self._tails[workflow_id]
+
+    async def _send_watch(self, workflow_id: str, args: list[Any]) -> None:
+        """The ``@roost.watch`` update, in order with the signals to that workflow.
+
+        Raises:
+            roost.Error: NotFound when the workflow has closed, is closing or never existed.
+        """
+        before = self._tails.get(workflow_id)
+        me = asyncio.current_task()
+        self._tails[workflow_id] = me
+        try:
+            if before is not None:
+                await asyncio.wait([before])
+            handle = self._client.get_workflow_handle(workflow_id)
+            try:
+                await handle.execute_update(WATCH_UPDATE, args=args)
+            except temporalio.client.WorkflowUpdateFailedError as exc:
+                raise error_of(exc.cause) from None
+            except temporalio.client.WorkflowUpdateRPCTimeoutOrCancelledError:
+                raise Error(
+                    f"no worker took the watch of workflow {workflow_id!r} in time",
+                    kind=ErrorKind.UNAVAILABLE,
+                    details={"workflow_id": workflow_id},
+                ) from None
             except temporalio.service.RPCError as exc:
                 raise _client.rpc_error(exc, workflow_id) from None
         finally:
@@ -410,8 +663,12 @@ class TemporalHost:
             raise _client.rpc_error(exc, workflow_id) from None
 
     def terminate(self, pid: Pid) -> None:
-        """Terminate the workflow (blocks the node's thread on the RPC)."""
-        self._blocking(_client.terminate(self._client, pid.id))
+        """Terminate the workflow (blocks the calling thread on the one RPC).
+
+        Its watchers are told afterwards, off the calling thread (``notify_terminated``).
+        """
+        self._blocking(_client.terminate_run(self._client, pid.id))
+        self._bridge.submit(_client.notify_terminated(self._client, pid.id))
 
     def running(self, pid: Pid) -> bool:
         """Whether the workflow is open (blocks on a describe)."""
@@ -483,75 +740,107 @@ class TemporalHost:
         return await self._bridge.run(self._outcome(pid, give_up_after=BLOCKING_TIMEOUT))
 
     def monitor(self, watcher: Pid, pid: Pid) -> None:
-        """One EXIT to ``watcher`` when the workflow closes (at once if it has)."""
-        self._watch(pid).monitors.add(watcher)
+        """One EXIT to ``watcher`` when the workflow closes (at once if it has).
+
+        The watch is a ``@roost.watch`` update, recorded in the workflow's history: at its
+        close the workflow pushes the EXIT to this node. A workflow that has closed (or
+        never existed, or is closing) refuses it, and its outcome is the EXIT.
+        """
+        self._register(watcher, pid, "monitor")
 
     def link(self, proc: Pid, pid: Pid) -> None:
-        """LINK_DOWN to ``proc`` if the workflow closes with an error."""
-        self._watch(pid).links.add(proc)
+        """LINK_DOWN to ``proc`` if the workflow closes with an error (pushed, as a monitor)."""
+        self._register(proc, pid, "link")
 
     def unwatch(self, proc: Pid, pid: Pid) -> None:
-        """Drop ``proc``'s monitor and link of the workflow."""
-        watch = self._watches.get(pid)
-        if watch is None:
+        """Drop ``proc``'s monitor and link of the workflow (and tell the workflow)."""
+        if self._watches.drop(pid, proc) and pid.host == self._host:
+            self._signal(pid.id, UNWATCH_SIGNAL, [proc])
+
+    def _register(self, watcher: Pid, pid: Pid, kind: str) -> None:
+        if not self._watches.add(pid, watcher, kind):
             return
-        watch.monitors.discard(proc)
-        watch.links.discard(proc)
-        if not watch.monitors and not watch.links:
-            watch.scope.cancel()
-            del self._watches[pid]
+        if pid.host != self._host:  # a reply address: never an open workflow
+            self._nursery.start_soon(self._announce_closed, pid)
+            return
+        future = self._bridge.submit(self._send_watch(pid.id, [watcher, kind]))
+        self._nursery.start_soon(self._registered, pid, _Accepted(self._bridge, future))
 
-    def _watch(self, pid: Pid) -> _Watch:
-        watch = self._watches.get(pid)
-        if watch is None:
-            watch = self._watches[pid] = _Watch()
-            self._nursery.start_soon(self._wait_and_announce, pid, watch)
-        return watch
-
-    async def _wait_and_announce(self, pid: Pid, watch: _Watch) -> None:
-        """One wait for the workflow's close per watched workflow, then the EXITs.
-
-        It runs in the host's nursery, around the node's life: what goes wrong here is
-        logged, never raised, so that it cannot stop the node (a cancel still propagates).
-        """
+    async def _registered(self, pid: Pid, accepted: _Accepted) -> None:
+        """Once the watch signal is answered: nothing more, or the EXIT if it was refused."""
         try:
-            await self._announce(pid, watch)
+            await accepted.wait()
+        except Error as exc:
+            if exc.kind is ErrorKind.NOT_FOUND:  # closed (or never was): its outcome now
+                await self._announce_closed(pid)
+                return
+            why: object = exc
         except BaseException as exc:
             if must_propagate(exc):
                 raise
-            log.exception("roost.temporal: the exit of workflow %s was not announced", pid)
+            why = f"{type(exc).__name__}: {exc}"
+        else:
+            return
+        # Not registered (an outage, no worker in time): this node waits for the outcome.
+        log.warning(
+            "roost.temporal: the watch of workflow %s was not registered (%s); "
+            "waiting for its outcome instead",
+            pid.id,
+            why,
+        )
+        self._watches.wait_for(pid)
 
-    async def _announce(self, pid: Pid, watch: _Watch) -> None:
-        with watch.scope:
-            while True:
-                try:
-                    outcome = await self._bridge.run(self._outcome(pid, give_up_after=None))
-                    break
-                except Error as exc:  # a refusal other than an outage: asked again, slowly
-                    log.warning(
-                        "roost.temporal: cannot wait for workflow %s (asking again in %gs): %s",
-                        pid.id,
-                        _RETRY_MAX,
-                        exc,
-                    )
-                    await trio.sleep(_RETRY_MAX)
-            if self._watches.get(pid) is watch:
-                del self._watches[pid]
-            at = self._services.now()
-            services = self._services
-            for watcher in sorted(watch.monitors, key=str):
-                exit_event = Exit(pid, outcome.value, outcome.error, at)
-                _each(services.post_exit, watcher, exit_event, what=f"the EXIT of {pid}")
-            if outcome.error is not None:
-                for linked in sorted(watch.links, key=str):
-                    _each(
-                        services.link_down,
-                        linked,
-                        pid,
-                        outcome.error,
-                        at,
-                        what=f"the LINK_DOWN of {pid}",
-                    )
+    async def _announce_closed(self, pid: Pid) -> None:
+        try:
+            outcome = await self._final_outcome(pid, give_up_after=BLOCKING_TIMEOUT)
+        except Error:
+            self._watches.wait_for(pid)
+            return
+        self._watches.closed(pid, outcome)
+
+    async def _closed_among(self, pids: list[Pid]) -> list[Pid]:
+        """Which of the workflows ``pids`` have closed for good (their latest run closed).
+
+        One visibility query per ``_SWEEP_CHUNK`` ids finds the candidates (any run of the
+        id closed, other than by continue-as-new); a describe of each candidate's latest
+        run confirms it (a retry or cron run may follow a closed one).
+
+        Raises:
+            roost.Error: Unavailable when the server does not answer.
+        """
+        by_id = {pid.id: pid for pid in pids if pid.host == self._host}
+        try:
+            return await self._bridge.run(_closed_workflows(self._client, by_id))
+        except temporalio.service.RPCError as exc:
+            raise Error(
+                f"the sweep of watched workflows failed: {exc.message}",
+                kind=ErrorKind.UNAVAILABLE,
+            ) from None
+
+    async def _recorded(self, pid: Pid, run_id: str) -> None:
+        """Return once the close of run ``run_id`` of ``pid`` is in its history.
+
+        Raises:
+            roost.Error: Unavailable when the server gives no answer in ``BLOCKING_TIMEOUT``.
+        """
+
+        async def closed() -> None:
+            handle = self._client.get_workflow_handle(pid.id, run_id=run_id)
+            with contextlib.suppress(temporalio.client.WorkflowFailureError):
+                await handle.result(follow_runs=False)
+
+        try:
+            await self._bridge.run(asyncio.wait_for(closed(), BLOCKING_TIMEOUT))
+        except (TimeoutError, temporalio.service.RPCError) as exc:
+            raise Error(
+                f"the close of workflow {pid.id!r} was not seen recorded: {exc}",
+                kind=ErrorKind.UNAVAILABLE,
+            ) from None
+
+    async def _final_outcome(self, pid: Pid, give_up_after: float | None = None) -> ExitResult:
+        if pid.host != self._host:
+            return ExitResult(None, noproc_error(pid))
+        return await self._bridge.run(self._outcome(pid, give_up_after=give_up_after))
 
     def process_exited(self, watcher: Pid, event: Exit) -> None:
         """The EXIT of a process a workflow spawned here: its activity's result."""
@@ -572,8 +861,53 @@ class TemporalHost:
         return self._blocking(_client.list_workflows(self._client, query))  # type: ignore[no-any-return]
 
     def history(self, workflow_id: str) -> list[Any]:
-        """Refused: the roost form of a Temporal history is not built yet."""
-        raise unsupported("node.history (use `temporal workflow show --workflow-id ID` meanwhile)")
+        """Refused, naming the commands that export and show the run's Temporal history.
+
+        A Temporal-hosted run's history is Temporal's events, not roost's events and
+        commands: ``roost history export --temporal`` writes it to a file ``roost replay``
+        checks against new code.
+        """
+        target = self._client.service_client.config.target_host
+        namespace = self._client.namespace
+        raise Error(
+            f"node.history({workflow_id!r}) {UNSUPPORTED}: a Temporal-hosted run's history is "
+            f"Temporal's events; export it with `roost history export {workflow_id} FILE "
+            f"--temporal {target} --namespace {namespace}` (roost replay checks the file "
+            f"against new code) or show it with `roost workflow show {workflow_id} "
+            f"--temporal {target} --namespace {namespace}`",
+            kind=ErrorKind.INVALID_STATE,
+            retryable=False,
+            details={"workflow_id": workflow_id},
+        )
+
+
+async def _closed_workflows(
+    client: temporalio.client.Client, by_id: Mapping[str, Pid]
+) -> list[Pid]:
+    """The workflows of ``by_id`` whose latest run has closed (see ``_closed_among``)."""
+    ids = sorted(by_id)
+    quotable = [i for i in ids if "'" not in i and "\\" not in i]
+    candidates = set(ids) - set(quotable)  # not expressible in a query: each described
+    for start in range(0, len(quotable), _SWEEP_CHUNK):
+        listed = ", ".join(f"'{i}'" for i in quotable[start : start + _SWEEP_CHUNK])
+        query = (
+            f"WorkflowId IN ({listed}) AND ExecutionStatus != 'Running' "
+            "AND ExecutionStatus != 'ContinuedAsNew'"
+        )
+        async for execution in client.list_workflows(query):
+            candidates.add(execution.id)
+    closed = []
+    for workflow_id in sorted(candidates):
+        try:
+            latest = await client.get_workflow_handle(workflow_id).describe()
+        except temporalio.service.RPCError as exc:
+            if exc.status != temporalio.service.RPCStatusCode.NOT_FOUND:
+                raise
+            closed.append(by_id[workflow_id])  # gone: its watchers get "noproc"
+            continue
+        if latest.status != temporalio.client.WorkflowExecutionStatus.RUNNING:
+            closed.append(by_id[workflow_id])
+    return closed
 
 
 def _each(fn: Callable[..., None], to: Pid, *args: Any, what: str) -> None:
@@ -649,6 +983,7 @@ def temporal_host(
     *,
     namespace: str = "default",
     max_cached_workflows: int = 1000,
+    ui: str | None = None,
 ) -> WorkflowHostFactory:
     """A ``workflow_host=`` factory: the node's workflows on the Temporal server ``target``.
 
@@ -660,6 +995,8 @@ def temporal_host(
         namespace: the Temporal namespace.
         max_cached_workflows: runs the node's worker keeps in memory; 0 replays every
             workflow task from the history.
+        ui: the base address of the cluster's Temporal UI (``"http://127.0.0.1:8233"``):
+            the admin console links each hosted run to its page there. None: no links.
 
     Raises:
         roost.Error: kind Invalid for a bad argument.
@@ -670,6 +1007,7 @@ def temporal_host(
         raise invalid(f"temporal_namespace must be a non-empty string, got {namespace!r}")
     if isinstance(max_cached_workflows, bool) or not isinstance(max_cached_workflows, int):
         raise invalid(f"max_cached_workflows must be an int >= 0, got {max_cached_workflows!r}")
+    ui_base = _ui_base(ui)
 
     @contextlib.asynccontextmanager
     async def factory(services: NodeServices) -> AsyncIterator[WorkflowHost]:
@@ -679,6 +1017,8 @@ def temporal_host(
         exits = _Exits()
         refused: Error | None = None  # raised once the nursery is left: not in a group
         async with trio.open_nursery() as nursery:
+            watches = _Watches(services, nursery)
+            counters = RuntimeCounters()
             await bridge.start(nursery)
             apps.add(services.app, services.keyring)
             try:
@@ -693,6 +1033,8 @@ def temporal_host(
                             threads=threads,
                             health=health,
                             exits=exits,
+                            watches=watches,
+                            counters=counters,
                         )
                     )
                 except Error as exc:
@@ -706,7 +1048,10 @@ def temporal_host(
                             nursery,
                             health=health,
                             exits=exits,
+                            watches=watches,
+                            counters=counters,
                             workers=opened.workers,
+                            ui=ui_base,
                         )
                     finally:
                         health.stopping = True
@@ -724,6 +1069,19 @@ def temporal_host(
 
     setattr(factory, FIRES_CRON, True)  # the node's own cron service stays idle
     return factory
+
+
+def _ui_base(ui: str | None) -> str | None:
+    """``ui`` without its trailing slash, checked to be an http(s) address."""
+    if ui is None:
+        return None
+    parsed = urllib.parse.urlsplit(ui) if isinstance(ui, str) else None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise invalid(
+            f"temporal_ui must be the http(s) address of the Temporal UI, such as "
+            f"'http://127.0.0.1:8233', got {ui!r}"
+        )
+    return ui.rstrip("/")
 
 
 @attrs.frozen
@@ -745,6 +1103,8 @@ async def _open(
     threads: concurrent.futures.Executor,
     health: _Health,
     exits: _Exits,
+    watches: _Watches,
+    counters: RuntimeCounters,
 ) -> _Opened:
     """Connect, refuse a taken node name, and start the node's two workers (on asyncio).
 
@@ -762,6 +1122,8 @@ async def _open(
             threads=threads,
             health=health,
             exits=exits,
+            watches=watches,
+            counters=counters,
         )
     except temporalio.service.RPCError as exc:
         raise Error(
@@ -783,6 +1145,8 @@ async def _open_workers(
     threads: concurrent.futures.Executor,
     health: _Health,
     exits: _Exits,
+    watches: _Watches,
+    counters: RuntimeCounters,
 ) -> _Opened:
     app = services.app
     # The namespace is checked here: a worker would only find it missing in its own task.
@@ -790,9 +1154,12 @@ async def _open_workers(
     app_worker = temporalio.worker.Worker(
         client,
         task_queue=app.name,
-        workflows=[RoostWorkflow, NodeProbe, CronFire],
-        activities=[activity_function(services, bridge, threads), _terminator(client)],
-        interceptors=[ContextCarrier()],
+        workflows=[RoostWorkflow, NodeProbe, CronFire, ExitNotice],
+        activities=[
+            activity_function(services, bridge, threads, counters),
+            _terminator(client),
+        ],
+        interceptors=[ContextCarrier(), RunCounting(counters)],
         max_cached_workflows=max_cached,
     )
     loop = asyncio.get_running_loop()
@@ -812,7 +1179,7 @@ async def _open_workers(
     node_worker = temporalio.worker.Worker(
         client,
         task_queue=node_queue(services.name),
-        activities=[*_node_activities(services, bridge, exits, client)],
+        activities=[*_node_activities(services, bridge, exits, watches, client)],
         identity=identity,
     )
     running.append(loop.create_task(node_worker.run()))
@@ -837,7 +1204,11 @@ async def _shutdown(opened: _Opened) -> None:
 
 
 def _node_activities(
-    services: NodeServices, bridge: Bridge, exits: _Exits, client: temporalio.client.Client
+    services: NodeServices,
+    bridge: Bridge,
+    exits: _Exits,
+    watches: _Watches,
+    client: temporalio.client.Client,
 ) -> list[Callable[..., Any]]:
     """The node queue's activities: a workflow's messages, stops and processes here; a ping."""
 
@@ -907,7 +1278,37 @@ def _node_activities(
     async def ping() -> str:
         return services.name
 
-    return [deliver, stop, run_process, ping]
+    return [deliver, stop, run_process, _exit_activity(bridge, watches), ping]
+
+
+def _exit_activity(bridge: Bridge, watches: _Watches) -> Callable[..., Any]:
+    """The node queue's activity by which a closing workflow pushes its EXITs here."""
+
+    async def exits_here(  # noqa: PLR0917 - the activity's arguments
+        pid: Pid,
+        run_id: str,
+        watchers: list[list[Any]],
+        value: Any,
+        error: Error | None,
+        final: bool,
+    ) -> None:
+        watches.pushed(pid, run_id, unpack_watchers(watchers), value, error, final=final)
+
+    @temporalio.activity.defn(name=EXIT_ACTIVITY)
+    async def exit_pushed(  # noqa: PLR0917 - the activity's arguments
+        pid: Pid,
+        run_id: str,
+        watchers: list[list[Any]],
+        value: Any,
+        error: Error | None,
+        final: bool,
+    ) -> None:
+        try:
+            await bridge.to_trio(exits_here, pid, run_id, watchers, value, error, final)
+        except Error as exc:
+            raise application_error(exc) from None
+
+    return exit_pushed
 
 
 def _terminator(client: temporalio.client.Client) -> Callable[..., Any]:

@@ -26,6 +26,7 @@ __all__ = [
     "PARENT_MEMO",
     "ROOST_MEMO",
     "STATUS_MEMO",
+    "WATCHERS_MEMO",
     "activity_kwargs",
     "child_kwargs",
     "retry_policy",
@@ -46,7 +47,12 @@ CARRIED_MEMO: Final = "roost.carried"
 # The node whose plain processes the run's spawns start on: the node that started it (or
 # its parent's), so that a process spawned by any of its tasks lands on one known node.
 OWNER_MEMO: Final = "roost.owner"
-ROOST_MEMO: Final = frozenset({CARRIED_MEMO, CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO, STATUS_MEMO})
+# The plain processes watching a run that continued as new, ``[[watcher, [kind, ...]], ...]``
+# (kind "monitor" or "link"), for its next run to notify at its close.
+WATCHERS_MEMO: Final = "roost.watchers"
+ROOST_MEMO: Final = frozenset(
+    {CARRIED_MEMO, CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO, STATUS_MEMO, WATCHERS_MEMO}
+)
 
 _CONFLICT: Final = {
     "fail": tc.WorkflowIDConflictPolicy.FAIL,

@@ -42,12 +42,13 @@ import temporalio.workflow as tw
 
 from roost._errors import Error, ErrorKind
 from roost._pid import Pid
-from roost._security import SECURITY_KEY, KeyRing, reseal, ticket_error
+from roost._security import SECURITY_KEY, KeyRing, denied, make_ticket, reseal, ticket_error
 from roost.actors._app import App, EntryKind
 from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._mailbox import EVENTS
 from roost.storage._codec import Codec
+from roost.temporal._counting import count_close
 from roost.temporal._failures import application_error, error_of
 from roost.temporal._options import (
     CARRIED_MEMO,
@@ -55,6 +56,7 @@ from roost.temporal._options import (
     OWNER_MEMO,
     PARENT_MEMO,
     STATUS_MEMO,
+    WATCHERS_MEMO,
     activity_kwargs,
     child_kwargs,
     search_updates,
@@ -89,7 +91,10 @@ from roost.workflow._trust import Trust
 __all__ = [
     "CANCEL_SIGNAL",
     "DELIVER_ACTIVITY",
+    "EXIT_ACTIVITY",
+    "EXIT_DELIVERY_TIMEOUT",
     "MESSAGES_SIGNAL",
+    "NOTICE_WORKFLOW",
     "PING_ACTIVITY",
     "PROBE_WORKFLOW",
     "PROCESS_ACTIVITY",
@@ -99,14 +104,22 @@ __all__ = [
     "START_SIGNAL",
     "STOP_ACTIVITY",
     "TERMINATE_ACTIVITY",
+    "UNWATCH_SIGNAL",
+    "WATCH_UPDATE",
     "WORKFLOW_NODE",
+    "ExitNotice",
     "NodeProbe",
     "RoostWorkflow",
     "TemporalPorts",
     "apps",
     "node_queue",
+    "pack_watchers",
+    "push_exits",
     "replies_host",
     "reply_target",
+    "reply_ticket",
+    "unpack_watchers",
+    "watch_change",
 ]
 
 log = logging.getLogger("roost.temporal")
@@ -117,7 +130,9 @@ SPAWNED_SIGNAL: Final = "@roost.spawned"
 """From a node to a workflow: the plain process ``pid`` it spawned there has started (or
 could not start), so what the workflow sends it may go."""
 REPLY_SIGNAL: Final = "@roost.reply"
-"""A reply to a workflow's own ``process.call``: ``[run_id, seq, topic, payload, sender]``."""
+"""A reply to a workflow's own ``process.call``: ``[run_id, seq, topic, payload, sender]``,
+and ``ticket`` (``reply_ticket``) when the sender has a key ring. The run takes it only
+from the call's destination, and, when its worker has a key ring, only with a ticket."""
 MESSAGES_SIGNAL: Final = "@roost.messages"
 """Several messages from one workflow to another, ``[[topic, payload, sender], ...]``."""
 DELIVER_ACTIVITY: Final = "@roost.deliver"
@@ -137,6 +152,23 @@ PROCESS_START_TIMEOUT = dt.timedelta(seconds=30)
 """How long a spawn waits for its node to take the process (read at each spawn)."""
 _PROCESS_HEARTBEAT: Final = dt.timedelta(seconds=10)
 _PROCESS_LIMIT: Final = dt.timedelta(days=3650)  # a plain process may live as long as it likes
+WATCH_UPDATE: Final = "@roost.watch"
+"""The update by which a node's plain process ``watcher`` monitors or links this workflow,
+``[watcher, kind]`` (kind ``"monitor"`` or ``"link"``); the run notifies it at its close.
+Refused once the run's close has been pushed: the watcher then reads the outcome."""
+UNWATCH_SIGNAL: Final = "@roost.unwatch"
+"""From a node: its plain process ``watcher`` dropped its monitor and link, ``[watcher]``."""
+EXIT_ACTIVITY: Final = "@roost.exit"
+"""The activity on a node's own queue that gives a workflow's close to the plain processes
+watching it there: ``pid``, the closing ``run_id``, ``[[watcher, [kind, ...]], ...]``,
+``value``, ``error`` and ``final`` (False: the workflow goes on in a retry or cron run; the
+node waits for that). The node gives the EXITs once that run's close is recorded."""
+EXIT_DELIVERY_TIMEOUT = dt.timedelta(seconds=10)
+"""How long a close waits for a watcher's node to take its EXITs (read at each close): a
+node that is gone delays the close by this much, once, and its watchers get nothing."""
+NOTICE_WORKFLOW: Final = "@roost.exits"
+"""The workflow that gives a terminated workflow's close to its watchers (``ExitNotice``):
+a terminated run runs no code of its own."""
 PING_ACTIVITY: Final = "@roost.ping"
 """The activity on a node's own queue that answers whether that node is alive."""
 PROBE_WORKFLOW: Final = "@roost.probe"
@@ -270,7 +302,7 @@ def signal_events(name: str, values: list[Any]) -> list[Event]:
         messages, sender = values[0], values[1] if len(values) > 1 else None
         return [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
     if name == REPLY_SIGNAL:
-        run_id, seq, topic, payload, sender = values
+        run_id, seq, topic, payload, sender = values[:5]
         if run_id != tw.info().run_id:
             return []  # a reply to a call of a run before this one: dropped, as a late one
         return [MessageArrived(topic=topic, payload=payload, sender=sender, call=seq)]
@@ -342,6 +374,10 @@ class RoostWorkflow:
         self.incoming: list[Event] = []
         self.calls: dict[Pid, asyncio.Future[list[Any]]] = {}
         self.spawned: dict[Pid, asyncio.Future[None]] = {}
+        # The destination of each call this run made, by seq: only it may reply.
+        self.call_dests: dict[int, Pid | str] = {}
+        # The plain processes watching this workflow, kept across continue-as-new.
+        self.watching = _Watching(unpack_watchers(tw.memo_value(WATCHERS_MEMO, [])))
 
     @tw.signal(dynamic=True)
     def on_signal(self, name: str, args: Sequence[temporalio.common.RawValue]) -> None:
@@ -352,7 +388,16 @@ class RoostWorkflow:
             if started is not None and not started.done():
                 started.set_result(None)
             return
-        if not name.startswith("@roost."):
+        if name == UNWATCH_SIGNAL:  # not an event: who to notify at the close
+            watch_change(self.watching.watchers, name, values)
+            return
+        if name == REPLY_SIGNAL:
+            refused = self._reply_refusal(values)
+            if refused is not None:
+                if not tw.unsafe.is_replaying():
+                    log.warning("workflow %s: a reply dropped: %s", tw.info().workflow_id, refused)
+                return
+        elif not name.startswith("@roost."):
             refused = self._refusal(name, values)
             if refused is not None:
                 if not tw.unsafe.is_replaying():
@@ -375,6 +420,35 @@ class RoostWorkflow:
             return None
         ticket = values[2] if len(values) > 2 else None
         return ticket_error(ticket, tw.info().workflow_id, topic, apps.trust(self._app()).ring)
+
+    def _reply_refusal(self, values: list[Any]) -> Error | None:
+        """Why a ``@roost.reply`` may not answer this run's call (None: it may).
+
+        As on the embedded host, only the call's destination replies: the reply's sender
+        must be it. The sender is what the signal says, so a worker with a key ring also
+        asks for a ticket that binds the sender to this call (``reply_ticket``).
+        """
+        if len(values) < 5 or not isinstance(values[1], int) or not isinstance(values[2], str):
+            return Error("a malformed reply", kind=ErrorKind.INVALID)
+        run_id, seq, topic, _payload, sender = values[:5]
+        if run_id != tw.info().run_id:
+            return None  # a reply to an earlier run's call: dropped as a late one
+        dest = self.call_dests.get(seq)
+        if dest is None:
+            return Error(f"no call {seq} of this run", kind=ErrorKind.NOT_FOUND)
+        if not _is_callee(sender, dest, replies_host(self._app().name)):
+            return denied(f"only {dest} may reply to call {seq}; {sender} is not it")
+        ring = apps.trust(self._app()).ring
+        if ring is None:
+            return None
+        ticket = values[5] if len(values) > 5 else None
+        workflow_id = tw.info().workflow_id
+        refused = ticket_error(ticket, workflow_id, _reply_topic(run_id, seq, topic), ring)
+        if refused is None and (
+            not isinstance(ticket, Mapping) or ticket.get("actor") != str(sender)
+        ):
+            refused = denied(f"the reply's ticket is not {sender}'s")
+        return refused
 
     @staticmethod
     def _app() -> App:
@@ -415,11 +489,39 @@ class RoostWorkflow:
         if refused is not None:
             raise application_error(refused)
 
+    @tw.update(name=WATCH_UPDATE)
+    def watch(self, watcher: Any, kind: Any) -> None:
+        """A plain process watches this workflow: it gets the EXIT pushed at the close."""
+        if self.watching.pushed:  # the validator refused it; a replay never gets here
+            raise application_error(_closing_error(tw.info().workflow_id))
+        watch_change(self.watching.watchers, WATCH_UPDATE, [watcher, kind])
+
+    @watch.validator
+    def admit_watch(self, watcher: Any, kind: Any) -> None:
+        """Refuse a malformed watch, and one that comes after the close was pushed."""
+        if not isinstance(watcher, Pid) or kind not in ("monitor", "link"):
+            raise application_error(
+                Error(
+                    f"a watch of {tw.info().workflow_id!r} takes [pid, 'monitor'|'link']",
+                    kind=ErrorKind.INVALID,
+                )
+            )
+        if self.watching.pushed:
+            raise application_error(_closing_error(tw.info().workflow_id))
+
     @tw.run
     async def run(self, args: Sequence[temporalio.common.RawValue]) -> Any:
         """Run the roost workflow of this type to its end."""
         app = apps.find(tw.info().workflow_type)
-        run = _Run(app, f"{app.name}:workflows", self.incoming, self.calls, self.spawned)
+        run = _Run(
+            app,
+            f"{app.name}:workflows",
+            self.incoming,
+            self.calls,
+            self.spawned,
+            watching=self.watching,
+            call_dests=self.call_dests,
+        )
         return await run.run(_decode(args))
 
 
@@ -492,6 +594,9 @@ class _Run:
         incoming: list[Event],
         calls: dict[Pid, asyncio.Future[list[Any]]],
         spawned: dict[Pid, asyncio.Future[None]],
+        *,
+        watching: _Watching,
+        call_dests: dict[int, Pid | str],
     ) -> None:
         self.app = app
         self.host = host
@@ -499,9 +604,15 @@ class _Run:
         # The open ``process.call`` updates, by the caller's reply address (the workflow's
         # instance owns it: an update may come before the run starts).
         self.calls = calls
+        # What each call of this run was sent to (the instance owns it: replies check it).
+        self.call_dests = call_dests
         # The start of each plain process this run spawned, set by the node's
         # ``@roost.spawned`` signal: sends to it wait for it, as those to a child do.
         self.spawned = spawned
+        # The plain processes to notify at the close (the workflow's instance owns it: a
+        # watch may come before the run starts), changed only by the watch update and the
+        # unwatch signal.
+        self.watching = watching
         self.activities: dict[int, asyncio.Task[None]] = {}
         # Per destination (a workflow id, or a plain process's PID): what waits to be sent,
         # and the one task sending it (awaited before the run closes).
@@ -619,6 +730,8 @@ class _Run:
         return dest.id if dest.host == self.host else None
 
     def _send(self, command: SendMessage) -> None:
+        if command.reply_to is not None:  # a call of this run: only ``dest`` may reply
+            self.call_dests[command.seq] = command.dest
         reply = self.calls.get(command.dest) if isinstance(command.dest, Pid) else None
         if reply is not None:  # a reply to an open call: its update's result, unless an ack
             if command.topic != "ack" and not reply.done():
@@ -686,6 +799,11 @@ class _Run:
                 name, args = CANCEL_SIGNAL, [run.reason]
             elif isinstance(run, _Reply):
                 name, args = REPLY_SIGNAL, [run.run_id, run.seq, run.topic, run.payload, run.sender]
+                ring = apps.trust(self.app).ring
+                if ring is not None:
+                    args.append(
+                        reply_ticket(ring, target, run.run_id, run.seq, run.topic, run.sender)
+                    )
             elif len(run) == 1:
                 name, args = run[0].topic, [run[0].payload, run[0].sender]
             else:
@@ -832,8 +950,17 @@ class _Run:
             case Complete(value=value):
                 if self.cancel_requested:
                     tw.upsert_memo({STATUS_MEMO: "canceled"})
+                await self._notify(value, None)
+                if _final(None):
+                    count_close(
+                        tw.info().workflow_type,
+                        "canceled" if self.cancel_requested else "completed",
+                    )
                 return value
             case Fail(error=error):
+                await self._notify(None, error)
+                if _final(error):
+                    count_close(tw.info().workflow_type, "failed")
                 raise application_error(error)
         # ContinueAsNew: raises temporalio's ContinueAsNewError, which ends this run.
         unread: list[Event] = [
@@ -846,7 +973,147 @@ class _Run:
         carried = _carry(unread)
         if carried:
             memo[CARRIED_MEMO] = carried
+        self.watching.pushed = True  # its next run takes the watches from here on
+        if self.watching.watchers:
+            memo[WATCHERS_MEMO] = pack_watchers(self.watching.watchers)
         tw.continue_as_new(args=command.args, workflow=command.entry, memo=memo)
+
+    async def _notify(self, value: Any, error: Error | None) -> None:
+        """Push the close to every plain process watching the run, through its node.
+
+        A watch that arrives while the EXITs are on their way is notified next; one that
+        comes after the last of them is refused (``admit_watch``), so none is missed.
+        """
+        final = _final(error)
+        notified: set[Pid] = set()
+        watchers = self.watching.watchers
+        while pending := {w: k for w, k in watchers.items() if w not in notified}:
+            notified.update(pending)
+            await push_exits(self.pid, tw.info().run_id, pending, value, error, final=final)
+        self.watching.pushed = True
+
+
+@attrs.define
+class _Watching:
+    """The plain processes watching a workflow, and whether its close was pushed to them."""
+
+    watchers: dict[Pid, set[str]]
+    pushed: bool = False
+
+
+def _closing_error(workflow_id: str) -> Error:
+    return Error(
+        f"workflow {workflow_id!r} has closed; its outcome is the EXIT",
+        kind=ErrorKind.NOT_FOUND,
+        details={"workflow_id": workflow_id},
+    )
+
+
+def _final(error: Error | None) -> bool:
+    """Whether the run's close ends the workflow (False: a cron or retry run may follow).
+
+    A close judged not final when no run follows is harmless: the watchers' nodes then
+    wait for the workflow's outcome, which comes at once.
+    """
+    info = tw.info()
+    if info.cron_schedule:
+        return False
+    policy = info.retry_policy
+    if error is None or policy is None or error.retryable is False:
+        return True
+    if error.kind.value in (policy.non_retryable_error_types or ()):
+        return True
+    return bool(policy.maximum_attempts) and info.attempt >= policy.maximum_attempts
+
+
+def watch_change(watchers: dict[Pid, set[str]], name: str, values: list[Any]) -> None:
+    """Apply one ``@roost.watch`` update or ``@roost.unwatch`` signal (ignored if malformed)."""
+    watcher = values[0] if values else None
+    if not isinstance(watcher, Pid):
+        return
+    if name == UNWATCH_SIGNAL:
+        watchers.pop(watcher, None)
+    elif len(values) > 1 and values[1] in ("monitor", "link"):
+        watchers.setdefault(watcher, set()).add(values[1])
+
+
+def pack_watchers(watchers: Mapping[Pid, set[str]]) -> list[list[Any]]:
+    """``watchers`` as a memo or an activity argument holds them: ``[[pid, [kind, ...]], ...]``."""
+    return [[watcher, sorted(kinds)] for watcher, kinds in watchers.items()]
+
+
+def unpack_watchers(packed: Any) -> dict[Pid, set[str]]:
+    """What ``pack_watchers`` wrote (anything else: no watchers)."""
+    watchers: dict[Pid, set[str]] = {}
+    for item in packed if isinstance(packed, list) else ():
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[0], Pid):
+            watchers.setdefault(item[0], set()).update(k for k in item[1] if isinstance(k, str))
+    return watchers
+
+
+async def push_exits(
+    pid: Pid,
+    run_id: str,
+    watchers: Mapping[Pid, set[str]],
+    value: Any,
+    error: Error | None,
+    *,
+    final: bool,
+) -> None:
+    """Give ``pid``'s close to ``watchers``: one ``@roost.exit`` activity per watcher node.
+
+    Each is bounded by ``EXIT_DELIVERY_TIMEOUT`` and tried once: a node that is gone, or
+    stopped, loses its watchers' EXITs (as its processes are gone) and the close goes on.
+    """
+    by_node: dict[str, dict[Pid, set[str]]] = {}
+    for watcher, kinds in watchers.items():
+        by_node.setdefault(watcher.node, {})[watcher] = kinds
+
+    async def push(node: str, here: dict[Pid, set[str]]) -> None:
+        try:
+            await tw.execute_activity(
+                EXIT_ACTIVITY,
+                args=[pid, run_id, pack_watchers(here), value, error, final],
+                task_queue=node_queue(node),
+                schedule_to_close_timeout=EXIT_DELIVERY_TIMEOUT,
+                retry_policy=_DELIVER_ONCE,
+            )
+        except Exception as exc:  # noqa: BLE001 - a node that is gone must not fail the close
+            log.warning("workflow %s: its EXIT to node %r was not taken: %s", pid, node, exc)
+
+    await asyncio.gather(*(push(node, here) for node, here in sorted(by_node.items())))
+
+
+@tw.defn(name=NOTICE_WORKFLOW, sandboxed=False)
+class ExitNotice:
+    """Gives a terminated workflow's close to the watchers its history recorded."""
+
+    @tw.run
+    async def run(self, pid: Any, run_id: Any, watchers: Any, error: Any) -> None:
+        """Push the EXITs of the terminated run ``run_id`` (``push_exits``) and end."""
+        await push_exits(pid, run_id, unpack_watchers(watchers), None, error, final=True)
+
+
+def _reply_topic(run_id: str, seq: int, topic: str) -> str:
+    return f"{REPLY_SIGNAL} {run_id}.{seq} {topic}"
+
+
+def reply_ticket(  # noqa: PLR0917 - what the ticket binds
+    ring: KeyRing, workflow_id: str, run_id: str, seq: int, topic: str, sender: Pid
+) -> dict[str, Any]:
+    """The ticket of a reply from ``sender`` to call ``seq`` of run ``run_id``."""
+    return make_ticket(ring, workflow_id, _reply_topic(run_id, seq, topic), str(sender))
+
+
+def _is_callee(sender: object, dest: Pid | str, replies: str) -> bool:
+    """Whether ``sender`` is what a call to ``dest`` was sent to (a name: that workflow)."""
+    if not isinstance(sender, Pid):
+        return False
+    if isinstance(dest, str):
+        return sender.id == dest and sender.host.endswith(":workflows")
+    if dest.host == replies:  # a call to a call's reply address: never answered
+        return False
+    return sender.host == dest.host and sender.id == dest.id and sender.node == dest.node
 
 
 def _closed_error(workflow_id: str) -> Error:

@@ -139,7 +139,10 @@ class WorkflowHost(Protocol):
     """What a node asks of the host of its workflows (see the module docstring).
 
     Called on the node's trio thread. Only ``spawn`` and ``wait_exit`` wait (and may
-    overlap any other call); every other member does its part before it returns. A PID of
+    overlap any other call); every other member does its part before it returns. A host
+    whose ``describe``, ``list_workflows``, ``history``, ``running``, ``cancel`` and
+    ``terminate`` ask a server (not the embedded one) takes those from any thread: the
+    node's async callers make them from a worker thread, so its loop runs on. A PID of
     one of ``pid_hosts`` that is not an open workflow (a closed or unknown one, a reply
     address) is refused by ``cancel`` and ``terminate``, not ``running``, and answered at
     once by ``monitor``, ``link`` and ``wait_exit``.

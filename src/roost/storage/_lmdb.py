@@ -69,10 +69,11 @@ from roost.storage._store import (
 )
 from roost.storage._writer import Request, Writer
 
-__all__ = ["DEFAULT_MAP_SIZE", "Durability", "LmdbStore", "open_lmdb_store"]
+__all__ = ["DEFAULT_MAP_SIZE", "Durability", "LmdbStore", "OnDamage", "open_lmdb_store"]
 
 T = TypeVar("T")
 Durability = Literal["sync", "fast"]
+OnDamage = Literal["salvage", "refuse"]
 
 DEFAULT_MAP_SIZE: Final = 256 * 1024 * 1024
 _MAX_DBS: Final = 128
@@ -346,6 +347,7 @@ def open_lmdb_store(
     max_map_size: int | None = None,
     readonly: bool = False,
     lock: bool = True,
+    on_damage: OnDamage = "refuse",
 ) -> LmdbStore:
     """Open (creating it if needed) the LMDB store in the data directory ``path``.
 
@@ -361,6 +363,11 @@ def open_lmdb_store(
             InvalidState). The directory and the store must exist.
         lock: hold the data directory's exclusive lock while open. Every process that
             writes must; a read-only inspector beside a running node passes False.
+        on_damage: "refuse" a damaged file (below); "salvage" (a writing open that holds
+            the lock) replaces it by a new file of every readable record, keeping the
+            damaged one in ``damaged/`` (``roost.storage._care.salvage_at_open``), and
+            refuses only what no salvage can open (a file cut short, both meta pages
+            damaged, a core table with nothing readable).
 
     Returns:
         The open store; close it with ``close()`` or ``await aclose()``.
@@ -385,6 +392,8 @@ def open_lmdb_store(
     for name, flag in (("readonly", readonly), ("lock", lock)):
         if type(flag) is not bool:
             raise invalid(f"{name} must be True or False, got {flag!r}")
+    if on_damage not in ("refuse", "salvage"):
+        raise invalid(f"on_damage must be 'salvage' or 'refuse', got {on_damage!r}")
     real = os.path.realpath(os.fspath(path))
     _claim(real)
     held: DirLock | None = None
@@ -397,7 +406,13 @@ def open_lmdb_store(
         if lock:
             held = _lock(real)
         # Before LMDB maps the file: a damaged or short one could kill this process.
-        inspect_before_open(real, locked=held is not None)
+        salvage = on_damage == "salvage" and held is not None and not readonly
+        found = inspect_before_open(real, locked=held is not None, salvage=salvage)
+        if found is not None:
+            # Imported here: store care opens stores of its own through this module.
+            from roost.storage._care import salvage_at_open  # noqa: PLC0415
+
+            salvage_at_open(real, found)
         env, dbs = _open_env(real, durability, map_size, readonly)
         return LmdbStore(
             env, dbs, real, durability, readonly=readonly, lock=held, max_map_size=max_map_size

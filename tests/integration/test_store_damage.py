@@ -557,3 +557,34 @@ def test_backup_beside_a_running_node_is_a_consistent_copy(base: Path, tmp_path:
     with pytest.raises(Error) as raised:
         backup_store(path, dest)
     assert raised.value.kind is ErrorKind.INVALID
+
+
+def test_store_check_shows_a_salvage_made_at_open(base: Path, tmp_path: Path) -> None:
+    pages = _pages(base)
+    path = _copy(base, tmp_path / "bad")
+    state_leaf = max(ps[-1] for k, ps in pages["state"].items() if b"small" in k)
+    _overwrite(path, state_leaf, bytes(PSIZE))
+
+    async def reopen() -> None:
+        async with roost.open_node(damage_app.app, path):
+            pass
+
+    trio.run(reopen, clock=trio.testing.MockClock(autojump_threshold=0))
+    (kept,) = (path / "damaged").glob("data.mdb.*[0-9]Z")
+    assert kept.read_bytes()[state_leaf * PSIZE : (state_leaf + 1) * PSIZE] == bytes(PSIZE)
+    result = CliRunner().invoke(main, ["store", "check", "--data-dir", str(path)])
+    assert result.exit_code == 0, result.output  # the store in use is sound
+    assert f"salvaged at open: the damaged file is kept at {kept}" in result.stdout
+    assert "records lost: state " in result.stdout
+    report = json.loads(
+        CliRunner().invoke(main, ["store", "check", "--data-dir", str(path), "--json"]).stdout
+    )
+    (earlier,) = report["earlier_salvages"]
+    assert earlier["lost"][0]["page"] == state_leaf
+    store = open_lmdb_store(path, readonly=True, lock=False)
+    try:
+        entries = roost.storage.quarantined(store)
+    finally:
+        store.close()
+    assert [e["unit"] for e in entries] == ["store"]
+    assert entries[0]["info"]["kept"] == str(kept)

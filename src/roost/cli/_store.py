@@ -43,6 +43,13 @@ def check(data_dir: Path, as_json: bool) -> None:
                 click.echo(f"damaged: {name}: {page['reason']}{after}")
             for row in t.undecodable:
                 click.echo(f"undecodable: {name}: key {row['key']}: {row['error']}")
+        for earlier in report.earlier:
+            lost = earlier.get("records_lost") or {}
+            what = ", ".join(f"{t} {n}" for t, n in sorted(lost.items())) or "none"
+            click.echo(
+                f"salvaged at open: the damaged file is kept at {earlier.get('source')}; "
+                f"records lost: {what}; report: {earlier['report']}"
+            )
     if report.damaged:
         click.echo(
             f"the store in {report.path} is damaged: stop the node and run "

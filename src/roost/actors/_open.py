@@ -205,6 +205,7 @@ async def open_node(
     allowed_hosts: Any = None,
     cron: bool = True,
     on_damage: str = "salvage",
+    retention: Duration | None = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -260,6 +261,10 @@ async def open_node(
             file and opens that, keeping the damaged file in ``damaged/``, logging what was
             lost and quarantining the workflows that lost rows; "refuse" raises
             Unavailable instead (docs/operating.md, "Store care").
+        retention: how long a closed workflow is kept (``describe``, ``history``,
+            ``list_workflows``) after its latest run closed: a background sweep then
+            deletes its record and history, and it is NotFound (docs/operating.md,
+            "Retention"). None (the default): kept forever.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
@@ -283,6 +288,7 @@ async def open_node(
         raise invalid(f"loop_stall must be a positive duration, got {loop_stall!r}")
     _check_positive_int(mailbox_warning, "mailbox_warning")
     _check_on_damage(on_damage)
+    kept = _retention(retention)
     if workflow_host is not None and not callable(workflow_host):
         raise invalid(
             "workflow_host must be a factory (a callable given the node's services that "
@@ -325,6 +331,7 @@ async def open_node(
                     "loop_stall": stall,
                     "mailbox_warning": mailbox_warning,
                     "cron": bool(cron),
+                    "retention": kept,
                 },
             }
             async with _running(
@@ -339,6 +346,15 @@ async def open_node(
     finally:
         if temp:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _retention(retention: Duration | None) -> float | None:
+    if retention is None:
+        return None
+    seconds = parse_duration(retention, what="retention")
+    if seconds <= 0:
+        raise invalid(f"retention must be a positive duration or None, got {retention!r}")
+    return seconds
 
 
 def _check_on_damage(on_damage: object) -> None:

@@ -588,3 +588,41 @@ def test_store_check_shows_a_salvage_made_at_open(base: Path, tmp_path: Path) ->
         store.close()
     assert [e["unit"] for e in entries] == ["store"]
     assert entries[0]["info"]["kept"] == str(kept)
+
+
+def test_a_node_salvages_a_store_with_one_damaged_meta_page_from_the_other(
+    base: Path, tmp_path: Path
+) -> None:
+    before = _records(base)
+    with LmdbFile(str(base / "data.mdb")) as file:
+        current = file.meta.page
+    path = _copy(base, tmp_path / "src")
+    _overwrite(path, current, random.Random(8).randbytes(PSIZE))
+    (result,) = _open_in_child([path])
+    assert result["opened"] is True, result
+    assert result["warned"], result
+    (salvage,) = result["salvages"]
+    assert salvage["lost"] == []
+    assert result["statuses"] == {"completed": damage_app.WORKFLOWS}
+    # The other meta page is one commit older: at most the build's last state row is gone.
+    assert result["read"]["same"] >= damage_app.SMALL - 1
+    assert result["read"]["other"] == 0
+    assert set(_records(path)["runs"]) == set(before["runs"])
+
+
+def test_a_salvage_killed_before_its_rename_is_done_again_at_the_next_open(
+    base: Path, tmp_path: Path
+) -> None:
+    pages = _pages(base)
+    path = _copy(base, tmp_path / "bad")
+    state_leaf = max(ps[-1] for k, ps in pages["state"].items() if b"small" in k)
+    _overwrite(path, state_leaf, bytes(PSIZE))
+    # What a kill leaves between the copy and the rename: a half-written store beside.
+    stale = path / "damaged" / "salvage-20261202T000000.000000Z.tmp"
+    stale.mkdir(parents=True)
+    (stale / "data.mdb").write_bytes(b"half a copy")
+    (result,) = _open_in_child([path])
+    assert result["opened"] is True, result
+    assert not stale.exists()
+    assert len(result["salvages"]) == 1
+    assert check_store(path).damaged is False

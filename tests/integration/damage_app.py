@@ -8,12 +8,14 @@ every state row gave, and how the workflows ended once their timers fell due (co
 quarantined and why). ``open-refuse`` opens with ``on_damage="refuse"``. A signal (SIGBUS, SIGABRT,
 SIGSEGV) kills the child: its exit code shows it. A directory given as ``unchecked:DIR``
 is opened without the check before LMDB maps it, as if the damage came after that check:
-what LMDB itself reports must then surface as a ``roost.Error`` too.
+what LMDB itself reports must then surface as a ``roost.Error`` too. One given as
+``opened-only:DIR`` is opened and read, and its workflows are not run to their end.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import os
@@ -77,7 +79,7 @@ class _Warnings(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-async def open_one(path: str, on_damage: str) -> dict[str, Any]:
+async def open_one(path: str, on_damage: str, *, run: bool = True) -> dict[str, Any]:
     """Open a node on ``path``, read every small state row, let every workflow finish."""
     warnings = _Warnings()
     logging.getLogger("roost").addHandler(warnings)
@@ -94,7 +96,8 @@ async def open_one(path: str, on_damage: str) -> dict[str, Any]:
                     read["missing"] += 1
                 else:
                     read["same" if value == small_value(i) else "other"] += 1
-            await trio.sleep(101 * 86400)  # every sleeper's timer falls due (a mock clock)
+            if run:
+                await trio.sleep(101 * 86400)  # every sleeper's timer falls due (a mock clock)
             listed = node.list_workflows()
             statuses = collections.Counter(str(w.get("status")) for w in listed)
             workflows = {w["workflow_id"]: str(w.get("status")) for w in listed}
@@ -132,10 +135,14 @@ def main() -> None:
     on_damage = "refuse" if command == "open-refuse" else "salvage"
     check = _lmdb.inspect_before_open
     for given in paths:
-        path = given.removeprefix("unchecked:")
-        _lmdb.inspect_before_open = check if path == given else _no_check
+        opened_only = given.startswith("opened-only:")
+        unprefixed = given.removeprefix("opened-only:")
+        path = unprefixed.removeprefix("unchecked:")
+        _lmdb.inspect_before_open = check if path == unprefixed else _no_check
         clock = trio.testing.MockClock(autojump_threshold=0)
-        found = trio.run(open_one, path, on_damage, clock=clock)
+        found = trio.run(
+            functools.partial(open_one, path, on_damage, run=not opened_only), clock=clock
+        )
         print(json.dumps({"path": given, **found}), flush=True)
 
 

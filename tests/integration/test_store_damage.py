@@ -120,7 +120,7 @@ def _open_in_child(
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=900,  # a guard against a hang, far past what the cases take on a busy machine
     )
     assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
     results = [json.loads(line) for line in child.stdout.splitlines()]
@@ -194,7 +194,8 @@ def test_every_damage_is_salvaged_at_open_or_refused_with_a_roost_error_never_a_
             byte = f.read(1)[0]
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte ^ 1 << rnd.randrange(8)]))
-    cases.append(("a bit flipped in every page", path))
+    # (Its workflows are not run on: flipped bits in their values decode to other values.)
+    cases.append(("a bit flipped in every page", f"opened-only:{path}"))
     # A page that goes bad after the check (simulated: the check is skipped): LMDB finds it
     # as recovery reads the runs (the first leaf, zeroed: LMDB's page search reports it).
     path = _copy(base, tmp_path / "after-check")

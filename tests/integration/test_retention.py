@@ -8,6 +8,9 @@ growing once closes and deletes balance (LMDB reuses the freed pages).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +113,19 @@ def test_retention_must_be_a_positive_duration(tmp_path: Path) -> None:
         with pytest.raises(Error) as raised:
             trio.run(body, value)
         assert raised.value.kind is ErrorKind.INVALID
+
+
+def test_roost_run_passes_its_retention_to_the_node(tmp_path: Path) -> None:
+    here = Path(__file__).parent
+    command = [sys.executable, "-m", "roost", "run", "main_app:app", "--data-dir"]
+    child = subprocess.run(
+        [*command, str(tmp_path / "d"), "--retention", "soon"],
+        cwd=here,
+        env={**os.environ, "MAIN_MODE": "return"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert child.returncode != 0
+    assert "retention 'soon' is not a duration" in child.stderr, child.stderr

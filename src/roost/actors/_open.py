@@ -264,12 +264,14 @@ async def open_node(
         retention: how long a closed workflow is kept (``describe``, ``history``,
             ``list_workflows``) after its latest run closed: a background sweep then
             deletes its record and history, and it is NotFound (docs/operating.md,
-            "Retention"). None (the default): kept forever.
+            "Retention of closed workflows"). None (the default): kept forever. It applies
+            to the embedded host; on Temporal the namespace's retention does.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
             when another node (in this or another OS process, whose pid the message names)
-            has ``data_dir`` open.
+            has ``data_dir`` open; Unavailable for a store no salvage can open (or any
+            damaged one with ``on_damage="refuse"``), naming ``roost store check``.
     """
     if not isinstance(app, App):
         raise invalid(f"open_node needs a roost.App, got {type(app).__name__}")

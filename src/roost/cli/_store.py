@@ -53,7 +53,9 @@ def check(data_dir: Path, as_json: bool) -> None:
     if report.damaged:
         click.echo(
             f"the store in {report.path} is damaged: stop the node and run "
-            f"`roost store salvage {report.path} NEW_DIR`, then start the node on NEW_DIR",
+            f"`roost store salvage {report.path} NEW_DIR`, then start the node on NEW_DIR "
+            "(or restart the node: it salvages a store with damaged pages at open, keeping "
+            f"the damaged file in {report.path}/damaged/)",
             err=True,
         )
         sys.exit(1)

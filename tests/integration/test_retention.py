@@ -24,8 +24,14 @@ from roost.storage import key
 app = roost.App("keep")
 
 
+FAILED: set[int] = set()
+
+
 @app.activity
 async def bump(x: int) -> int:
+    if x >= 100 and x not in FAILED:  # fails once: its failed attempt is stored
+        FAILED.add(x)
+        raise RuntimeError("the first attempt fails")
     return x + 1
 
 
@@ -56,8 +62,11 @@ def test_closed_workflows_are_deleted_after_the_retention_and_open_ones_stay(
             old = [f"old-{i}" for i in range(30)]
             for wid in old:
                 assert await process.with_options(id=wid).exec(closes, 1) == 2
+            assert await process.with_options(id="flaky").exec(closes, 100) == 101
+            old.append("flaky")
             run_ids = {wid: node.describe(wid)["run_id"] for wid in old}
             assert all(_rows(node, "histories", r) > 0 for r in run_ids.values())
+            assert _rows(node, "attempts", run_ids["flaky"]) == 1
             events = process.events()
             opened = await process.with_options(id="open").spawn_monitored(waits)
             await trio.sleep(1800)  # half the retention: nothing is due
@@ -74,6 +83,7 @@ def test_closed_workflows_are_deleted_after_the_retention_and_open_ones_stay(
                 assert raised.value.kind is ErrorKind.NOT_FOUND
                 assert _rows(node, "histories", run_ids[wid]) == 0
                 assert _rows(node, "inbox", run_ids[wid]) == 0
+                assert _rows(node, "attempts", run_ids[wid]) == 0
             assert node.describe(recent)["status"] == "completed"
             assert node.describe("open")["status"] == "running"  # open for 1 h: kept
             listed = {w["workflow_id"] for w in node.list_workflows()}

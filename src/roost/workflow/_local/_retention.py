@@ -4,7 +4,8 @@ A closed workflow keeps its run record and its history for ``describe``, ``histo
 ``list_workflows``: with no retention (the default) forever, as Temporal keeps a closed run
 for its namespace's retention. With ``open_node(..., retention="7d")`` a background sweep
 deletes a workflow whose latest run closed more than that long ago: its ``runs`` record,
-its history, and what else is keyed by its run (inbox, task rows, its progress row). It is
+its history, and what else is keyed by its run (inbox, task rows, its failed activity
+attempts, its progress row). It is
 then NotFound, as an id that never existed, and may be started again. LMDB reuses the freed
 pages, so ``data.mdb`` (and the pages of it a node maps) stops growing once the rate of
 closes and the retention are steady.
@@ -27,7 +28,7 @@ import trio
 
 from roost._errors import Error
 from roost.storage import key
-from roost.workflow._local._records import PROGRESS_TABLE, RunRecord, RunStatus
+from roost.workflow._local._records import ATTEMPTS_TABLE, PROGRESS_TABLE, RunRecord, RunStatus
 
 if TYPE_CHECKING:
     from roost.storage import Codec, WriteTxn
@@ -37,7 +38,8 @@ __all__ = ["Retention"]
 
 log = logging.getLogger("roost.workflow")
 
-_BY_RUN: Final = ("histories", "inbox", "tasks")
+# Keyed by run id first: a run's rows are one prefix in each.
+_BY_RUN: Final = ("histories", "inbox", "tasks", ATTEMPTS_TABLE)
 
 
 class Retention:

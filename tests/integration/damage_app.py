@@ -28,7 +28,7 @@ import trio.testing
 import roost
 from roost import Error, funcs, process
 from roost.storage import _lmdb
-from roost.storage._care import earlier_salvages
+from roost.storage._salvage import earlier_salvages
 
 app = roost.App("dmg")
 WORKFLOWS = 40

@@ -57,6 +57,7 @@ from roost.storage import _writer
 from roost.storage._damage import inspect_before_open, refuse_empty
 from roost.storage._datadir import FILE_MODE, DirLock, in_use_error, prepare_dir, tighten_file
 from roost.storage._lmdb_txn import DAMAGE, MISSING_TABLE, LmdbReadTxn, ReaderGate, abort_quietly
+from roost.storage._salvage import salvage_at_open
 from roost.storage._store import (
     TABLES,
     ReadTxn,
@@ -409,10 +410,7 @@ def open_lmdb_store(
         salvage = on_damage == "salvage" and held is not None and not readonly
         found = inspect_before_open(real, locked=held is not None, salvage=salvage)
         if found is not None:
-            # Imported here: store care opens stores of its own through this module.
-            from roost.storage._care import salvage_at_open  # noqa: PLC0415
-
-            salvage_at_open(real, found)
+            salvage_at_open(real, found, open_store=_salvage_store)
         env, dbs = _open_env(real, durability, map_size, readonly)
         return LmdbStore(
             env, dbs, real, durability, readonly=readonly, lock=held, max_map_size=max_map_size
@@ -423,6 +421,11 @@ def open_lmdb_store(
         with _open_paths_lock:
             _open_paths.discard(real)
         raise
+
+
+def _salvage_store(path: str) -> LmdbStore:
+    # The new store a salvage at open writes: "fast", since its close syncs the file once.
+    return open_lmdb_store(path, durability="fast")
 
 
 def _claim(path: str) -> None:

@@ -205,6 +205,8 @@ async def open_node(
     mailbox_warning: int = 10_000,
     allowed_hosts: Any = None,
     cron: bool = True,
+    on_damage: str = "salvage",
+    retention: Duration | None = None,
 ) -> AsyncIterator[NodeHandle]:
     """Start a node; inside the block the calling task is itself a process.
 
@@ -258,11 +260,22 @@ async def open_node(
             default): the bound address, localhost, 127.0.0.1 and [::1] (docs/security.md).
         cron: False: the app's cron triggers do not fire on this node (their stored last
             fire times stay as they are).
+        on_damage: what to do with a store whose file has damaged pages (found before
+            LMDB maps it): "salvage" (the default) copies every readable record into a new
+            file and opens that, keeping the damaged file in ``damaged/``, logging what was
+            lost and quarantining the workflows that lost rows; "refuse" raises
+            Unavailable instead (docs/operating.md, "Store care").
+        retention: how long a closed workflow is kept (``describe``, ``history``,
+            ``list_workflows``) after its latest run closed: a background sweep then
+            deletes its record and history, and it is NotFound (docs/operating.md,
+            "Retention of closed workflows"). None (the default): kept forever. It applies
+            to the embedded host; on Temporal the namespace's retention does.
 
     Raises:
         roost.Error: kind Invalid for a bad argument, before anything starts; InvalidState
             when another node (in this or another OS process, whose pid the message names)
-            has ``data_dir`` open.
+            has ``data_dir`` open; Unavailable for a store no salvage can open (or any
+            damaged one with ``on_damage="refuse"``), naming ``roost store check``.
     """
     if not isinstance(app, App):
         raise invalid(f"open_node needs a roost.App, got {type(app).__name__}")
@@ -280,6 +293,8 @@ async def open_node(
     if stall <= 0:
         raise invalid(f"loop_stall must be a positive duration, got {loop_stall!r}")
     _check_positive_int(mailbox_warning, "mailbox_warning")
+    _check_on_damage(on_damage)
+    kept = _retention(retention)
     if workflow_host is not None and not callable(workflow_host):
         raise invalid(
             "workflow_host must be a factory (a callable given the node's services that "
@@ -297,7 +312,11 @@ async def open_node(
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store makes it 0700 exactly
         # Holds the directory's lock until closed: one OS process per data directory.
-        store = open_lmdb_store(path, durability=durability)  # type: ignore[arg-type]
+        store = open_lmdb_store(
+            path,
+            durability=durability,  # type: ignore[arg-type]
+            on_damage=on_damage,  # type: ignore[arg-type]
+        )
         (path / "admin.json").unlink(missing_ok=True)  # a killed node's: this one holds the lock
         try:
             # Bumped and persisted before any PID exists: PIDs are never reused.
@@ -318,6 +337,7 @@ async def open_node(
                     "loop_stall": stall,
                     "mailbox_warning": mailbox_warning,
                     "cron": bool(cron),
+                    "retention": kept,
                 },
             }
             async with _running(
@@ -332,6 +352,20 @@ async def open_node(
     finally:
         if temp:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _retention(retention: Duration | None) -> float | None:
+    if retention is None:
+        return None
+    seconds = parse_duration(retention, what="retention")
+    if seconds <= 0:
+        raise invalid(f"retention must be a positive duration or None, got {retention!r}")
+    return seconds
+
+
+def _check_on_damage(on_damage: object) -> None:
+    if on_damage not in ("salvage", "refuse"):
+        raise invalid(f"on_damage must be 'salvage' or 'refuse', got {on_damage!r}")
 
 
 def _keyring(keys: Mapping[str, bytes] | None, active: str | None) -> KeyRing | None:

@@ -38,7 +38,8 @@ async def serve(
 ) -> None:
     """Run a node for ``app`` until SIGINT or SIGTERM, then shut it down cleanly.
 
-    ``cluster``: ``open_node``'s ``name``, ``temporal`` and ``temporal_namespace``.
+    ``cluster``: ``open_node``'s ``name``, ``temporal``, ``temporal_namespace`` and
+    ``retention``.
     """
     options: dict[str, Any] = dict(cluster or {})
     if http is not None:
@@ -114,6 +115,12 @@ async def serve(
     default=None,
     help="The node's name (with --temporal: unique among the cluster's live nodes).",
 )
+@click.option(
+    "--retention",
+    default=None,
+    metavar="DURATION",
+    help="Delete a closed workflow this long after it closed (e.g. 7d; default: keep forever).",
+)
 def run(  # noqa: PLR0917 - click passes every option as an argument
     app_ref: str,
     data_dir: Path,
@@ -123,6 +130,7 @@ def run(  # noqa: PLR0917 - click passes every option as an argument
     namespace: str,
     temporal_ui: str | None,
     name: str | None,
+    retention: str | None,
 ) -> None:
     """Run a node for MODULE:APP until SIGINT or SIGTERM (logs to stderr).
 
@@ -140,6 +148,8 @@ def run(  # noqa: PLR0917 - click passes every option as an argument
         cluster.update(temporal=temporal, temporal_namespace=namespace)
         if temporal_ui is not None:
             cluster["temporal_ui"] = temporal_ui
+    if retention is not None:
+        cluster["retention"] = retention
     app = load_app(app_ref)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -43,10 +43,19 @@ def check(data_dir: Path, as_json: bool) -> None:
                 click.echo(f"damaged: {name}: {page['reason']}{after}")
             for row in t.undecodable:
                 click.echo(f"undecodable: {name}: key {row['key']}: {row['error']}")
+        for earlier in report.earlier:
+            lost = earlier.get("records_lost") or {}
+            what = ", ".join(f"{t} {n}" for t, n in sorted(lost.items())) or "none"
+            click.echo(
+                f"salvaged at open: the damaged file is kept at {earlier.get('source')}; "
+                f"records lost: {what}; report: {earlier['report']}"
+            )
     if report.damaged:
         click.echo(
             f"the store in {report.path} is damaged: stop the node and run "
-            f"`roost store salvage {report.path} NEW_DIR`, then start the node on NEW_DIR",
+            f"`roost store salvage {report.path} NEW_DIR`, then start the node on NEW_DIR "
+            "(or restart the node: it salvages a store with damaged pages at open, keeping "
+            f"the damaged file in {report.path}/damaged/)",
             err=True,
         )
         sys.exit(1)

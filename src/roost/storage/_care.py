@@ -6,13 +6,14 @@
   read is listed (the damaged page, its table, the last key before it). It never maps the
   damaged file, so it works on a truncated one too.
 - ``backup_store``: LMDB's compacting copy of a consistent snapshot, beside a running node.
+- a node opening a damaged store salvages it in place (``roost.storage._salvage``), and
+  ``check_store`` lists those salvages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -21,8 +22,8 @@ from roost._errors import Error, ErrorKind
 from roost.storage._damage import DATA_FILE, damaged, holder_alive, walk_all
 from roost.storage._datadir import prepare_dir
 from roost.storage._lmdb import open_lmdb_store
-from roost.storage._lmdb_file import FREE_TABLE, Damage, LmdbFile, read_metas
-from roost.storage._store import TABLES, WriteTxn
+from roost.storage._lmdb_file import Damage, LmdbFile, read_metas
+from roost.storage._salvage import SalvageReport, copy_readable, damage_json, earlier_salvages
 
 __all__ = [
     "CheckReport",
@@ -50,6 +51,7 @@ class CheckReport:
     path: str
     problems: list[str] = attrs.field(factory=list)
     tables: dict[str, TableReport] = attrs.field(factory=dict)
+    earlier: list[dict[str, Any]] = attrs.field(factory=list)  # salvages at open, kept files
 
     @property
     def damaged(self) -> bool:
@@ -65,15 +67,8 @@ class CheckReport:
             "damaged": self.damaged,
             "problems": list(self.problems),
             "tables": {name: attrs.asdict(report) for name, report in self.tables.items()},
+            "earlier_salvages": list(self.earlier),
         }
-
-
-def _damage_json(damage: Damage) -> dict[str, Any]:
-    return {
-        "page": damage.page,
-        "reason": damage.reason,
-        "after": damage.after.hex() if damage.after is not None else None,
-    }
 
 
 def _store_file(path: str) -> str:
@@ -127,7 +122,7 @@ def check_store(path: str | os.PathLike[str]) -> CheckReport:
     """
     real = os.path.realpath(os.fspath(path))
     data = _store_file(real)
-    report = CheckReport(path=real)
+    report = CheckReport(path=real, earlier=earlier_salvages(real))
     file = _open_file(real, data, report)
     if file is None:
         return report
@@ -135,27 +130,12 @@ def check_store(path: str | os.PathLike[str]) -> CheckReport:
         for table, item, problem in walk_all(file, decode=True):
             entry = report.tables.setdefault(table, TableReport())
             if isinstance(item, Damage):
-                entry.damaged_pages.append(_damage_json(item))
+                entry.damaged_pages.append(damage_json(item))
                 continue
             entry.records += 1
             if problem is not None:
                 entry.undecodable.append({"key": item[0].hex(), "error": problem})
     return report
-
-
-@attrs.define
-class SalvageReport:
-    """What ``salvage_store`` copied, by table, and what it could not read."""
-
-    source: str
-    dest: str
-    problems: list[str] = attrs.field(factory=list)
-    copied: dict[str, int] = attrs.field(factory=dict)
-    lost: list[dict[str, Any]] = attrs.field(factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        """The report as plain JSON values."""
-        return attrs.asdict(self)
 
 
 def _empty_dest(dest: str, command: str) -> None:
@@ -209,34 +189,10 @@ def salvage_store(
     store = open_lmdb_store(out)
     try:
         with file:
-            pending: list[tuple[str, bytes, bytes]] = []
-            for table, item, _problem in walk_all(file, decode=False):
-                if table == FREE_TABLE:
-                    continue  # no records: the new store keeps its own
-                if isinstance(item, Damage):
-                    report.lost.append({"table": table, **_damage_json(item)})
-                    continue
-                if table not in TABLES:  # its name was damaged: it is reported above
-                    continue
-                pending.append((table, *item))
-                report.copied[table] = report.copied.get(table, 0) + 1
-                if len(pending) >= batch:
-                    store.transact_sync(_put_rows(pending))
-                    pending = []
-            if pending:
-                store.transact_sync(_put_rows(pending))
+            copy_readable(file, store, report, batch)
     finally:
         store.close()
     return report
-
-
-def _put_rows(rows: list[tuple[str, bytes, bytes]]) -> Callable[[WriteTxn], None]:
-
-    def put(txn: WriteTxn) -> None:
-        for table, k, v in rows:
-            txn.put(table, k, v)
-
-    return put
 
 
 def backup_store(data_dir: str | os.PathLike[str], dest: str | os.PathLike[str]) -> str:

@@ -14,6 +14,11 @@ commands that deal with it. A store that passes never shows LMDB a damaged page 
 file is damaged later, while open: LMDB's own errors are then turned into the same kind of
 error by the transaction wrappers, for the one call that met them).
 
+With ``salvage=True`` (a node's open, under the lock) damaged pages and one damaged meta page
+are not refused but returned (``Found``), for ``roost.storage._care.salvage_at_open`` to read
+around; still refused are a file cut short, two damaged meta pages, and damage that leaves
+nothing of a core table readable (``unsalvageable``).
+
 A deep walk reads every page in use once (tens of microseconds a page), so it runs whenever
 this process holds the directory's lock. Beside a running node (a read-only open while the
 lock names a live process) only the meta pages and the file size are checked: that node
@@ -27,6 +32,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, Final
 
+import attrs
 import cbor2
 
 from roost._errors import Error, ErrorKind
@@ -36,14 +42,18 @@ from roost.storage._lmdb_file import (
     MAIN_TABLE,
     NO_PAGE,
     Damage,
+    DbRecord,
     LmdbFile,
+    Meta,
     Metas,
     read_metas,
 )
 from roost.storage._store import TABLES, care_hint
 
 __all__ = [
+    "CORE_TABLES",
     "DATA_FILE",
+    "Found",
     "damaged",
     "describe",
     "holder_alive",
@@ -54,6 +64,20 @@ __all__ = [
 
 DATA_FILE: Final = "data.mdb"
 _SHOWN: Final = 5  # damaged pages a refusal names
+# The tables a workflow resumes from, and the store's own bookkeeping: one whose root page
+# cannot be read leaves nothing to resume from (or forgets what is quarantined), so a
+# salvage at open refuses it. A lost root of any other table loses that table's records,
+# which the salvage report names.
+CORE_TABLES: Final = ("runs", "histories", "inbox", "tasks", "timers", "meta", "quarantine")
+
+
+@attrs.frozen
+class Found:
+    """Damage a salvage at open can read around: the meta page to read, the damaged pages."""
+
+    meta: Meta
+    damage: tuple[Damage, ...]
+    problems: tuple[str, ...]  # the damaged meta page, if one is
 
 
 def damaged(path: str, what: str, details: dict[str, Any] | None = None) -> Error:
@@ -132,13 +156,17 @@ def _check_metas(path: str, metas: Metas) -> None:
         )
 
 
-def inspect_before_open(path: str, *, locked: bool) -> None:
+def inspect_before_open(path: str, *, locked: bool, salvage: bool = False) -> Found | None:
     """Refuse a store whose file LMDB could not read safely; see the module docstring.
 
     Args:
         path: the data directory (with its ``data.mdb``; a missing file is a new store).
         locked: this process holds the directory's lock. Without it, every tree is walked
             only if no live process holds the lock (else just the meta pages and the size).
+        salvage: return damage a salvage can read around instead of refusing it.
+
+    Returns:
+        None for a sound file; with ``salvage``, the damage to read around.
 
     Raises:
         roost.Error: kind Unavailable naming the damage, ``roost store check`` and
@@ -147,27 +175,59 @@ def inspect_before_open(path: str, *, locked: bool) -> None:
     data = os.path.join(path, DATA_FILE)
     try:
         if os.path.getsize(data) == 0:
-            return  # a new store (refuse_empty ran before the directory was locked)
+            return None  # a new store (refuse_empty ran before the directory was locked)
         metas = read_metas(data)
     except FileNotFoundError:
-        return
+        return None
     except OSError as exc:
         raise damaged(path, f"{DATA_FILE} cannot be read ({exc})") from exc
-    _check_metas(path, metas)
+    one_meta_left = salvage and metas.current is not None and not metas.short
+    if not one_meta_left:
+        _check_metas(path, metas)
     if not locked and holder_alive(path):
-        return
-    with LmdbFile(data) as file:
+        return None
+    meta = metas.current
+    assert meta is not None
+    with LmdbFile(data, meta) as file:
         damage = [d for _table, d, _n in walk_all(file, decode=False) if isinstance(d, Damage)]
-    if damage:
-        shown = "; ".join(describe(d) for d in damage[:_SHOWN])
-        more = f" (and {len(damage) - _SHOWN} more)" if len(damage) > _SHOWN else ""
-        tables = sorted({d.table for d in damage})
+        tables = file.tables()[0] if damage else {}
+    if not damage and not metas.problems:
+        return None
+    if salvage:
+        refused = unsalvageable(damage, tables)
+        if refused is None:
+            return Found(meta=meta, damage=tuple(damage), problems=metas.problems)
         raise damaged(
             path,
-            f"{len(damage)} page(s) cannot be read, in the {', '.join(tables)} table(s): "
-            f"{shown}{more}",
-            {"tables": tables, "pages": [d.page for d in damage]},
+            f"{refused}, so a node cannot open it by salvaging the rest",
+            {"tables": sorted({d.table for d in damage}), "pages": [d.page for d in damage]},
         )
+    shown = "; ".join(describe(d) for d in damage[:_SHOWN])
+    more = f" (and {len(damage) - _SHOWN} more)" if len(damage) > _SHOWN else ""
+    names = sorted({d.table for d in damage})
+    raise damaged(
+        path,
+        f"{len(damage)} page(s) cannot be read, in the {', '.join(names)} table(s): {shown}{more}",
+        {"tables": names, "pages": [d.page for d in damage]},
+    )
+
+
+def unsalvageable(damage: list[Damage], tables: dict[str, DbRecord]) -> str | None:
+    """Why no salvage can open a store with this ``damage`` (None: one can).
+
+    The table of tables damaged hides whole tables; a core table whose root page (or
+    record) is damaged has nothing left to read.
+    """
+    for d in damage:
+        if d.table == MAIN_TABLE:
+            return f"the table of tables is damaged ({d.reason})"
+        record = tables.get(d.table)
+        if d.table in CORE_TABLES and (record is None or d.page in (record.root, NO_PAGE)):
+            return (
+                f"the root of the core {d.table} table cannot be read ({d.reason}): "
+                "none of its records can be"
+            )
+    return None
 
 
 def describe(damage: Damage) -> str:

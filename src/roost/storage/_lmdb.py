@@ -57,6 +57,7 @@ from roost.storage import _writer
 from roost.storage._damage import inspect_before_open, refuse_empty
 from roost.storage._datadir import FILE_MODE, DirLock, in_use_error, prepare_dir, tighten_file
 from roost.storage._lmdb_txn import DAMAGE, MISSING_TABLE, LmdbReadTxn, ReaderGate, abort_quietly
+from roost.storage._salvage import salvage_at_open
 from roost.storage._store import (
     TABLES,
     ReadTxn,
@@ -69,10 +70,11 @@ from roost.storage._store import (
 )
 from roost.storage._writer import Request, Writer
 
-__all__ = ["DEFAULT_MAP_SIZE", "Durability", "LmdbStore", "open_lmdb_store"]
+__all__ = ["DEFAULT_MAP_SIZE", "Durability", "LmdbStore", "OnDamage", "open_lmdb_store"]
 
 T = TypeVar("T")
 Durability = Literal["sync", "fast"]
+OnDamage = Literal["salvage", "refuse"]
 
 DEFAULT_MAP_SIZE: Final = 256 * 1024 * 1024
 _MAX_DBS: Final = 128
@@ -346,6 +348,7 @@ def open_lmdb_store(
     max_map_size: int | None = None,
     readonly: bool = False,
     lock: bool = True,
+    on_damage: OnDamage = "refuse",
 ) -> LmdbStore:
     """Open (creating it if needed) the LMDB store in the data directory ``path``.
 
@@ -361,6 +364,11 @@ def open_lmdb_store(
             InvalidState). The directory and the store must exist.
         lock: hold the data directory's exclusive lock while open. Every process that
             writes must; a read-only inspector beside a running node passes False.
+        on_damage: "refuse" a damaged file (below); "salvage" (a writing open that holds
+            the lock) replaces it by a new file of every readable record, keeping the
+            damaged one in ``damaged/`` (``roost.storage._care.salvage_at_open``), and
+            refuses only what no salvage can open (a file cut short, both meta pages
+            damaged, a core table with nothing readable).
 
     Returns:
         The open store; close it with ``close()`` or ``await aclose()``.
@@ -385,6 +393,8 @@ def open_lmdb_store(
     for name, flag in (("readonly", readonly), ("lock", lock)):
         if type(flag) is not bool:
             raise invalid(f"{name} must be True or False, got {flag!r}")
+    if on_damage not in ("refuse", "salvage"):
+        raise invalid(f"on_damage must be 'salvage' or 'refuse', got {on_damage!r}")
     real = os.path.realpath(os.fspath(path))
     _claim(real)
     held: DirLock | None = None
@@ -397,7 +407,10 @@ def open_lmdb_store(
         if lock:
             held = _lock(real)
         # Before LMDB maps the file: a damaged or short one could kill this process.
-        inspect_before_open(real, locked=held is not None)
+        salvage = on_damage == "salvage" and held is not None and not readonly
+        found = inspect_before_open(real, locked=held is not None, salvage=salvage)
+        if found is not None:
+            salvage_at_open(real, found, open_store=_salvage_store)
         env, dbs = _open_env(real, durability, map_size, readonly)
         return LmdbStore(
             env, dbs, real, durability, readonly=readonly, lock=held, max_map_size=max_map_size
@@ -408,6 +421,11 @@ def open_lmdb_store(
         with _open_paths_lock:
             _open_paths.discard(real)
         raise
+
+
+def _salvage_store(path: str) -> LmdbStore:
+    # The new store a salvage at open writes: "fast", since its close syncs the file once.
+    return open_lmdb_store(path, durability="fast")
 
 
 def _claim(path: str) -> None:

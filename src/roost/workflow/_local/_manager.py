@@ -47,6 +47,7 @@ from roost.workflow._local._records import (
 from roost.workflow._local._recovery import Recovery
 from roost.workflow._local._replay import Drivers
 from roost.workflow._local._replies import ReplyHost
+from roost.workflow._local._retention import Retention
 from roost.workflow._local._routes import HostRoutes
 from roost.workflow._local._run import Run
 from roost.workflow._local._runs import RunTable
@@ -247,6 +248,13 @@ class WorkflowManager:
             unloadable=self.unloadable,
             counters=self.counters,
         )
+        retention = node.settings.get("retention")
+        # Closed workflows older than the retention are deleted (None: kept forever).
+        self.retention = (
+            None
+            if retention is None
+            else Retention(commits=commits, codec=codec, retention=retention, now=node.now)
+        )
 
     def _stopping(self) -> bool:
         return self.node.stopping
@@ -300,6 +308,8 @@ class WorkflowManager:
             ready=self.executors.ready,
             terminate=lambda run: self.closing.terminate(run, terminated_error(run.pid)),
         ).recover()
+        if self.retention is not None:
+            self._nursery.start_soon(self.retention.run, name="roost.workflow.retention")
 
     async def _close_gate_at_exit(self) -> None:
         """When the runtime stops, starts waiting at the gate end (Unavailable), not hang."""

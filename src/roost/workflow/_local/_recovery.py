@@ -25,8 +25,16 @@ from roost.storage._quarantine import (
     decode_error,
     read_quarantine,
 )
-from roost.workflow._history import ProcessExited, TimerFired
-from roost.workflow._local._delivery import lost_error
+from roost.workflow._history import ProcessExited, Started, TimerFired
+from roost.workflow._local._delivery import lost_error as lost_child_error
+from roost.workflow._local._lost import (
+    Loss,
+    lost_error,
+    orphans,
+    read_losses,
+    run_loss,
+    timer_lost,
+)
 from roost.workflow._local._pending import read_open
 from roost.workflow._local._phases import RunPhase
 from roost.workflow._local._records import (
@@ -67,6 +75,7 @@ class _Unreadable:
         self.workflows: dict[str, list[QuarantinedRow]] = {}
         self.records: dict[str, RunRecord] = {}  # run records that decode, of those workflows
         self.lone: list[Quarantine] = []
+        self.lost: list[Quarantine] = []  # workflows that lost rows to a damaged store
 
     def decode(
         self, table: str, k: bytes, v: bytes, owner: Callable[[bytes], RunRecord | str | None]
@@ -95,7 +104,21 @@ class _Unreadable:
             self.quarantines.entry(workflow_id, rows, self.records.get(workflow_id))
             for workflow_id, rows in self.workflows.items()
         ]
-        return entries + self.lone
+        return entries + self.lost + self.lone
+
+    def note_lost(self, workflow_id: str, loss: Loss, info: dict[str, Any]) -> None:
+        """Quarantine ``workflow_id``, which lost rows to a damaged store (``_lost``)."""
+        entry = Quarantine(
+            unit="workflow", id=workflow_id, error=lost_error(workflow_id, loss), at=self.at
+        )
+        self.lost.append(attrs.evolve(entry, info=info))
+
+
+def _info(record: RunRecord | Started) -> dict[str, Any]:
+    info: dict[str, Any] = {"workflow_type": record.workflow_type, "run_id": record.run_id}
+    if isinstance(record, RunRecord):
+        info["status"] = record.status.value
+    return info
 
 
 def _owner_by_run(
@@ -243,6 +266,11 @@ class Recovery:
             if record.status is RunStatus.RUNNING and record.workflow_id not in self._quarantined
         }
         inbox, unreadable = _read_inbox(txn, bad, resumable)
+        losses = read_losses(txn, self._codec)
+        if losses:
+            unreadable |= self._lost_rows(
+                txn, bad, losses, records=records, resumable=resumable, inbox=inbox
+            )
         for run_id, record in resumable.items():
             if run_id not in unreadable:
                 self._resume(record, inbox.get(run_id, ()))
@@ -254,6 +282,43 @@ class Recovery:
         timers = [(k, bad.decode("timers", k, v, timer_owner)) for k, v in txn.range("timers")]
         tasks = self._pending_tasks(txn, [t for t in rows if t is not _BAD])
         return tasks, [(k, t) for k, t in timers if t is not _BAD]
+
+    def _lost_rows(
+        self,
+        txn: ReadTxn,
+        bad: _Unreadable,
+        losses: list[Loss],
+        *,
+        records: list[RunRecord],
+        resumable: dict[str, RunRecord],
+        inbox: dict[str, list[tuple[bytes, InboxItem]]],
+    ) -> set[str]:
+        """The open runs that lost rows to a damaged store (see ``_lost``), noted in ``bad``."""
+        lost: set[str] = set()
+        timer_losses = [loss for loss in losses if loss.table == "timers"]
+        timer_rows: set[tuple[str, int]] = set()
+        if timer_losses:
+            for k, _ in txn.range("timers"):
+                try:
+                    _due, run_id, seq = unpack_key(k, int, str, int)
+                except Error:
+                    continue
+                timer_rows.add((str(run_id), int(seq)))
+        for run_id, record in resumable.items():
+            loss = run_loss(run_id, losses)
+            if loss is None and timer_losses:
+                events = [event for _, event in inbox.get(run_id, ())]
+                if timer_lost(txn, self._codec, record, timer_rows, events):
+                    loss = timer_losses[0]
+            if loss is not None:
+                lost.add(run_id)
+                bad.note_lost(record.workflow_id, loss, _info(record))
+        stored = {record.workflow_id for record in records} | self._quarantined
+        known = {record.run_id for record in records}
+        for workflow_id, started, loss in orphans(txn, self._codec, losses, known):
+            if workflow_id not in stored:
+                bad.note_lost(workflow_id, loss, _info(started))
+        return lost
 
     def _pending_tasks(
         self, txn: ReadTxn, rows: list[ActivityTask]
@@ -365,7 +430,7 @@ class Recovery:
             if pid in reported:
                 continue
             if pid.host != self._host:  # plain processes do not survive a restart
-                self._process_exited(run.pid, Exit(pid, None, lost_error(pid), self._now()))
+                self._process_exited(run.pid, Exit(pid, None, lost_child_error(pid), self._now()))
                 continue
             if pid.id in self._quarantined:  # not closed: the parent keeps waiting for it
                 continue

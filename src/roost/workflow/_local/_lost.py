@@ -30,6 +30,7 @@ from roost.storage import key, prefix_end, unpack_key
 from roost.storage._quarantine import read_quarantine
 from roost.workflow._history import Started, StartTimer, TimerFired
 from roost.workflow._history_format import read_activation
+from roost.workflow._plan_start import SYSTEM_SEQ
 
 if TYPE_CHECKING:
     from roost.storage import Codec, ReadTxn
@@ -147,6 +148,10 @@ def timer_lost(
 ) -> bool:
     """Whether a timer ``record``'s run started and has not fired has no ``timers`` row.
 
+    The runtime's own timers count too: an open run with a run timeout or an execution
+    deadline has that timer's row until it closes (a delayed start's row goes when it
+    fires, so its absence says nothing).
+
     Args:
         txn: the store.
         codec: decodes its history.
@@ -154,6 +159,13 @@ def timer_lost(
         rows: ``(run id, seq)`` of every stored timer row.
         pending: the run's inbox events (a fired timer not yet in its history).
     """
+    runtime = []
+    if record.options.get("run_timeout"):
+        runtime.append(SYSTEM_SEQ["run_timeout"])
+    if record.execution_deadline is not None:
+        runtime.append(SYSTEM_SEQ["execution_timeout"])
+    if any((record.run_id, seq) not in rows for seq in runtime):
+        return True
     started: set[int] = set()
     fired = {e.seq for e in pending if type(e) is TimerFired}
     for _, v in txn.prefix("histories", key(record.run_id)):

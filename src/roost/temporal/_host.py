@@ -565,22 +565,8 @@ class TemporalHost:
         return _Accepted(self._bridge, future)
 
     async def _send_signal(self, workflow_id: str, name: str, args: list[Any]) -> None:
-        # Runs on the asyncio thread in the order the node asked: each waits for the one
-        # before it to the same workflow.
-        before = self._tails.get(workflow_id)
-        me = asyncio.current_task()
-        self._tails[workflow_id] = me
-        try:
-            if before is not None:
-                await asyncio.wait([before])
-            handle = self._client.get_workflow_handle(workflow_id)
-            try:
-                await handle.signal(name, args=args)
-            except temporalio.service.RPCError as exc:
-                raise _client.rpc_error(exc, workflow_id) from None
-        finally:
-            if self._tails.get(workflow_id) is me:
-                del self._tails[workflow_id]
+        handle = self._client.get_workflow_handle(workflow_id)
+        await self._in_order(workflow_id, handle.signal(name, args=args))
 
     async def _send_watch(self, workflow_id: str, args: list[Any]) -> None:
         """The ``@roost.watch`` update, in order with the signals to that workflow.
@@ -588,23 +574,38 @@ class TemporalHost:
         Raises:
             roost.Error: NotFound when the workflow has closed, is closing or never existed.
         """
+        handle = self._client.get_workflow_handle(workflow_id)
+        try:
+            await self._in_order(workflow_id, handle.execute_update(WATCH_UPDATE, args=args))
+        except temporalio.client.WorkflowUpdateFailedError as exc:
+            raise error_of(exc.cause) from None
+        except temporalio.client.WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise Error(
+                f"no worker took the watch of workflow {workflow_id!r} in time",
+                kind=ErrorKind.UNAVAILABLE,
+                details={"workflow_id": workflow_id},
+            ) from None
+
+    async def _in_order(self, workflow_id: str, send: Coroutine[Any, Any, Any]) -> None:
+        """Run ``send`` once the one asked before it to the same workflow is done.
+
+        Runs on the asyncio thread in the order the node asked.
+
+        Raises:
+            roost.Error: the RPC failed (as ``_client.rpc_error`` names it).
+        """
         before = self._tails.get(workflow_id)
         me = asyncio.current_task()
         self._tails[workflow_id] = me
         try:
             if before is not None:
-                await asyncio.wait([before])
-            handle = self._client.get_workflow_handle(workflow_id)
+                try:
+                    await asyncio.wait([before])
+                except BaseException:
+                    send.close()  # never started: no "never awaited" warning
+                    raise
             try:
-                await handle.execute_update(WATCH_UPDATE, args=args)
-            except temporalio.client.WorkflowUpdateFailedError as exc:
-                raise error_of(exc.cause) from None
-            except temporalio.client.WorkflowUpdateRPCTimeoutOrCancelledError:
-                raise Error(
-                    f"no worker took the watch of workflow {workflow_id!r} in time",
-                    kind=ErrorKind.UNAVAILABLE,
-                    details={"workflow_id": workflow_id},
-                ) from None
+                await send
             except temporalio.service.RPCError as exc:
                 raise _client.rpc_error(exc, workflow_id) from None
         finally:

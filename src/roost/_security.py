@@ -336,6 +336,21 @@ def make_control_ticket(
     return {"actor": actor, "key_id": key_id, "sig": sig}
 
 
+def _verifies(
+    ticket: object, ring: KeyRing | None, workflow_id: str, name: str, kind: str = "relay"
+) -> bool:
+    """Whether ``ticket`` is signed by ``ring`` for ``name`` (a topic or an action) there."""
+    return (
+        ring is not None
+        and isinstance(ticket, Mapping)
+        and ring.verify(
+            ticket.get("key_id"),
+            _ticket_payload(workflow_id, name, ticket.get("actor"), kind),
+            ticket.get("sig"),
+        )
+    )
+
+
 def control_error(
     ticket: object, workflow_id: str, action: str, ring: KeyRing | None
 ) -> Error | None:
@@ -348,15 +363,7 @@ def control_error(
             workflow=workflow_id,
             action=action,
         )
-    if (
-        ring is None
-        or not isinstance(ticket, Mapping)
-        or not ring.verify(
-            ticket.get("key_id"),
-            _ticket_payload(workflow_id, action, ticket.get("actor"), "control"),
-            ticket.get("sig"),
-        )
-    ):
+    if not _verifies(ticket, ring, workflow_id, action, "control"):
         return denied(
             f"the ticket to {action} workflow {workflow_id!r} does not verify (wrong key, "
             "workflow or action)",
@@ -378,15 +385,7 @@ def ticket_error(
             workflow=workflow_id,
             topic=topic,
         )
-    if (
-        ring is None
-        or not isinstance(ticket, Mapping)
-        or not ring.verify(
-            ticket.get("key_id"),
-            _ticket_payload(workflow_id, topic, ticket.get("actor")),
-            ticket.get("sig"),
-        )
-    ):
+    if not _verifies(ticket, ring, workflow_id, topic):
         return denied(
             f"the relay ticket for {topic!r} to workflow {workflow_id!r} does not verify "
             "(wrong key, workflow or topic)",

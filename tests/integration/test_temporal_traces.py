@@ -22,7 +22,7 @@ from temporal_server import dev_server  # noqa: F401 - the fixture `temporal_ser
 
 import roost
 import roost.temporal
-from roost import _telemetry, funcs, process
+from roost import _telemetry, funcs, process, workflow
 from roost.testing import open_test_node
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,6 +50,13 @@ async def order(key: str) -> str:
 @app.workflow
 async def doomed(key: str) -> str:
     return await funcs.call(refuse, key)
+
+
+@app.workflow
+async def chain(n: int) -> str:
+    if n > 0:
+        await process.upgrade(None, n - 1)  # continue-as-new
+    return await workflow.exec(order, "kid")
 
 
 @pytest.fixture
@@ -143,3 +150,24 @@ async def test_a_failed_temporal_run_and_attempt_say_so(spans, temporal_server):
     assert attempt.status.status_code is StatusCode.ERROR
     assert "no stock" in (attempt.status.description or "")
     assert attempt.attributes["roost.error.kind"] == roost.ErrorKind.CONFLICT.value
+
+
+async def test_continued_runs_and_children_nest_as_on_the_embedded_host(spans, temporal_server):
+    workflow_id = f"traced-chain-{uuid.uuid4().hex[:10]}"
+    factory = roost.temporal.temporal_host(temporal_server, max_cached_workflows=0)
+    async with roost.open_node(app, name=f"trc{os.getpid()}", workflow_host=factory):
+        with trio.fail_after(30), trace.get_tracer("caller").start_as_current_span("caller"):
+            assert await process.with_options(id=workflow_id).exec(chain, 1) == "KID"
+    found = list(spans.get_finished_spans())
+    caller = one(found, "caller")
+    runs = [s for s in found if s.name == "workflow ttrace:chain"]
+    statuses = sorted(s.attributes["roost.workflow.status"] for s in runs)
+    assert statuses == ["completed", "continued_as_new"]
+    assert {s.context.trace_id for s in found} == {caller.context.trace_id}  # one trace
+    # The next run is a sibling of the one it continues, under the caller's span.
+    assert {s.parent.span_id for s in runs} == {caller.context.span_id}
+    last = next(s for s in runs if s.attributes["roost.workflow.status"] == "completed")
+    kid = one(found, "workflow ttrace:order")
+    assert kid.parent is not None and kid.parent.span_id == last.context.span_id
+    attempt = one(found, "activity ttrace:fetch")
+    assert attempt.parent is not None and attempt.parent.span_id == kid.context.span_id

@@ -23,6 +23,7 @@ import contextvars
 import datetime as dt
 import logging
 import os
+import threading
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
@@ -50,18 +51,23 @@ Run = Any  # roost.workflow._local._run.Run
 __all__ = [
     "activity_ended",
     "activity_started",
+    "attempt_span",
     "child_run",
     "delivery",
+    "end_attempt_span",
     "exc_info",
     "fields",
+    "hosted_run_closed",
     "http_request",
     "http_route",
     "log_node_opened",
     "log_recovered",
+    "parse_traceparent",
     "refresh",
     "run_closed",
     "run_fields",
     "traced_run",
+    "traceparent_of",
     "tracing",
 ]
 
@@ -97,24 +103,29 @@ class _PinnedIds:
 
     A run span is started at the close of its run with the span id (and, for a root, the
     trace id) stored at the run's start, which its activities and children already use
-    as their parent. ``pin`` then ``start_span`` run back to back on the trio thread.
+    as their parent. ``pin`` then ``start_span`` run back to back on one thread; the pins
+    are per thread, since a Temporal workflow task closes its run in a worker thread
+    while the trio thread starts spans of its own.
     """
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.span_id = 0
-        self.trace_id = 0
+        self._pins = threading.local()
 
     def pin(self, trace_id: int, span_id: int) -> None:
-        self.trace_id, self.span_id = trace_id, span_id
+        self._pins.ids = (trace_id, span_id)
+
+    def _take(self, index: int) -> int:
+        ids = list(getattr(self._pins, "ids", (0, 0)))
+        value, ids[index] = ids[index], 0
+        self._pins.ids = (ids[0], ids[1])
+        return int(value)
 
     def generate_span_id(self) -> int:
-        span_id, self.span_id = self.span_id, 0
-        return span_id or int(self.inner.generate_span_id())
+        return self._take(1) or int(self.inner.generate_span_id())
 
     def generate_trace_id(self) -> int:
-        trace_id, self.trace_id = self.trace_id, 0
-        return trace_id or int(self.inner.generate_trace_id())
+        return self._take(0) or int(self.inner.generate_trace_id())
 
     def is_trace_id_random(self) -> bool:
         check = getattr(self.inner, "is_trace_id_random", None)
@@ -178,6 +189,16 @@ def _new_trace(parent: SpanContext | None, trace_id: int | None = None) -> str:
         return _traceparent(trace_id or _random_id(16), span_id, TraceFlags.SAMPLED)
     own = _traceparent(parent.trace_id, span_id, parent.trace_flags)
     return f"{own} {_traceparent(parent.trace_id, parent.span_id, parent.trace_flags)}"
+
+
+def parse_traceparent(traceparent: str | None) -> SpanContext | None:
+    """The span context a W3C ``traceparent`` names (None if absent or malformed)."""
+    return _parse(traceparent)
+
+
+def traceparent_of(context: SpanContext) -> str:
+    """The W3C ``traceparent`` of ``context``."""
+    return _traceparent(context.trace_id, context.span_id, context.trace_flags)
 
 
 def _span_of(traced: str | None) -> SpanContext | None:
@@ -245,10 +266,64 @@ def run_closed(record: RunRecord, successor: RunRecord | None = None) -> None:
     run continued as new keeps its record as it was, and ends as its successor begins.
     """
     own = _span_of(record.trace)
-    tracer = _tracer
-    if own is None or tracer is None:
+    if own is None:
         return  # the run began before a tracer provider was configured
-    parent = _parent_of(record.trace)
+    status = record.status.value
+    if status == "running":
+        status = "continued_as_new"
+    ended = record.closed_at
+    if ended is None and successor is not None:
+        ended = successor.started_at
+    message = record.error.message if record.error is not None else record.status.value
+    _emit_run(
+        own,
+        _parent_of(record.trace),
+        record.workflow_type,
+        _run_attributes(record, status),
+        started=_ns(record.started_at),
+        ended=_ns(ended),
+        error=message if status in _FAILED else None,
+    )
+
+
+@_guarded
+def hosted_run_closed(
+    own: SpanContext,
+    parent: SpanContext | None,
+    attributes: dict[str, Any],
+    *,
+    started: dt.datetime,
+    error: str | None,
+) -> None:
+    """Emit the span of a run another host closed (Temporal): it ends now.
+
+    ``own`` is the run's span context, which its activities already name as their
+    parent; ``attributes`` are the ``roost.workflow.*`` ones that host knows.
+    """
+    _emit_run(
+        own,
+        parent,
+        str(attributes["roost.workflow.type"]),
+        attributes,
+        started=_ns(started),
+        ended=None,
+        error=error if attributes.get("roost.workflow.status") in _FAILED else None,
+    )
+
+
+def _emit_run(
+    own: SpanContext,
+    parent: SpanContext | None,
+    workflow_type: str,
+    attributes: dict[str, Any],
+    *,
+    started: int | None,
+    ended: int | None,
+    error: str | None,
+) -> None:
+    tracer = _tracer
+    if tracer is None:
+        return
     # A root run must not take the closing task's current span as its parent.
     context = (
         trace.set_span_in_context(NonRecordingSpan(parent))
@@ -258,28 +333,20 @@ def run_closed(record: RunRecord, successor: RunRecord | None = None) -> None:
     pinned = getattr(tracer, "id_generator", None)
     if isinstance(pinned, _PinnedIds):
         pinned.pin(own.trace_id, own.span_id)
-    status = record.status.value
-    if status == "running":
-        status = "continued_as_new"
-    ended = record.closed_at
-    if ended is None and successor is not None:
-        ended = successor.started_at
-    attributes = _run_attributes(record, status)
-    if not isinstance(pinned, _PinnedIds):
-        attributes["roost.workflow.span_id"] = f"{own.span_id:016x}"  # what children name
+    else:
+        attributes = {**attributes, "roost.workflow.span_id": f"{own.span_id:016x}"}
     span = tracer.start_span(
-        f"workflow {record.workflow_type}",
+        f"workflow {workflow_type}",
         context=context,
         kind=SpanKind.INTERNAL,
         attributes=attributes,
-        start_time=_ns(record.started_at),
+        start_time=started,
     )
     if isinstance(pinned, _PinnedIds):
         pinned.pin(0, 0)  # not consumed (a sampler dropped the span): nothing left pinned
-    if status in _FAILED:
-        message = record.error.message if record.error is not None else record.status.value
-        span.set_status(Status(StatusCode.ERROR, safe_text(message, 1000)))
-    span.end(end_time=_ns(ended))
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, safe_text(error, 1000)))
+    span.end(end_time=ended)
 
 
 # -- activity attempts ---------------------------------------------------------------------
@@ -288,28 +355,20 @@ def run_closed(record: RunRecord, successor: RunRecord | None = None) -> None:
 @_guarded
 def activity_started(work: Attempt, run: Run | None, ctx: contextvars.Context) -> None:
     """Start the span of a real attempt of ``work`` (current in the attempt's ``ctx``)."""
-    tracer = _tracer
-    parent = _span_of(run.record.trace) if run is not None else None
-    if tracer is None:
-        return
     task = work.task
-    context = (
-        trace.set_span_in_context(NonRecordingSpan(parent))
-        if parent is not None
-        else otel_context.Context()
-    )
-    span = tracer.start_span(
-        f"activity {task.entry}",
-        context=context,
-        kind=SpanKind.INTERNAL,
-        attributes={
+    span = attempt_span(
+        task.entry,
+        {
             "roost.workflow.id": task.workflow_id,
             "roost.workflow.run_id": task.run_id,
             "roost.activity.entry": task.entry,
             "roost.activity.attempt": task.attempt,
             "roost.activity.seq": task.seq,
         },
+        _span_of(run.record.trace) if run is not None else None,
     )
+    if span is None:
+        return
     # The attempt's own context (a copy nothing else runs in): its code sees its span as
     # the current one, so spans it starts are children of the attempt's.
     ctx.run(otel_context.attach, trace.set_span_in_context(span))
@@ -317,16 +376,42 @@ def activity_started(work: Attempt, run: Run | None, ctx: contextvars.Context) -
 
 
 @_guarded
+def attempt_span(
+    entry: str, attributes: dict[str, Any], parent: SpanContext | None
+) -> trace.Span | None:
+    """Start the span of a real activity attempt under its run's span (None: untraced)."""
+    tracer = _tracer
+    if tracer is None:
+        return None
+    context = (
+        trace.set_span_in_context(NonRecordingSpan(parent))
+        if parent is not None
+        else otel_context.Context()
+    )
+    return tracer.start_span(
+        f"activity {entry}", context=context, kind=SpanKind.INTERNAL, attributes=attributes
+    )
+
+
+@_guarded
 def activity_ended(work: Attempt, *, cancelled: bool = False) -> None:
     """End the span of ``work``'s attempt: its outcome is known (or it was cancelled)."""
     span, work.span = work.span, None
+    end_attempt_span(span, work.error, cancelled=cancelled)
+
+
+@_guarded
+def end_attempt_span(
+    span: trace.Span | None, error: Error | None, *, cancelled: bool = False
+) -> None:
+    """End an attempt's span with its outcome: ``error`` (None: it succeeded), or cancelled."""
     if span is None:
         return
     if cancelled:
         span.set_attributes({"roost.activity.cancelled": True})
-    elif work.error is not None:
-        span.set_status(Status(StatusCode.ERROR, safe_text(work.error.message, 1000)))
-        span.set_attribute("roost.error.kind", work.error.kind.value)
+    elif error is not None:
+        span.set_status(Status(StatusCode.ERROR, safe_text(error.message, 1000)))
+        span.set_attribute("roost.error.kind", error.kind.value)
     span.end()
 
 

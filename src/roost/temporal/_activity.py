@@ -22,6 +22,8 @@ import temporalio.activity
 import temporalio.common
 import temporalio.worker
 import temporalio.workflow
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from roost._counters import RuntimeCounters
 from roost._errors import Error, ErrorKind
@@ -32,6 +34,7 @@ from roost.storage._codec import Codec
 from roost.temporal._bridge import Bridge
 from roost.temporal._failures import application_error
 from roost.temporal._options import CONTEXT_MEMO
+from roost.temporal._tracing import attempt_ended, attempt_started
 from roost.workflow._activity_info import ActivityInfo, ActivityPort, install_port
 from roost.workflow._host_protocol import NodeServices
 from roost.workflow._recorded import is_plain
@@ -122,23 +125,28 @@ def activity_function(
                 raise application_error(refused)
             port.context = sealed
         began = counters.attempt(entry.id)
+        span = attempt_started(info, int(info.activity_id) if info.activity_id.isdigit() else 0)
         try:
             if entry.is_async:
-                value = await bridge.to_trio(_run_async, services, entry.fn, values, port)
+                value = await bridge.to_trio(_run_async, services, entry.fn, values, port, span)
             else:
                 loop = asyncio.get_running_loop()
                 value = await loop.run_in_executor(
-                    threads, _run_sync, services, entry.fn, values, port
+                    threads, _run_sync, services, entry.fn, values, port, span
                 )
             if not is_plain(value):
                 _CODEC.check(value, what="result")
         except asyncio.CancelledError:
+            attempt_ended(span, None, cancelled=True)
             raise
         except BaseException as exc:  # noqa: BLE001 - the attempt's failure, whatever the activity raised
             counters.attempt_failed(entry.id)
-            raise application_error(Error.from_exception(exc)) from None
+            error = Error.from_exception(exc)
+            attempt_ended(span, error, cancelled=False)
+            raise application_error(error) from None
         finally:
             counters.attempt_done(entry.id, began)
+        attempt_ended(span, None, cancelled=False)
         return value
 
     return roost_activity
@@ -156,21 +164,33 @@ def _beater(loop: asyncio.AbstractEventLoop) -> Callable[[Any], None]:
 
 
 async def _run_async(
-    services: NodeServices, fn: Callable[..., Any], values: list[Any], port: ActivityPort
+    services: NodeServices,
+    fn: Callable[..., Any],
+    values: list[Any],
+    port: ActivityPort,
+    span: trace.Span | None,
 ) -> Any:
     """In a task of the node's trio nursery: no current process, the node bound."""
     services.bind_activity()
     install_port(port)
+    if span is not None:  # spans the activity's code starts are children of the attempt's
+        otel_context.attach(trace.set_span_in_context(span))
     return await fn(*values)
 
 
 def _run_sync(
-    services: NodeServices, fn: Callable[..., Any], values: list[Any], port: ActivityPort
+    services: NodeServices,
+    fn: Callable[..., Any],
+    values: list[Any],
+    port: ActivityPort,
+    span: trace.Span | None,
 ) -> Any:
     """In a worker thread, in a fresh context holding the attempt's port and the node."""
     ctx = contextvars.Context()
     ctx.run(services.bind_activity)
     ctx.run(install_port, port)
+    if span is not None:
+        ctx.run(otel_context.attach, trace.set_span_in_context(span))
     return ctx.run(in_worker_thread, fn, *values)
 
 

@@ -50,7 +50,8 @@ from roost.temporal._bridge import BLOCKING_TIMEOUT, Bridge
 from roost.temporal._counting import RunCounting
 from roost.temporal._cron import CronFire, ensure_schedules
 from roost.temporal._failures import UNSUPPORTED, application_error, error_of
-from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO
+from roost.temporal._options import CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO, TRACE_MEMO
+from roost.temporal._tracing import RunTracing, start_trace
 from roost.temporal._workflow import (
     CANCEL_SIGNAL,
     DELIVER_ACTIVITY,
@@ -495,6 +496,9 @@ class TemporalHost:
         memo: dict[str, Any] = {PARENT_MEMO: parent, OWNER_MEMO: self._services.name}
         if context:
             memo[CONTEXT_MEMO] = context
+        traced = start_trace()
+        if traced is not None:
+            memo[TRACE_MEMO] = traced
         return await self._bridge.run(
             _client.start(
                 self._client,
@@ -1160,7 +1164,7 @@ async def _open_workers(
             activity_function(services, bridge, threads, counters),
             _terminator(client),
         ],
-        interceptors=[ContextCarrier(), RunCounting(counters)],
+        interceptors=[ContextCarrier(), RunCounting(counters), RunTracing()],
         max_cached_workflows=max_cached,
     )
     loop = asyncio.get_running_loop()

@@ -26,6 +26,7 @@ __all__ = [
     "PARENT_MEMO",
     "ROOST_MEMO",
     "STATUS_MEMO",
+    "TRACE_MEMO",
     "WATCHERS_MEMO",
     "activity_kwargs",
     "child_kwargs",
@@ -50,8 +51,11 @@ OWNER_MEMO: Final = "roost.owner"
 # The plain processes watching a run that continued as new, ``[[watcher, [kind, ...]], ...]``
 # (kind "monitor" or "link"), for its next run to notify at its close.
 WATCHERS_MEMO: Final = "roost.watchers"
+# The traceparent of the span a run's span is a child of (the span current where it was
+# started, or its parent run's span), when a tracing node started it (``_tracing``).
+TRACE_MEMO: Final = "roost.trace"
 ROOST_MEMO: Final = frozenset(
-    {CARRIED_MEMO, CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO, STATUS_MEMO, WATCHERS_MEMO}
+    {CARRIED_MEMO, CONTEXT_MEMO, OWNER_MEMO, PARENT_MEMO, STATUS_MEMO, TRACE_MEMO, WATCHERS_MEMO}
 )
 
 _CONFLICT: Final = {

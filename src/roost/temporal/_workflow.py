@@ -48,6 +48,7 @@ from roost.actors._current import WorkflowProcess, set_current
 from roost.mailbox._backend import use_backend
 from roost.mailbox._mailbox import EVENTS
 from roost.storage._codec import Codec
+from roost.temporal import _tracing
 from roost.temporal._counting import count_close
 from roost.temporal._failures import application_error, error_of
 from roost.temporal._options import (
@@ -56,6 +57,7 @@ from roost.temporal._options import (
     OWNER_MEMO,
     PARENT_MEMO,
     STATUS_MEMO,
+    TRACE_MEMO,
     WATCHERS_MEMO,
     activity_kwargs,
     child_kwargs,
@@ -889,6 +891,18 @@ class _Run:
             return context
         return reseal(context, workflow_id, apps.trust(self.app).ring)
 
+    def _child_memo(self, workflow_id: str) -> dict[str, Any]:
+        """The roost memo of a child this run starts (its span under the run's span)."""
+        memo = {
+            CONTEXT_MEMO: self._child_context(workflow_id),
+            PARENT_MEMO: self.pid,
+            OWNER_MEMO: tw.memo_value(OWNER_MEMO, None),
+        }
+        traced = _tracing.child_trace()
+        if traced is not None:
+            memo[TRACE_MEMO] = traced
+        return memo
+
     async def _child(self, command: StartChild) -> None:
         pid = Pid.trusted(WORKFLOW_NODE, self.host, command.workflow_id)
         started = self.children[command.workflow_id]
@@ -902,11 +916,7 @@ class _Run:
                         command.options,
                         parent_close_policy=command.parent_close_policy,
                         task_queue=tw.info().task_queue,
-                        memo={
-                            CONTEXT_MEMO: self._child_context(command.workflow_id),
-                            PARENT_MEMO: self.pid,
-                            OWNER_MEMO: tw.memo_value(OWNER_MEMO, None),
-                        },
+                        memo=self._child_memo(command.workflow_id),
                     ),
                 )
             finally:  # started or refused: what waits to signal it may go
@@ -951,16 +961,16 @@ class _Run:
                 if self.cancel_requested:
                     tw.upsert_memo({STATUS_MEMO: "canceled"})
                 await self._notify(value, None)
+                status = "canceled" if self.cancel_requested else "completed"
                 if _final(None):
-                    count_close(
-                        tw.info().workflow_type,
-                        "canceled" if self.cancel_requested else "completed",
-                    )
+                    count_close(tw.info().workflow_type, status)
+                _tracing.run_closed(status)
                 return value
             case Fail(error=error):
                 await self._notify(None, error)
                 if _final(error):
                     count_close(tw.info().workflow_type, "failed")
+                _tracing.run_closed("failed", error)
                 raise application_error(error)
         # ContinueAsNew: raises temporalio's ContinueAsNewError, which ends this run.
         unread: list[Event] = [
@@ -976,6 +986,7 @@ class _Run:
         self.watching.pushed = True  # its next run takes the watches from here on
         if self.watching.watchers:
             memo[WATCHERS_MEMO] = pack_watchers(self.watching.watchers)
+        _tracing.run_closed("continued_as_new")
         tw.continue_as_new(args=command.args, workflow=command.entry, memo=memo)
 
     async def _notify(self, value: Any, error: Error | None) -> None:

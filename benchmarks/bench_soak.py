@@ -161,33 +161,30 @@ def run(quick: bool) -> list[Result]:
         f"{end['store_mapped'] / 1e6:.1f} MB (data.mdb {end['store_file'] / 1e6:.1f} MB)"
     )
     params = {"rounds": rounds, "batch": batch, "retention": RETENTION, "samples": out["samples"]}
+    target = None if quick else Target("max", 5.0, "< 5 MB")
+
+    def grown(name: str, part: str, **extra: Any) -> Result:
+        return Result(SUITE, name, "MB", growth[part] / 1e6, higher_is_better=False, **extra)
+
+    workflows = out["workflows"]
     return [
-        Result(
-            SUITE,
-            f"RSS growth after warm-up, retention {RETENTION}, {out['workflows']} workflows",
-            "MB",
-            growth["rss"] / 1e6,
-            higher_is_better=False,
-            target=None if quick else Target("max", 5.0, "< 5 MB"),
+        grown(
+            f"RSS growth after warm-up, retention {RETENTION}, {workflows} workflows",
+            "rss",
+            target=target,
             note=note,
             params=params,
         ),
-        Result(
-            SUITE,
-            f"private memory (RssAnon) growth after warm-up, {out['workflows']} workflows",
-            "MB",
-            growth["anon"] / 1e6,
-            higher_is_better=False,
-            target=None if quick else Target("max", 5.0, "< 5 MB"),
+        grown(
+            f"private memory (RssAnon) growth after warm-up, {workflows} workflows",
+            "anon",
+            target=target,
             note=note,
             params=params,
         ),
-        Result(
-            SUITE,
+        grown(
             "store pages mapped (RssFile of data.mdb) growth, same run",
-            "MB",
-            growth["store_mapped"] / 1e6,
-            higher_is_better=False,
+            "store_mapped",
             note=f"closed workflows' records, deleted {RETENTION} after their close: "
             "data.mdb levels off",
         ),

@@ -10,6 +10,7 @@ the DLQ with the reason. A message stored without a context still delivers, with
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import attrs
 import pytest
@@ -298,16 +299,26 @@ async def test_a_context_signed_by_a_dropped_key_never_runs(autojump_clock, tmp_
     assert_refused(again, "does not verify")
 
 
+def stored_message(receipt_id: str, queue: str, payload: str, **fields: Any) -> QueueMessage:
+    """The first message of ``queue`` for ``qt:job``, as the store would hold it."""
+    return QueueMessage(
+        receipt_id=receipt_id,
+        queue=queue,
+        seq=1,
+        entry="qt:job",
+        payload=payload,
+        enqueued_at=dt.datetime.now(dt.UTC),
+        **fields,
+    )
+
+
 async def test_a_forged_message_written_into_the_store_never_runs(autojump_clock, tmp_path):
     async with roost.open_node(app, tmp_path, signing_keys=RING):
         pass
-    forged = QueueMessage(
-        receipt_id="r-forged",
-        queue="once",
-        seq=1,
-        entry="qt:job",
-        payload="f",
-        enqueued_at=dt.datetime.now(dt.UTC),
+    forged = stored_message(
+        "r-forged",
+        "once",
+        "f",
         security={"actor": {"id": "user:admin", "meta": {}}, "policies": ["jobs.run"]},
     )
     put_message(tmp_path, forged)
@@ -323,14 +334,7 @@ async def test_a_message_without_a_context_still_delivers(autojump_clock, tmp_pa
     # As a message stored before messages kept a context: no ``security`` field at all.
     async with roost.open_node(app, tmp_path, signing_keys=RING):
         pass
-    old = QueueMessage(
-        receipt_id="r-old",
-        queue="jobs",
-        seq=1,
-        entry="qt:job",
-        payload="o",
-        enqueued_at=dt.datetime.now(dt.UTC),
-    )
+    old = stored_message("r-old", "jobs", "o")
     codec = Codec()
     data = codec.encode(old)
     field = b"hsecurity\xf6"  # the last field: "security": None

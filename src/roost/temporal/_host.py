@@ -1289,16 +1289,6 @@ def _node_activities(
 def _exit_activity(bridge: Bridge, watches: _Watches) -> Callable[..., Any]:
     """The node queue's activity by which a closing workflow pushes its EXITs here."""
 
-    async def exits_here(  # noqa: PLR0917 - the activity's arguments
-        pid: Pid,
-        run_id: str,
-        watchers: list[list[Any]],
-        value: Any,
-        error: Error | None,
-        final: bool,
-    ) -> None:
-        watches.pushed(pid, run_id, unpack_watchers(watchers), value, error, final=final)
-
     @temporalio.activity.defn(name=EXIT_ACTIVITY)
     async def exit_pushed(  # noqa: PLR0917 - the activity's arguments
         pid: Pid,
@@ -1308,8 +1298,11 @@ def _exit_activity(bridge: Bridge, watches: _Watches) -> Callable[..., Any]:
         error: Error | None,
         final: bool,
     ) -> None:
+        async def push() -> None:  # on the trio thread, where the watches are kept
+            watches.pushed(pid, run_id, unpack_watchers(watchers), value, error, final=final)
+
         try:
-            await bridge.to_trio(exits_here, pid, run_id, watchers, value, error, final)
+            await bridge.to_trio(push)
         except Error as exc:
             raise application_error(exc) from None
 

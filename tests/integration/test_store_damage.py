@@ -111,6 +111,15 @@ def _overwrite(path: Path, page: int, data: bytes) -> None:
         f.write(data)
 
 
+def _with_current_meta_page_damaged(base: Path, to: Path, *, seed: int) -> tuple[Path, int]:
+    """A copy of ``base`` at ``to`` whose current meta page is random bytes; and that page."""
+    with LmdbFile(str(base / "data.mdb")) as file:
+        current = file.meta.page
+    path = _copy(base, to)
+    _overwrite(path, current, random.Random(seed).randbytes(PSIZE))
+    return path, current
+
+
 def _open_in_child(
     paths: list[Path] | list[Path | str], command: str = "open"
 ) -> list[dict[str, Any]]:
@@ -390,10 +399,7 @@ def test_a_damaged_meta_page_is_refused_and_salvage_reads_the_other(
     base: Path, tmp_path: Path
 ) -> None:
     before = _records(base)
-    with LmdbFile(str(base / "data.mdb")) as file:
-        current = file.meta.page
-    path = _copy(base, tmp_path / "src")
-    _overwrite(path, current, random.Random(7).randbytes(PSIZE))
+    path, current = _with_current_meta_page_damaged(base, tmp_path / "src", seed=7)
     with pytest.raises(Error) as raised:
         open_lmdb_store(path).close()
     assert raised.value.kind is ErrorKind.UNAVAILABLE
@@ -595,10 +601,7 @@ def test_a_node_salvages_a_store_with_one_damaged_meta_page_from_the_other(
     base: Path, tmp_path: Path
 ) -> None:
     before = _records(base)
-    with LmdbFile(str(base / "data.mdb")) as file:
-        current = file.meta.page
-    path = _copy(base, tmp_path / "src")
-    _overwrite(path, current, random.Random(8).randbytes(PSIZE))
+    path, _ = _with_current_meta_page_damaged(base, tmp_path / "src", seed=8)
     (result,) = _open_in_child([path])
     assert result["opened"] is True, result
     assert result["warned"], result

@@ -10,12 +10,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from tracing import tracer_provider
 
 import roost
-from roost import _telemetry, funcs, process
+from roost import funcs, process
 from roost.testing import open_test_node
 
 app = roost.App("telx")
@@ -50,12 +50,8 @@ async def twice(x: int) -> int:
 @pytest.fixture(params=[SystemExit, GeneratorExit, Odd])
 def exporter(request: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Raising]:
     raising = Raising(request.param)
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(raising))
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
-    yield raising
-    monkeypatch.undo()
-    _telemetry.refresh()
+    with tracer_provider(monkeypatch, SimpleSpanProcessor(raising)):
+        yield raising
 
 
 async def test_an_exporter_raising_a_base_exception_stops_nothing(

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tracing import tracer_provider
 
 import roost
 from roost import _telemetry, funcs, process
@@ -104,12 +103,8 @@ def _clean():
 
 @pytest.fixture
 def traced(monkeypatch: pytest.MonkeyPatch):
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
-    yield
-    monkeypatch.undo()
-    _telemetry.refresh()
+    with tracer_provider(monkeypatch, SimpleSpanProcessor(InMemorySpanExporter())):
+        yield
 
 
 def of(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:

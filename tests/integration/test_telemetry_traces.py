@@ -14,10 +14,11 @@ import pytest
 import trio
 import trio.testing
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from tracing import tracer_provider
 
 import roost
 from roost import _telemetry, funcs, process, workflow
@@ -108,15 +109,9 @@ async def by_http(req: Request) -> str:
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    # The global provider can be set once per process: this test's is put in its place
-    # and taken away again after it.
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
     RAN.clear()
-    yield exporter
-    monkeypatch.undo()
-    _telemetry.refresh()
+    with tracer_provider(monkeypatch, SimpleSpanProcessor(exporter)):
+        yield exporter
 
 
 def named(found: list[ReadableSpan], prefix: str) -> list[ReadableSpan]:

@@ -14,15 +14,16 @@ import uuid
 import pytest
 import trio
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from temporal_server import dev_server  # noqa: F401 - the fixture `temporal_server`
+from tracing import tracer_provider
 
 import roost
 import roost.temporal
-from roost import _telemetry, funcs, process, workflow
+from roost import funcs, process, workflow
 from roost.testing import open_test_node
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,12 +63,8 @@ async def chain(n: int) -> str:
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
-    yield exporter
-    monkeypatch.undo()
-    _telemetry.refresh()
+    with tracer_provider(monkeypatch, SimpleSpanProcessor(exporter)):
+        yield exporter
 
 
 def one(found: list[ReadableSpan], name: str) -> ReadableSpan:

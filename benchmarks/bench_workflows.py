@@ -29,6 +29,10 @@ fresh temporary data directory. Scenarios and their references:
   result 1, result 2, result 3 + completion; issue 15), each waiting for the one before.
   The note gives the transactions one workflow actually asked the store for (measured on
   the warm-up run).
+- ``starts``: workflow starts one after another, each awaited (``await process.spawn(echo)``:
+  a start and its first activation, one commit), in chunks alternating with as many raw
+  py-lmdb fsync'd commits of one put each (issue 21's serial target: >= 0.6x that rate).
+  The ``echo`` runs stay open, waiting for messages, as a service's workflows would.
 - ``signal``: a workflow echoes every message back to its sender; a plain process sends,
   waits for the echo, repeats. Reference: as many dependent fsync'd raw commits as one
   round trip asked the store for (measured on a warm-up round trip; the signal's and the
@@ -185,7 +189,35 @@ def latency(runs: int) -> tuple[list[float], list[float], int]:
         return in_node(body, tmp)  # type: ignore[no-any-return]
 
 
-# -- 3. signal round trip --------------------------------------------------------------------
+# -- 3. serial starts -----------------------------------------------------------------------
+
+
+def serial_starts(n: int, chunk: int = 50) -> tuple[float, float]:
+    """Seconds of ``n`` starts of ``echo`` one after another, each awaited, and of ``n``
+    raw fsync'd one-put commits, timed in alternating chunks of ``chunk`` (the same disk
+    weather for both sides)."""
+
+    async def body(node: Any) -> tuple[float, float]:
+        for _ in range(chunk):  # warm up: the driver, the store's tables
+            await process.spawn(echo)
+        roost_s = raw_s = 0.0
+        with raw_commits() as raw:
+            done = 0
+            while done < n:
+                size = min(chunk, n - done)
+                t0 = now()
+                for _ in range(size):
+                    await process.spawn(echo)
+                roost_s += now() - t0
+                raw_s += raw.run(size)
+                done += size
+        return roost_s, raw_s
+
+    with tmpdir() as tmp:
+        return in_node(body, tmp)  # type: ignore[no-any-return]
+
+
+# -- 4. signal round trip --------------------------------------------------------------------
 
 
 def signal_round_trips(n: int) -> tuple[list[float], list[float], int]:
@@ -234,6 +266,7 @@ def _sizes(quick: bool) -> dict[str, Any]:
             "raw_commits": 50,
             "latency": 8,
             "signal": 15,
+            "starts": 20,
         }
     return {
         "series": [100, 1000, TARGET_WORKFLOWS, 10_000],
@@ -243,6 +276,7 @@ def _sizes(quick: bool) -> dict[str, Any]:
         "raw_commits": 500,
         "latency": 200,
         "signal": 500,
+        "starts": 1000,
     }
 
 
@@ -372,6 +406,24 @@ def _latency_results(size: dict[str, Any]) -> list[Result]:
     ]
 
 
+def _start_results(size: dict[str, Any]) -> list[Result]:
+    n = size["starts"]
+    roost_s, raw_s = serial_starts(n)
+    return [
+        Result(
+            SUITE,
+            "serial workflow starts, each awaited",
+            "starts/s",
+            n / roost_s,
+            n / raw_s,
+            raw_label="raw lmdb, 1 fsync'd commit each",
+            target=Target("ratio>=", 0.6, ">= 0.6x"),
+            note="a start and its first activation in one commit; alternating chunks of 50",
+            params={"starts": n, "roost_seconds": roost_s, "raw_seconds": raw_s},
+        )
+    ]
+
+
 def _signal_results(size: dict[str, Any]) -> list[Result]:
     n = size["signal"]
     roost_s, raw_s, commits = signal_round_trips(n)
@@ -468,6 +520,7 @@ def run(quick: bool = False) -> list[Result]:
         *_tuned_gc_results(size),
         *_serial_results(size, writes_wf),
         *_latency_results(size),
+        *_start_results(size),
         *_signal_results(size),
     ]
 
@@ -478,7 +531,9 @@ def run(quick: bool = False) -> list[Result]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one workflow benchmark scenario.")
     parser.add_argument(
-        "--scenario", required=True, choices=["throughput", "concurrent", "latency", "signal"]
+        "--scenario",
+        required=True,
+        choices=["throughput", "concurrent", "latency", "starts", "signal"],
     )
     parser.add_argument("--n", type=int, default=2000, help="workflows / runs")
     parser.add_argument("--sync", action="store_true", help="sync activities (throughput)")
@@ -489,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         out = throughput(n, concurrent=args.scenario == "concurrent", sync_activities=args.sync)
     elif args.scenario == "latency":
         out = {"median": statistics.median(latency(n)[0])}
+    elif args.scenario == "starts":
+        roost_s, raw_s = serial_starts(n)
+        out = {"us_per_start": 1e6 * roost_s / n, "raw_us_per_commit": 1e6 * raw_s / n}
     else:
         out = {"median": statistics.median(signal_round_trips(n)[0])}
     print(json.dumps(out, default=str), flush=True)

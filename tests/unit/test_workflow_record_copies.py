@@ -173,3 +173,20 @@ def test_a_name_that_is_no_field_is_refused() -> None:
         replacer(RunRecord, ("activatons",))
     with pytest.raises(TypeError, match="has no field y"):
         maker(ActivityTask, ("y",))
+
+
+@attrs.frozen(slots=False)
+class _DictBacked:
+    x: int = 1
+    y: list[int] = attrs.Factory(list)
+
+
+def test_a_class_without_slots_is_built_through_setattr_and_stays_frozen() -> None:
+    made = maker(_DictBacked, ("x",))(5)
+    assert made == _DictBacked(x=5)
+    assert made.y == [] and made.y is not maker(_DictBacked, ("x",))(5).y
+    copied = replacer(_DictBacked, ("y",))(made, y=[2])
+    assert copied == _DictBacked(x=5, y=[2])
+    assert made.y == []
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        copied.x = 6  # type: ignore[misc]

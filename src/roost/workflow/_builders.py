@@ -9,6 +9,7 @@ Only classes whose ``__init__`` does nothing more qualify (checked when generate
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -58,11 +59,22 @@ def _takes_self(field: attrs.Attribute[Any]) -> bool:
 
 
 def _generated(cls: type, kind: str, head: str, values: dict[str, str]) -> Callable[..., Any]:
-    """Compile ``head`` (a ``def`` line) with a body that sets each field to its value."""
-    lines = [head, "    n = _new(_cls)", "    s = _set.__get__(n)"]
-    lines += [f"    s({name!r}, {value})" for name, value in values.items()]
-    lines.append("    return n")
+    """Compile ``head`` (a ``def`` line) with a body that sets each field to its value.
+
+    A slotted class's fields are set through their slots' own descriptors (what
+    ``object.__setattr__`` finds after looking the name up on the class each time).
+    """
+    lines = [head, "    n = _new(_cls)"]
     namespace: dict[str, Any] = {"_cls": cls, "_new": object.__new__, "_set": object.__setattr__}
+    slots = {name: getattr(cls, name, None) for name in values}
+    if all(isinstance(slot, types.MemberDescriptorType) for slot in slots.values()):
+        for name, value in values.items():
+            namespace[f"_s_{name}"] = slots[name].__set__  # type: ignore[union-attr]
+            lines.append(f"    _s_{name}(n, {value})")
+    else:
+        lines.append("    s = _set.__get__(n)")
+        lines += [f"    s({name!r}, {value})" for name, value in values.items()]
+    lines.append("    return n")
     for f in attrs.fields(cls):
         if isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
             namespace[f"_f_{f.name}"] = f.default.factory

@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 import roost
 from roost.storage import Codec
-from roost.testing.strategies import payloads
+from roost.testing.strategies import hostile_values, payloads
 from roost.workflow import _history as h
 from roost.workflow._history_format import (
     _KINDS,
     FORMAT,
+    _encode_whole,
     _generate,
     _malformed,
     decode_activation,
@@ -267,3 +268,64 @@ def test_a_malformed_row_is_shown_briefly_without_its_whole_repr():
     assert "yyy" in error.message
     error = _malformed([[Loud()] * 1000])  # reprs only the few it shows
     assert Loud.calls <= 4
+
+
+def _as_one_row(act: h.Activation) -> bytes:
+    """``act`` encoded as one value through the codec's full walk (the reference bytes)."""
+    return _encode_whole(CODEC, act)
+
+
+@given(hostile_values())
+def test_a_row_written_piece_by_piece_is_the_row_one_encoding_writes(value):
+    act = activation(value)
+    expected: bytes | roost.Error
+    try:
+        expected = _as_one_row(act)
+    except roost.Error as exc:
+        expected = exc
+    if isinstance(expected, bytes):
+        assert encode_activation(CODEC, act) == expected
+        return
+    with pytest.raises(roost.Error) as got:
+        encode_activation(CODEC, act)
+    assert (got.value.kind, got.value.message) == (expected.kind, expected.message)
+
+
+_EDGES = [
+    *(n for base in (24, 256, 2**16, 2**32, 2**64) for n in (base - 1, base)),
+    *(-n for base in (24, 256, 2**16, 2**32, 2**64) for n in (base, base + 1)),
+    True,
+    False,
+    0.0,
+    -0.0,
+    float("nan"),
+    1e300,
+    *("é" * n for n in (11, 12, 127, 128, 2**15)),
+    *(b"\x00" * n for n in (23, 24, 255, 256)),
+    PID,
+    [PID, 1, "a", None, b"b", 2.5, True],
+    list(range(23)),
+    list(range(24)),
+    [[1], [2]],
+    (1, "t"),
+    [],
+    {},
+    {"k": PID},
+    roost.Error("e", kind=roost.ErrorKind.INTERNAL),
+    AT,
+]
+
+
+@pytest.mark.parametrize("value", _EDGES, ids=repr)
+def test_the_header_and_scalar_edges_are_written_as_cbor2_writes_them(value):
+    act = activation(value)
+    assert encode_activation(CODEC, act) == _as_one_row(act)
+    seqs = [h.ScheduleActivity(seq=s, entry="e" * s, args=[s], options={}) for s in (23, 24, 300)]
+    long = h.Activation(index=2**33, at=AT, events=[], commands=seqs * 9)  # 27 commands
+    assert encode_activation(CODEC, long) == _as_one_row(long)
+
+
+def test_a_leaf_of_another_type_takes_the_whole_row_path_and_encodes_the_same():
+    odd = h.ScheduleActivity(seq=True, entry="e", args=[], options={})  # a bool seq
+    act = h.Activation(index=1, at=AT, events=[], commands=[odd])
+    assert encode_activation(CODEC, act) == _as_one_row(act)

@@ -173,6 +173,10 @@ class Codec:
         walk = Walk(self._record_type)
         return _dump_typed(value, walk, payloads, STORED_DEPTH - inner)
 
+    def payload_walk(self) -> Walk:
+        """A walk for one stored row's payloads (``roost.storage._rows.write_payload``)."""
+        return Walk(self._record_type)
+
     def encode_checked(self, value: Any) -> bytes:
         """Encode one of roost's records whose payloads were walked already.
 

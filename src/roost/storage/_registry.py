@@ -26,17 +26,16 @@ from roost.storage._record_fns import (
     fast_unstructure,
     positional_fns,
 )
+from roost.storage._rows import TAG_PID
 from roost.storage._schema import Schema, schema
 
 __all__ = ["TAG_ERROR", "TAG_PID", "TAG_RECORD", "Migrate", "record"]
 
-TAG_PID: Final = 39001
 TAG_ERROR: Final = 39002
 TAG_RECORD: Final = 39003
 
 # Encoded tag heads (major type 6, two-byte argument) of the tags above.
 _TAG_RECORD_HEAD: Final = b"\xd9" + TAG_RECORD.to_bytes(2, "big")
-_PID_HEADER: Final = b"\xd9" + TAG_PID.to_bytes(2, "big")
 
 Migrate = Callable[[int, dict[str, Any]], dict[str, Any]]
 """A schema migration hook: ``migrate(stored_version, fields) -> fields`` for the current

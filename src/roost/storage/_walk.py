@@ -29,7 +29,8 @@ from roost._errors import ChannelClosed, Error, NondeterminismError
 from roost._pid import Pid
 from roost._text import has_utf8
 from roost.storage._record_fns import PositionalFns
-from roost.storage._registry import _PID_HEADER, TAG_ERROR, _RecordType
+from roost.storage._registry import TAG_ERROR, _RecordType
+from roost.storage._rows import _PID_HEADER
 
 __all__ = [
     "KNOWN_ERRORS",

@@ -11,9 +11,12 @@ Format v2, the one written, is one CBOR array per row::
 (UTC); each event or command is an array ``[kind, field, ...]``: a small integer naming its
 class (``_KINDS``), then its fields in declaration order. No field names, no record tags,
 no datetime text. User payloads (arguments, results, signal payloads, errors, PIDs) sit in
-their fields as the codec writes them: the row is encoded in one cbor2 call that walks only
-those payload fields (``Codec.encode_typed``; the kind, seq, ids and PIDs are of types roost
-fills), and a refusal re-encodes the activation through the full walk for its message.
+their fields as the codec writes them. A row is written piece by piece
+(``roost.storage._rows``): its arrays and the fields roost fills (kind, seq, ids, PIDs) by
+hand, each payload through the codec's walk and cbor2, the bytes one cbor2 call over the
+row would write. A row that path does not take is encoded as one value walking only its
+payload fields (``Codec.encode_typed``), and a refusal re-encodes the activation through
+the full walk for its message.
 
 A v1 row starts with the codec's record tag, a v2 row with an array: ``decode_activation``
 reads both, so data dirs written before v2 need no migration. An activation comes back
@@ -32,14 +35,17 @@ from __future__ import annotations
 
 import datetime as dt
 import reprlib
+import typing
 from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
 
 from roost._errors import Error, ErrorKind, invalid
-from roost.storage._codec import Codec
-from roost.storage._schema import schema
+from roost.storage._codec import STORED_DEPTH, Codec
+from roost.storage._rows import field_lines, head, write_leaf, writer_namespace
+from roost.storage._schema import leaf_types, schema
+from roost.storage._walk import Walk
 from roost.workflow._history import (
     Activation,
     ActivityResolved,
@@ -178,6 +184,43 @@ def _other_length(cls: type, kind: int, fields: tuple[str, ...], row: list[Any])
 
 _PACK, _BUILD = _generate(_KINDS)  # once, at import
 
+# A written row's head ([FORMAT, ... of 5 items) and the heads of short arrays.
+_ROW_HEAD: Final = head(4, 5) + head(0, FORMAT)
+_INT: Final = frozenset({int})
+_SHORT: Final = 24  # arrays this long or longer take a longer header
+_ARRAYS: Final = tuple(head(4, n) for n in range(_SHORT))
+
+Writer = Callable[[Any, bytearray, Walk, int], None]
+
+
+def _writers(kinds: dict[type, tuple[int, tuple[str, ...]]]) -> dict[type, Writer]:
+    """Per class of ``kinds``, the function appending its array to a row being written.
+
+    Its leaf fields are tested and written by hand, its payload fields walked and written
+    by cbor2 (``roost.storage._rows``): the bytes ``pack`` and one cbor2 call would write.
+    Generated: this runs for every event and command of every activation.
+    """
+    writers: dict[type, Writer] = {}
+    for cls, (kind, fields) in kinds.items():
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - unresolvable annotations: every field is walked
+            hints = {}
+        namespace = writer_namespace()
+        namespace["_head"] = head(4, 1 + len(fields)) + head(0, kind)
+        lines = ["def write(o, out, walk, limit):", "    out += _head"]
+        for i, name in enumerate(fields):
+            leaves = leaf_types(hints.get(name, Any))
+            namespace[f"_t{i}"] = leaves
+            lines += field_lines(f"o.{name}", leaves, f"_t{i}")
+        source = "\n".join(lines) + "\n"
+        exec(compile(source, f"<roost history v2 writer {cls.__name__}>", "exec"), namespace)  # noqa: S102 - generated from the fixed field lists above
+        writers[cls] = namespace["write"]
+    return writers
+
+
+_WRITERS: Final = _writers(_KINDS)
+
 
 def _schemas() -> dict[int, tuple[Callable[[list[Any]], bool], tuple[int, ...]]]:
     """Per kind, the type test of its leaf fields and the positions of the walked ones."""
@@ -196,10 +239,35 @@ _ROW_LEVELS: Final = 3
 def encode_activation(codec: Codec, act: Activation) -> bytes:
     """The stored bytes of ``act``: a format v2 row, encoded (and checked) by ``codec``.
 
+    Written piece by piece (``_WRITERS``); a row that does not take that path (a leaf of
+    another type, a payload the walk refuses or must rewrite) is encoded as a whole.
+
     Raises:
         roost.Error: kind Invalid when a payload inside cannot be encoded (the codec's
             message names it), or an event or command is not a history record.
     """
+    writers = _WRITERS
+    events, commands = act.events, act.commands
+    try:
+        out = bytearray(_ROW_HEAD)
+        write_leaf(out, act.index, _INT)
+        write_leaf(out, (act.at - _EPOCH) // _MICRO, _INT)
+        walk, limit = codec.payload_walk(), STORED_DEPTH - _ROW_LEVELS
+        n = len(events)
+        out += _ARRAYS[n] if n < _SHORT else head(4, n)
+        for item in events:
+            writers[type(item)](item, out, walk, limit)
+        n = len(commands)
+        out += _ARRAYS[n] if n < _SHORT else head(4, n)
+        for item in commands:
+            writers[type(item)](item, out, walk, limit)
+    except (Exception, SystemExit, GeneratorExit):  # noqa: BLE001 - any refusal, or a value's own method raising: the whole row's encoding names it
+        return _encode_whole(codec, act)
+    return bytes(out)
+
+
+def _encode_whole(codec: Codec, act: Activation) -> bytes:
+    """``encode_activation`` of a row the piecewise writers did not take."""
     pack = _PACK
     try:
         events = [pack[type(e)](e) for e in act.events]

@@ -98,14 +98,24 @@ def tagged(encoder: cbor2.CBOREncoder, value: Any) -> None:
         rtype = _DEFAULT_REGISTRY.by_class[type(value)]
         positional = rtype.positional()
         if positional is not None:  # the values in field order (datetimes, enums packed)
-            fields: Any = [_packed_value(getattr(value, f.name)) for f in attrs.fields(type(value))]
+            hints = typing.get_type_hints(type(value))
+            fields: Any = [
+                _packed_value(getattr(value, f.name), hints[f.name])
+                for f in attrs.fields(type(value))
+            ]
         else:
             fields = make_dict_unstructure_fn(type(value), _CONVERTER)(value)
         encoder.encode(cbor2.CBORTag(TAG_RECORD, [rtype.tag, rtype.version, fields]))
 
 
-def _packed_value(value: Any) -> Any:
-    """How a positional record stores a field's value: datetimes in µs, enums as values."""
+def _packed_value(value: Any, declared: Any) -> Any:
+    """How a positional record stores a field's value: datetimes in µs, enums as values.
+
+    Only a field declared so is packed: a datetime in an ``Any`` field (a result) is a
+    payload, written as the codec writes any datetime.
+    """
+    if declared is Any:
+        return value
     if isinstance(value, dt.datetime):
         return (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
     if isinstance(value, enum.Enum):

@@ -43,12 +43,21 @@ def test_each_thread_has_its_own_guard() -> None:
 
 
 def test_a_dead_watchdog_thread_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    watch = _watchdog._watch_forever
+    monkeypatch.setattr(_watchdog, "_THREAD", [])  # the running watchdog's slot, emptied
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # its death is expected
+
+    def dies() -> None:
+        raise RuntimeError("the watchdog's loop failed")
+
+    monkeypatch.setattr(_watchdog, "_watch_forever", dies)
     with guard(5.0):
-        pass  # a watchdog thread exists
-    dead = threading.Thread(target=lambda: None)
-    dead.start()
-    dead.join()
-    monkeypatch.setattr(_watchdog, "_THREAD", [dead])  # as if the watchdog thread had died
+        pass  # starts a watchdog thread, which dies at once
+    dead = _watchdog._THREAD[0] if _watchdog._THREAD else None
+    if dead is not None:
+        dead.join()
+    assert _watchdog._THREAD == []  # a thread that ended gives up its slot
+    monkeypatch.setattr(_watchdog, "_watch_forever", watch)
     with pytest.raises(TaskTimeout), guard(0.1):
         spin(10.0)  # stopped all the same: by a watchdog thread started again
     assert _watchdog._THREAD[0] is not dead and _watchdog._THREAD[0].is_alive()

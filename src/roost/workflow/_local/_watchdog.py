@@ -81,7 +81,7 @@ def guard(seconds: float) -> Guard:
         mine = _LOCAL.guard = Guard()
         with _LOCK:
             _GUARDS[mine.thread] = mine  # a thread id reused by a new thread: replaced
-    if not _THREAD or not _THREAD[0].is_alive():  # none yet, or it died: start one
+    if not _THREAD:  # none yet, it ended, or this is a forked child: start one
         _ensure_thread()
     mine.seconds = seconds
     return mine
@@ -95,11 +95,15 @@ _THREAD: list[threading.Thread] = []
 
 def _ensure_thread() -> None:
     with _LOCK:
-        if _THREAD and _THREAD[0].is_alive():
+        if _THREAD:
             return
         thread = threading.Thread(target=_watch, name="roost.workflow.watchdog", daemon=True)
         _THREAD[:] = [thread]
-        thread.start()
+        try:
+            thread.start()
+        except BaseException:
+            _THREAD.clear()  # not started: the next activation tries again
+            raise
 
 
 def _forked() -> None:
@@ -121,6 +125,17 @@ os.register_at_fork(after_in_child=_forked)
 
 
 def _watch() -> None:
+    # ``_THREAD`` holds the thread while it runs: an activation's guard checks that list,
+    # not the thread's liveness (several calls each time).
+    try:
+        _watch_forever()
+    finally:
+        with _LOCK:
+            if _THREAD and _THREAD[0] is threading.current_thread():
+                _THREAD.clear()  # the next guard starts another
+
+
+def _watch_forever() -> None:
     while True:
         time.sleep(_POLL)
         now = time.monotonic()

@@ -199,6 +199,47 @@ def test_a_later_step_that_changes_only_counters_writes_no_run_row():
     assert list(puts(step, "timers")) == [timer_key(arm.timer.due, run.record.run_id, 4)]
 
 
+def test_a_counters_only_step_keeps_the_record_and_the_run_its_counters():
+    run = new_open_run("w", index=3)
+    record = run.record
+    step = plan(run, [ScheduleActivity(seq=3, entry="plan:job", args=[1])])
+    assert step.record is record  # not copied: only its counters changed
+    assert step.progress is not None and step.progress[0] == 3
+    run.step_committed(step.record, step.size, progress_row=False, progress=step.progress)
+    assert run.record is record and run.next_index == 4
+    assert run.progress == step.progress
+    # Asked for, the record has them (one copy, kept), as a copy per step would have had.
+    current = run.current_record
+    assert (current.activations, current.history_length, current.history_size) == (
+        step.progress[0],
+        step.progress[1],
+        step.progress[2],
+    )
+    assert current == attrs.evolve(
+        record,
+        activations=3,
+        history_length=step.progress[1],
+        history_size=step.progress[2],
+        unread=step.progress[3],
+    )
+    assert run.record is current and run.progress == step.progress
+    # The next step plans from those counters: they add up.
+    later = plan(run, [StartTimer(seq=4, seconds=1)])
+    assert later.progress is not None and later.progress[0] == 4
+    assert later.progress[2] == step.progress[2] + later.size
+    # A task failure keeps them in the record it sets the failure on.
+    run.step_committed(later.record, later.size, progress_row=False, progress=later.progress)
+    run.task_failed([], Error("boom", kind=ErrorKind.INTERNAL))
+    assert run.record.activations == 4 and run.record.task_failure is not None
+
+
+def test_a_step_that_writes_the_record_carries_its_counters_in_it():
+    run = new_open_run("w", index=2)
+    step = plan(run, [Complete(seq=9, value=1)])
+    assert step.progress is None
+    assert step.record.activations == 2 and step.record.history_size == step.size
+
+
 def test_a_changed_unread_count_goes_into_the_small_progress_row():
     run = new_open_run("w", index=3)
     run.resume_at(attrs.evolve(run.record, unread=2))  # the driver is gone: unread from the record

@@ -200,7 +200,7 @@ class Closing:
         plan = plan_close(run_state(run.record, run.pending), outcome, at)
         assert plan.status is not None  # only a continue-as-new plans no closing record
         closing = attrs.evolve(
-            run.record, status=plan.status, error=plan.error, closed_at=plan.closed_at
+            run.current_record, status=plan.status, error=plan.error, closed_at=plan.closed_at
         )
         nxt = None if plan.next is None else self._follow(run, at, closing, plan.next)
         what = f"closing workflow {run.pid.id!r} ({status.value})"
@@ -279,7 +279,7 @@ class Closing:
         reach the new run under their new keys as their committers hand them on.
         """
         if telemetry.tracing:
-            telemetry.run_closed(old.record, new.record)
+            telemetry.run_closed(old.current_record, new.record)
         new.take_over_waiters(old)
         self._forwarding.forget(old)  # handed over: rows for it follow into ``new`` now
         runs, accept = self._runs, self._incoming.accept
@@ -296,7 +296,7 @@ class Closing:
         """A run ended (its final status is committed): tell whoever is waiting."""
         self._forwarding.forget(run)  # rows for it are not written any more (_forwarding)
         if telemetry.tracing:
-            telemetry.run_closed(run.record)
+            telemetry.run_closed(run.current_record)
         runs, node = self._runs, self._node
         runs.remove(run)
         runs.move(run, PhaseEvent.CLOSED)

@@ -383,9 +383,8 @@ class WorkflowManager:
         run = self.runs.get(pid.id) if pid.host == self.host else None
         if run is None:
             raise self._not_open(pid)
-        record = run.record
         # Its first activation keeps failing, and no attempt of it is in flight.
-        failing = record.activations == 0 and record.task_failure is not None
+        failing = run.progress[0] == 0 and run.record.task_failure is not None
         if failing and run.phase in _UNSTARTED_CANCELABLE:
             return self._cancel_unstarted(run, reason)
         return self.incoming.from_outside(run, CancelRequested(reason=reason))

@@ -277,7 +277,7 @@ class Step(NamedTuple):
     run: Run
     activation: int  # its index in the history
     batch: list[Pending]  # the events it consumed (back to the run if it fails)
-    record: RunRecord  # the run's record once the step commits
+    record: RunRecord  # the run's record once the step commits (see ``progress``)
     size: int  # bytes of its history row
     writes: tuple[Write, ...]
     inbox: InboxRows | None
@@ -290,6 +290,9 @@ class Step(NamedTuple):
     successor: Run | None
     exits_reported: tuple[Pid, ...]
     progress_row: bool  # the run has a progress row once it commits
+    # (activations, history_length, history_size, unread) when ``record`` is the run's own,
+    # unchanged but for them (``Run.step_committed``); None when ``record`` has them.
+    progress: tuple[int, int, int, int] | None
 
 
 def run_state(record: RunRecord, pending: Sequence[Pending] = ()) -> RunState:
@@ -700,9 +703,10 @@ class _Planner:
         index = run.next_index
         act = new_activation(index, self.at, events, commands)
         act_bytes = encode_activation(codec, act)
+        _, length, size, last_unread = run.progress  # as of its last committed step
         if driver is None:
             children: list[Pid] = record.children if not record.children else []
-            unread = record.unread
+            unread = last_unread
         else:
             found = driver.children
             children = sorted(found, key=str) if found else []
@@ -713,6 +717,7 @@ class _Planner:
         # record: the history counters are read from the history rows (_pending), so only
         # a changed unread count is written, in the small progress row (see RunProgress).
         # The stored unread count is always the last step's: every step changing it writes.
+        # In memory the record is not copied either: the run keeps the counters beside it.
         progress_only = (
             index > 1  # the first one stores the record (with an eager start, at all)
             and record is run.record
@@ -720,15 +725,17 @@ class _Planner:
             and not self.children
             and children is record.children
         )
-        counters_only = progress_only and unread == record.unread
-        record = with_counters(
-            record,
-            children=children,
-            activations=index,
-            history_length=record.history_length + len(events) + len(commands),
-            history_size=record.history_size + len(act_bytes),
-            unread=unread,
-        )
+        counters_only = progress_only and unread == last_unread
+        progress = (index, length + len(events) + len(commands), size + len(act_bytes), unread)
+        if not progress_only:
+            record = with_counters(
+                record,
+                children=children,
+                activations=progress[0],
+                history_length=progress[1],
+                history_size=progress[2],
+                unread=unread,
+            )
         run_id = record.run_id
         run_key = record.workflow_id.encode()
         # Every row of this run in histories and tasks starts with the run's key part:
@@ -755,15 +762,15 @@ class _Planner:
         if self.continued is not None:  # the id names the new run
             writes.append((PUT, "runs", run_key, codec.encode(self.continued[0].record)))
         elif progress_only and not counters_only:
-            progress = RunProgress(
+            row = RunProgress(
                 run_id=run_id,
-                activations=record.activations,
-                history_length=record.history_length,
-                history_size=record.history_size,
+                activations=progress[0],
+                history_length=progress[1],
+                history_size=progress[2],
                 unread=unread,
             )
             # Counters and an id: nothing to walk.
-            writes.append((PUT, PROGRESS_TABLE, run_key, codec.encode_checked(progress)))
+            writes.append((PUT, PROGRESS_TABLE, run_key, codec.encode_checked(row)))
         elif not progress_only:
             writes.append((PUT, "runs", run_key, codec.encode(record)))
         return Step(
@@ -782,6 +789,7 @@ class _Planner:
             self.continued[0] if self.continued is not None else None,
             tuple(self.exits) if self.exits else (),
             run.progress_row or (progress_only and not counters_only),
+            progress if progress_only else None,
         )
 
     def _arriving(self) -> tuple[tuple[Run, int], ...]:

@@ -64,6 +64,7 @@ __all__ = [
     "with_counters",
     "with_history",
     "with_progress",
+    "with_step_counters",
 ]
 
 PROGRESS_TABLE = "visibility"
@@ -124,6 +125,11 @@ with_close: Callable[..., RunRecord] = replacer(
 )
 """``record`` with the fields a close sets (keyword arguments, all required)."""
 
+
+with_step_counters: Callable[..., RunRecord] = replacer(
+    RunRecord, ("activations", "history_length", "history_size", "unread")
+)
+"""``record`` with the counters of steps that left the rest as it was (all required)."""
 
 with_history: Callable[..., RunRecord] = replacer(
     RunRecord, ("activations", "history_length", "history_size")

@@ -201,14 +201,14 @@ class Drivers:
         Only histories within ``READ_AHEAD_BYTES`` together are read; the others are read
         by ``rebuild`` itself.
         """
-        wanted = [run for run in runs if run.driver is None and run.record.activations > 0]
+        wanted = [run for run in runs if run.driver is None and run.progress[0] > 0]
         if len(wanted) < 2:
             return {}
         out: dict[str, Stored] = {}
         budget = READ_AHEAD_BYTES
         with self._store.read() as txn:
             for run in wanted:
-                if run.record.history_size > budget:
+                if run.progress[2] > budget:
                     continue  # read by its own rebuild
                 run_id = run.record.run_id
                 rows = out[run_id] = list(txn.prefix("histories", history_key(run_id, 0)[:-8]))
@@ -228,7 +228,7 @@ class Drivers:
             RunQuarantined: a row of the history cannot be decoded; the driver is discarded.
         """
         driver = self.new(run)
-        if run.record.activations == 0:
+        if run.progress[0] == 0:
             return driver  # a new run (or one that never got to its first step): no history
         self._stats["replays"] += 1
         position = 0  # of the activation being replayed

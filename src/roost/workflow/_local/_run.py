@@ -35,7 +35,7 @@ from roost.mailbox._channel import Channel
 from roost.workflow._driver import Driver
 from roost.workflow._history import Event
 from roost.workflow._local._phases import IN_FLIGHT, RunPhase
-from roost.workflow._local._records import InboxItem, RunRecord, TimerTask
+from roost.workflow._local._records import InboxItem, RunRecord, TimerTask, with_step_counters
 
 __all__ = ["NO_ROW", "Pending", "Run", "Settled", "StartRow"]
 
@@ -83,7 +83,9 @@ class Run:
     """
 
     # Read directly (see the module's docstring), written only by the methods below.
-    record: RunRecord  # as of its last committed step (what is stored, or about to be)
+    # As of its last committed step, but for the counters of steps that changed nothing
+    # else (``progress``; ``current_record`` has them too).
+    record: RunRecord
     entry: Entry  # the workflow function it runs
     pid: Pid  # the workflow id's: every run of the id has the same one
     context: dict[str, Any]  # its context values (read only: the dict is shared)
@@ -112,6 +114,9 @@ class Run:
     # Messages being committed to it, not yet in ``pending`` (_unread).
     _arriving: int = attrs.field(default=0, init=False)
     _task_failures: int = attrs.field(default=0, init=False)  # consecutive failed tasks
+    # (activations, history_length, history_size, unread) of committed steps that did not
+    # copy the record (see ``step_committed``); None when ``record`` has them.
+    _progress: tuple[int, int, int, int] | None = attrs.field(default=None, init=False)
     _drained: trio.Event | None = attrs.field(default=None, init=False)  # see wait_drained
     _closed_event: trio.Event | None = attrs.field(default=None, init=False)
     # Its open calls' destinations (see call_destination) while its driver is dropped.
@@ -129,10 +134,47 @@ class Run:
 
     # -- its record ----------------------------------------------------------------------
 
-    def step_committed(self, record: RunRecord, size: int, *, progress_row: bool) -> None:
-        """A step of size ``size`` committed ``record``: the next activation follows it."""
+    @property
+    def progress(self) -> tuple[int, int, int, int]:
+        """(activations, history_length, history_size, unread) as of its last committed step."""
+        progress = self._progress
+        if progress is not None:
+            return progress
+        record = self.record
+        return record.activations, record.history_length, record.history_size, record.unread
+
+    @property
+    def current_record(self) -> RunRecord:
+        """``record`` with the counters of every committed step (copied once, when asked)."""
+        progress = self._progress
+        if progress is not None:
+            activations, length, size, unread = progress
+            self.record = with_step_counters(
+                self.record,
+                activations=activations,
+                history_length=length,
+                history_size=size,
+                unread=unread,
+            )
+            self._progress = None
+        return self.record
+
+    def step_committed(
+        self,
+        record: RunRecord,
+        size: int,
+        *,
+        progress_row: bool,
+        progress: tuple[int, int, int, int] | None = None,
+    ) -> None:
+        """A step of size ``size`` committed ``record``: the next activation follows it.
+
+        ``progress``: the step's counters, when it changed nothing else of the record (then
+        ``record`` is the one it had, not a copy: most steps).
+        """
         self.next_index += 1
         self.record = record
+        self._progress = progress
         self._task_failures = 0
         if progress_row:
             self.progress_row = True
@@ -146,16 +188,16 @@ class Run:
         """
         self.pending = batch + self.pending
         self._task_failures += 1
-        self.record = attrs.evolve(self.record, task_failure=error)
+        self.record = attrs.evolve(self.current_record, task_failure=error)
 
     def resume_at(self, record: RunRecord) -> None:
         """Recovery read its counters from the history: ``record`` replaces the stored one."""
-        self.record = record
+        self.record, self._progress = record, None
         self.next_index = record.activations + 1
 
     def close_committed(self, record: RunRecord) -> None:
         """A close from outside committed ``record`` (its final status)."""
-        self.record = record
+        self.record, self._progress = record, None
 
     def found_progress_row(self, stored: bool) -> None:
         """Whether the store holds a progress row for it (read at recovery)."""

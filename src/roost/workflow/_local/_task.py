@@ -375,7 +375,9 @@ class Tasks:
         for target, count in step.arriving:  # stored: the accepts below make them pending
             target.arrived(count)
         driver = run.driver
-        run.step_committed(step.record, step.size, progress_row=step.progress_row)
+        run.step_committed(
+            step.record, step.size, progress_row=step.progress_row, progress=step.progress
+        )
         self._stats["activations"] += 1
         if after_commit is not None and not after_commit(step):
             return

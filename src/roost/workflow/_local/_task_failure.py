@@ -257,7 +257,7 @@ class TaskFailures:
         self._stats["task_failures"] += 1
         self._counters.task_failed(run.record.workflow_type)
         log.error("%s", error.message, exc_info=cause, extra=telemetry.run_fields(run.record))
-        if run.record.activations == 0:
+        if run.progress[0] == 0:
             for _, event in run.pending:
                 if type(event) is CancelRequested:  # never heard: it closes the run
                     self._cancel_unstarted(run, event.reason)
@@ -266,7 +266,7 @@ class TaskFailures:
 
     async def _record_and_retry(self, run: Run, backoff: float) -> None:
         if run.phase is RunPhase.BACKOFF and self._runs.is_current(run):
-            record = run.record
+            record = run.current_record
             try:
                 data = self._codec.encode(record)
                 await self._transact(lambda txn: txn.put("runs", record.workflow_id.encode(), data))

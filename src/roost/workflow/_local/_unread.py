@@ -33,7 +33,7 @@ def counts(event: Any) -> bool:
 def unread(run: Run) -> int:
     """How many messages ``run`` holds unread (see the module docstring)."""
     driver = run.driver
-    held = driver.mailbox.unread_messages() if driver is not None else run.record.unread
+    held = driver.mailbox.unread_messages() if driver is not None else run.progress[3]
     waiting = sum(1 for _, event in run.pending if counts(event))
     return held + waiting + run.arriving
 

@@ -24,6 +24,7 @@ from roost.workflow._local._records import (
     new_task,
     with_close,
     with_counters,
+    with_final,
 )
 
 _AT = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
@@ -92,6 +93,22 @@ def test_with_close_equals_evolve() -> None:
         "closed_at": _AT + dt.timedelta(seconds=1),
     }
     assert with_close(old, **changes) == attrs.evolve(old, **changes)
+
+
+def test_with_final_equals_evolve() -> None:
+    old = _full_record()
+    changes = {
+        "status": RunStatus.FAILED,
+        "result": None,
+        "error": Error("x", kind=ErrorKind.INTERNAL),
+        "closed_at": _AT,
+        "children": [],
+        "activations": 5,
+        "history_length": 14,
+        "history_size": 512,
+        "unread": 1,
+    }
+    assert with_final(old, **changes) == attrs.evolve(old, **changes)
 
 
 def test_a_copy_of_a_record_that_runs_code_in_init_is_refused() -> None:

@@ -66,6 +66,7 @@ from roost.workflow._local._records import (
     timer_key,
     with_close,
     with_counters,
+    with_final,
 )
 from roost.workflow._local._run import NO_ROW, Pending, Run, Settled
 from roost.workflow._local._unread import counts
@@ -675,6 +676,10 @@ class _Planner:
     def _close(self, outcome: CloseOutcome) -> None:
         state = run_state(self.record, self.run.pending)  # pending: arrived meanwhile
         self.close_plan = plan = plan_close(state, outcome, self.at)
+        if plan.next is None:
+            # The closing record is built with the step's counters (``_step``): one copy.
+            self.final = True
+            return
         if plan.status is not None:
             self.record = with_close(
                 self.record,
@@ -683,9 +688,6 @@ class _Planner:
                 error=plan.error,
                 closed_at=plan.closed_at,
             )
-        if plan.next is None:
-            self.final = True
-            return
         self.continued = self._successor(self.record, plan.next)
 
     def _successor(
@@ -727,7 +729,20 @@ class _Planner:
         )
         counters_only = progress_only and unread == last_unread
         progress = (index, length + len(events) + len(commands), size + len(act_bytes), unread)
-        if not progress_only:
+        if self.final and plan is not None and plan.status is not None:
+            record = with_final(
+                record,
+                status=plan.status,
+                result=plan.result,
+                error=plan.error,
+                closed_at=plan.closed_at,
+                children=children,
+                activations=progress[0],
+                history_length=progress[1],
+                history_size=progress[2],
+                unread=unread,
+            )
+        elif not progress_only:
             record = with_counters(
                 record,
                 children=children,

@@ -62,6 +62,7 @@ __all__ = [
     "timer_key",
     "with_close",
     "with_counters",
+    "with_final",
     "with_history",
     "with_progress",
     "with_step_counters",
@@ -125,6 +126,22 @@ with_close: Callable[..., RunRecord] = replacer(
 )
 """``record`` with the fields a close sets (keyword arguments, all required)."""
 
+
+with_final: Callable[..., RunRecord] = replacer(
+    RunRecord,
+    (
+        "status",
+        "result",
+        "error",
+        "closed_at",
+        "children",
+        "activations",
+        "history_length",
+        "history_size",
+        "unread",
+    ),
+)
+"""``with_close`` and ``with_counters`` in one copy: a run's last step (all required)."""
 
 with_step_counters: Callable[..., RunRecord] = replacer(
     RunRecord, ("activations", "history_length", "history_size", "unread")

@@ -862,3 +862,26 @@ async def test_workflow_info_and_fast_durability(autojump_clock, tmp_path):
     assert (workflow.history_length(), workflow.history_size()) == (0, 0)
     async with roost.open_node(app, tmp_path) as node:  # the fast commits were kept
         assert node.describe("info-1")["status"] == "completed"
+
+
+async def test_every_workflow_spawn_is_one_checkpoint(autojump_clock):
+    # process.spawn adds only a cancel point: the host's start is the schedule point, on
+    # each of its paths (an eager start, a delayed one stored the normal way, the running
+    # workflow returned without messages, or with them).
+    async with roost.open_node(app) as node:
+        with trio.testing.assert_checkpoints():
+            pid = await process.with_options(id="cp").spawn("wf:forever")
+        with trio.testing.assert_checkpoints():
+            assert await process.with_options(id="cp").spawn("wf:forever") == pid
+        with trio.testing.assert_checkpoints():
+            spawner = process.with_options(id="cp").with_message("hi", 1)
+            assert await spawner.spawn("wf:forever") == pid
+        with trio.testing.assert_checkpoints():
+            await process.with_options(start_delay="1h").spawn("wf:forever")
+        with trio.CancelScope() as scope:  # a cancelled caller starts nothing
+            scope.cancel()
+            await process.with_options(id="never").spawn("wf:forever")
+        assert scope.cancelled_caught
+        with pytest.raises(roost.Error) as info:
+            node.describe("never")
+        assert info.value.kind is roost.ErrorKind.NOT_FOUND

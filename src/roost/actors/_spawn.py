@@ -316,15 +316,20 @@ class Spawner:
         if caller.workflow is not None:
             # Workflow code runs on the deterministic driver: no trio checkpoint here.
             return self._spawn_from_workflow(caller, entry, args, link=link)
-        await trio.lowlevel.checkpoint()
         node = caller.node
         resolved = node.app.resolve(entry)
-        if caller.context or node.app.secure:
-            authorize(caller, "process.spawn", resolved.id)
         if resolved.kind is EntryKind.WORKFLOW:
+            # The workflow host's spawn is the checkpoint's schedule point (see
+            # WorkflowHost.spawn): this call adds only the cancel point before it.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if caller.context or node.app.secure:
+                authorize(caller, "process.spawn", resolved.id)
             if host is not None:
                 raise invalid("host= places plain processes; workflows run on the node itself")
             return await self._start_workflow(caller, resolved, args, link=link, monitor=monitor)
+        await trio.lowlevel.checkpoint()
+        if caller.context or node.app.secure:
+            authorize(caller, "process.spawn", resolved.id)
         proc = self._spawn_now(caller, resolved, args, host, link=link, monitor=monitor)
         if proc.ready is not None:
             # Supervisors start synchronously, like OTP's start_link: when spawn returns,

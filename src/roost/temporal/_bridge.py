@@ -113,6 +113,8 @@ class Bridge:
             except BaseException:
                 future.cancel()
                 raise
+        else:  # done already: still a checkpoint (the host's spawn is the caller's)
+            await trio.lowlevel.checkpoint()
         return future.result()
 
     def blocking(self, coro: Coroutine[Any, Any, T], timeout: float = BLOCKING_TIMEOUT) -> T:

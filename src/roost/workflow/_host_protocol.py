@@ -170,6 +170,8 @@ class WorkflowHost(Protocol):
 
         When it returns, the start and its start ``messages`` (from ``parent``) are durable.
         ``context`` is the workflow's full context (the parent's, with the spawn's on top).
+        A call that returns is a schedule point (it yields to trio at least once): the
+        node's ``process.spawn`` checks for a cancel before it and adds no pass of its own.
 
         Raises:
             roost.Error: AlreadyExists when the id policies refuse; Invalid for a bad

@@ -6,6 +6,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from roost import _telemetry as telemetry
 from roost._entropy import random_bytes
 from roost._pid import Pid
@@ -141,6 +143,9 @@ class Starts:
         """Start a run, or (per the id policies) return the running one and signal it.
 
         ``context`` is the run's whole context (the parent's, with the spawn's on top).
+        A checkpoint's schedule point, as the host protocol asks (``process.spawn`` adds
+        only the cancel point): the start's commit yields, and a start that commits
+        nothing (the running workflow returned, without messages) yields once itself.
 
         Raises:
             roost.Error: AlreadyExists when the id policies refuse; Invalid for a bad
@@ -163,6 +168,8 @@ class Starts:
                 workflow_id, explicit=explicit, opts=opts, messages=messages, sender=parent
             )
             if pid is not None:
+                if not messages:  # nothing committed: this call's schedule point (see above)
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return pid
             node = self._node
             pid = Pid.trusted(node.name, self._host, workflow_id)

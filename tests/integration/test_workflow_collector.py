@@ -51,6 +51,14 @@ async def test_open_runtime_raises_young_threshold_and_close_restores(thresholds
     assert gc.get_threshold() == thresholds
 
 
+async def test_the_busy_threshold_holds_from_the_moment_the_node_is_open(thresholds):
+    # The first starts may come before any task of the runtime has run (a workflow's spawn
+    # reaches the scheduler only in its commit): the threshold is set as the runtime opens.
+    async with open_test_node(app):
+        assert gc.get_threshold() == (BUSY_THRESHOLD, 10, 10)
+    assert gc.get_threshold() == thresholds
+
+
 async def test_nested_nodes_restore_after_the_last_closes(thresholds):
     async with open_test_node(app, name="a"):
         async with open_test_node(app, name="b"):

@@ -287,6 +287,8 @@ class WorkflowManager:
             self.timers.run, self.closing.fire_timer, name="roost.workflow.timers"
         )
         self._nursery.start_soon(self.incoming.commit_outside, name="roost.workflow.inbox")
+        # At once, not in the task: starts may come before the task's first step.
+        busy_collector()
         self._nursery.start_soon(_busy_collector, name="roost.workflow.collector")
         self._nursery.start_soon(self._close_gate_at_exit, name="roost.workflow.gate")
         Recovery(
@@ -542,8 +544,11 @@ class WorkflowManager:
 
 
 async def _busy_collector() -> None:
-    """Hold the collector's busy thresholds while the runtime is open (see ``_collector``)."""
-    busy_collector()
+    """Hold the collector's busy thresholds (set by ``start``) while the runtime is open.
+
+    A task always runs to its first checkpoint, even if cancelled before it began: the
+    thresholds are given back whenever the runtime's nursery ends.
+    """
     try:
         await trio.sleep_forever()
     finally:

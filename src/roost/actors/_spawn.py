@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 PROCESS_OPTIONS: Final = frozenset({"name", "host", "mailbox_limit", "trap_links"})
+_PLAIN_ONLY: Final = PROCESS_OPTIONS - {"name"}  # a workflow takes a name too
 WORKFLOW_OPTIONS: Final = frozenset(
     {
         "id",
@@ -391,7 +392,7 @@ class Spawner:
         host = node.require_workflows()
         check_arguments(entry, args)  # before anything is stored
         options = dict(self.options)
-        for key in PROCESS_OPTIONS - {"name"}:
+        for key in _PLAIN_ONLY:
             if key in options:
                 raise invalid(f"option {key!r} applies to plain processes, not workflows")
         if self.name is not None:

@@ -544,3 +544,17 @@ def test_a_read_only_store_without_the_lock_opens_beside_a_locked_one(tmp_path: 
         reader.close()
     finally:
         os.close(locked_elsewhere)
+
+
+async def test_nothing_runnable_reads_the_runners_queue_as_the_statistics_count_it() -> None:
+    # The inline commit's check: the same answer as trio's public figure, and on this trio
+    # the quick read of the queue is the one in use (a trio that moved it is caught here).
+    def public() -> bool:
+        return trio.lowlevel.current_statistics().tasks_runnable == 0
+
+    assert _writer.nothing_runnable() is public() is True
+    assert _writer._RUNQ_READABLE == [True]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.sleep, 0)  # runnable until this task yields
+        assert _writer.nothing_runnable() is public() is False
+    assert _writer.nothing_runnable() is public() is True

@@ -32,7 +32,7 @@ from roost._errors import Error
 from roost._pid import Pid
 from roost._security import SECURITY_KEY, reseal
 from roost.mailbox._mailbox import EVENTS
-from roost.storage import key, u64
+from roost.storage import u64
 from roost.workflow._history import (
     CancelActivity,
     CancelRequested,
@@ -754,8 +754,8 @@ class _Planner:
         run_id = record.run_id
         run_key = record.workflow_id.encode()
         # Every row of this run in histories and tasks starts with the run's key part:
-        # built once per step, each row's key is that prefix and its number.
-        prefix = key(run_id)
+        # each row's key is that prefix and its number.
+        prefix = run.row_prefix
         writes: list[Write] = [(PUT, "histories", prefix + u64(index), act_bytes)]
         for k, _ in batch:
             if not isinstance(k, Settled):

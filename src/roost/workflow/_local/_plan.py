@@ -63,6 +63,7 @@ from roost.workflow._local._records import (
     TimerTask,
     inbox_key,
     new_task,
+    row_prefix,
     timer_key,
     with_close,
     with_counters,
@@ -755,7 +756,7 @@ class _Planner:
         run_key = record.workflow_id.encode()
         # Every row of this run in histories and tasks starts with the run's key part:
         # each row's key is that prefix and its number.
-        prefix = run.row_prefix
+        prefix = row_prefix(run_id)
         writes: list[Write] = [(PUT, "histories", prefix + u64(index), act_bytes)]
         for k, _ in batch:
             if not isinstance(k, Settled):

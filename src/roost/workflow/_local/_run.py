@@ -32,7 +32,6 @@ from roost._pid import Pid
 from roost.actors._app import Entry
 from roost.actors._node import ExitResult
 from roost.mailbox._channel import Channel
-from roost.storage import key
 from roost.workflow._driver import Driver
 from roost.workflow._history import Event
 from roost.workflow._local._phases import IN_FLIGHT, RunPhase
@@ -98,9 +97,6 @@ class Run:
     # The events waiting for its next activation, in arrival order.
     pending: list[Pending] = attrs.field(factory=list, init=False)
     next_index: int = attrs.field(default=1, init=False)  # of its next activation
-    # ``roost.storage.key(record.run_id)``: the first part of the key of each of its rows
-    # in histories, inbox and tasks (a run's id never changes; a successor is a new Run).
-    row_prefix: bytes = attrs.field(default=b"", init=False)
     # It may have a progress row (see RunProgress), which its close deletes.
     progress_row: bool = attrs.field(default=False, init=False)
     # Sets and sequences start as shared empty immutables (see _NONE) and are replaced or
@@ -130,7 +126,6 @@ class Run:
         if not self.context:
             self.context = _NO_CONTEXT
         self.next_index = self.record.activations + 1
-        self.row_prefix = key(self.record.run_id)
 
     @property
     def task_failures(self) -> int:

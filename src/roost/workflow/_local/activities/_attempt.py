@@ -17,7 +17,7 @@ from roost._errors import Error, ErrorKind, invalid, safe_text, type_name
 from roost.actors._contain import must_propagate
 from roost.workflow._activity_info import ActivityInfo, ActivityPort
 from roost.workflow._history import ActivityResolved
-from roost.workflow._local._records import ActivityTask
+from roost.workflow._local._records import ActivityTask, row_prefix
 from roost.workflow._local.activities._threads import SyncJob
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def task_row(task: ActivityTask) -> bytes:
     those checks when its row was written (a run id's text, a sequence number), and
     this is built once per attempt's outcome.
     """
-    return task.run_id.encode().replace(b"\x00", b"\x00\xff") + b"\x00\x01" + _U64.pack(task.seq)
+    return row_prefix(task.run_id) + _U64.pack(task.seq)
 
 
 def failed(exc: BaseException) -> Error:

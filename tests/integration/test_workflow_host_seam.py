@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+import trio.testing
 
 import roost
 from roost import process
@@ -75,6 +76,7 @@ class MemoryHost:
         self.open[pid] = (scope, set(), set())
         self.done[pid] = trio.Event()
         self.nursery.start_soon(self._run, pid, scope, entry.fn, args)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # a start is a schedule point
         return pid
 
     async def _run(self, pid, scope, fn, args):
@@ -189,7 +191,8 @@ def calls(kind):
 
 
 async def test_spawn_send_call_and_inspection_reach_the_host(node):
-    pid = await process.with_options(id="w-1").spawn(forever)
+    with trio.testing.assert_checkpoints():  # the host's start is the schedule point
+        pid = await process.with_options(id="w-1").spawn(forever)
     assert pid == roost.Pid(node.name, "seam:workflows", "w-1")
     assert calls("spawn") == [("spawn", node.pid, "seam:forever", ())]
     receipt = process.send(pid, "hello", {"n": 1})

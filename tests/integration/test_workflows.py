@@ -864,11 +864,11 @@ async def test_workflow_info_and_fast_durability(autojump_clock, tmp_path):
         assert node.describe("info-1")["status"] == "completed"
 
 
-async def test_every_workflow_spawn_is_one_checkpoint(autojump_clock):
+async def _every_spawn_path_yields(data_dir):
     # process.spawn adds only a cancel point: the host's start is the schedule point, on
     # each of its paths (an eager start, a delayed one stored the normal way, the running
     # workflow returned without messages, or with them).
-    async with roost.open_node(app) as node:
+    async with roost.open_node(app, data_dir) as node:
         with trio.testing.assert_checkpoints():
             pid = await process.with_options(id="cp").spawn("wf:forever")
         with trio.testing.assert_checkpoints():
@@ -885,3 +885,38 @@ async def test_every_workflow_spawn_is_one_checkpoint(autojump_clock):
         with pytest.raises(roost.Error) as info:
             node.describe("never")
         assert info.value.kind is roost.ErrorKind.NOT_FOUND
+
+
+async def test_every_workflow_spawn_is_one_checkpoint(autojump_clock):
+    await _every_spawn_path_yields(None)
+
+
+async def test_every_workflow_spawn_is_one_checkpoint_on_disk(tmp_path):
+    await _every_spawn_path_yields(tmp_path)
+
+
+@app.workflow
+async def collects(n):
+    return [await process.listen("add").receive() for _ in range(n)]
+
+
+async def _sends_then_starts_the_same_id(data_dir):
+    # One sender's messages are recorded in the order sent, whichever call sent them: a
+    # send, then a start of the same id (use_existing) with a start message, then a send.
+    async with roost.open_node(app, data_dir):
+        for i in range(5):
+            spawner = process.with_options(id=f"order-{i}")
+            pid = await spawner.spawn("wf:collects", 3)
+            process.send(pid, "add", "first")
+            await spawner.with_message("add", "second").spawn("wf:collects", 3)
+            process.send(pid, "add", "third")
+            process.monitor(pid)
+            assert (await next_event()).value == ["first", "second", "third"]
+
+
+async def test_start_messages_follow_what_their_sender_sent_first(autojump_clock):
+    await _sends_then_starts_the_same_id(None)
+
+
+async def test_start_messages_follow_what_their_sender_sent_first_on_disk(tmp_path):
+    await _sends_then_starts_the_same_id(tmp_path)

@@ -317,12 +317,12 @@ class Spawner:
         if caller.workflow is not None:
             # Workflow code runs on the deterministic driver: no trio checkpoint here.
             return self._spawn_from_workflow(caller, entry, args, link=link)
+        await trio.lowlevel.checkpoint_if_cancelled()
         node = caller.node
         resolved = node.app.resolve(entry)
         if resolved.kind is EntryKind.WORKFLOW:
-            # The workflow host's spawn is the checkpoint's schedule point (see
-            # WorkflowHost.spawn): this call adds only the cancel point before it.
-            await trio.lowlevel.checkpoint_if_cancelled()
+            # The workflow host's spawn is this checkpoint's schedule point (see
+            # WorkflowHost.spawn): no scheduler pass of its own before the start.
             if caller.context or node.app.secure:
                 authorize(caller, "process.spawn", resolved.id)
             if host is not None:

@@ -80,7 +80,7 @@ _RUNQ_READABLE: list[bool] = []
 
 
 def nothing_runnable() -> bool:
-    """Whether no trio task is runnable now (called in the trio thread, in a run).
+    """Whether no trio task is queued to run next (called in the trio thread, in a run).
 
     ``trio.lowlevel.current_statistics().tasks_runnable`` is the length of the runner's
     queue, but it builds the run's statistics, its I/O part too: ~2.5 µs, a twelfth of an

@@ -113,8 +113,9 @@ class Bridge:
             except BaseException:
                 future.cancel()
                 raise
-        else:  # done already: still a checkpoint (the host's spawn is the caller's)
-            await trio.lowlevel.checkpoint()
+        else:  # done already: yield anyway, so every wait is a schedule point
+            # (WorkflowHost.spawn relies on it); shielded, as a done call cannot be undone.
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return future.result()
 
     def blocking(self, coro: Coroutine[Any, Any, T], timeout: float = BLOCKING_TIMEOUT) -> T:

@@ -553,7 +553,7 @@ async def test_nothing_runnable_reads_the_runners_queue_as_the_statistics_count_
         return trio.lowlevel.current_statistics().tasks_runnable == 0
 
     assert _writer.nothing_runnable() is public() is True
-    assert _writer._RUNQ_READABLE == [True]
+    assert _writer._RUNQ_READABLE[0] is True
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trio.sleep, 0)  # runnable until this task yields
         assert _writer.nothing_runnable() is public() is False

@@ -196,11 +196,21 @@ class Incoming:
     async def signal_many(
         self, run: Run, messages: tuple[tuple[str, Any], ...], sender: Pid | None
     ) -> None:
-        """Commit start messages to an open run (the id policies let a start signal it)."""
+        """Store start messages for an open run (the id policies let a start signal it).
+
+        They go where ``process.send`` puts its messages to a workflow, behind what the
+        same sender sent before (``from_outside``: one sender's messages are recorded in
+        the order sent), and this returns once they are durable. As with the receipt of
+        a send, a caller cancelled while it waits does not take them back.
+        """
         if messages:
             check_room(self._unread_limit, run, len(messages))
-            events = [MessageArrived(topic=t, payload=p, sender=sender) for t, p in messages]
-            await self.commit(run, events)
+            durable = None
+            for topic, payload in messages:
+                event = MessageArrived(topic=topic, payload=payload, sender=sender)
+                durable = self.from_outside(run, event)
+            assert durable is not None
+            await durable.wait()
 
     def from_outside(self, run: Run, event: Any) -> trio.Event:
         """Queue ``event`` for ``run``'s inbox; the returned event is set once it is durable.

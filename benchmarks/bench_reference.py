@@ -18,6 +18,9 @@ side, with the spread over the repetitions in its note.
 - ``ref-a``: the reference, one trio task per workflow; ``ref-b``: one task stepping every
   workflow per pass, a pass per commit; ``ref-c``: b with sync activities, one thread hop
   per pass.
+- ``floor``: roost's own parts of each workflow (its driver, history rows and run records)
+  with no host around them (``benchmarks._floor``): no host can be faster than it, so its
+  ratio to ``ref-a`` bounds every host's; ``floor-no-records`` leaves the run records out.
 - latency: one workflow at a time through ``ref-a`` next to four dependent raw fsync'd
   commits (its contract's critical path), interleaved run by run.
 
@@ -49,6 +52,7 @@ from typing import Any
 
 import trio
 
+from benchmarks import _floor
 from benchmarks import _reference as ref
 from benchmarks._harness import Children, Result, Target, now
 from benchmarks._wf_common import quantile, raw_commits, three_steps, three_sync_steps, tmpdir
@@ -120,12 +124,18 @@ SCENARIOS: dict[str, Callable[[int], dict[str, Any]]] = {
     "ref-a": lambda n: reference(n, "a"),
     "ref-b": lambda n: reference(n, "b"),
     "ref-c": lambda n: reference(n, "c"),
+    "floor": _floor.workflows,
+    "floor-no-records": lambda n: _floor.workflows(n, records=False),
 }
 
 LABELS = {
     "ref-a": "reference a (a trio task per workflow)",
     "ref-b": "reference b (batched passes)",
     "ref-c": "reference c (batched, 1 thread hop/pass)",
+}
+FLOORS = {
+    "floor": "roost's driver, history rows and run records, no host (the floor)",
+    "floor-no-records": "roost's driver and history rows, no host, no run record",
 }
 
 
@@ -247,7 +257,7 @@ def _rows(n: int, runs: dict[str, list[dict[str, Any]]]) -> list[Result]:
     params = {"n": n, "activities": ACTIVITIES, "kind": kind, "runs": runs}
     results = []
     for side, their in runs.items():
-        if side == me:
+        if side == me or side in FLOORS:
             continue
         target = None  # the issue's targets hold at its sizes, not at the quick ones
         if sync and n == TARGET_N:
@@ -287,6 +297,25 @@ def _rows(n: int, runs: dict[str, list[dict[str, Any]]]) -> list[Result]:
     return results
 
 
+def _floor_rows(n: int, runs: dict[str, list[dict[str, Any]]]) -> list[Result]:
+    """Each floor next to reference a, from the same alternating runs."""
+    ref_a = runs["ref-a"]
+    return [
+        Result(
+            SUITE,
+            f"workflows/s, N={n}, {ACTIVITIES} async activities: {label}",
+            "wf/s",
+            n / _best(runs[side], "seconds"),
+            n / _best(ref_a, "seconds"),
+            raw_label=LABELS["ref-a"],
+            note=f"{side} {_spread(n, runs[side])}; ref-a {_spread(n, ref_a)}; no host's "
+            "ratio to ref a can be above this one",
+            params={"n": n, "activities": ACTIVITIES, "runs": runs},
+        )
+        for side, label in FLOORS.items()
+    ]
+
+
 def _latency_rows(runs: int) -> list[Result]:
     ref_s, raw_s = reference_latency(runs)
     label = f"raw lmdb, {CRITICAL_COMMITS} dependent fsync'd commits"
@@ -315,10 +344,10 @@ def run(quick: bool = False) -> list[Result]:
     repeat = 1 if quick else 3
     results: list[Result] = []
     for n in sizes:
-        plan = {
-            key: (lambda key=key, n=n: SCENARIOS[key](n)) for key in ("roost", "ref-a", "ref-b")
-        }
-        results += _rows(n, _alternate(plan, repeat))
+        sides = ("roost", "ref-a", "ref-b", *FLOORS)
+        plan = {key: (lambda key=key, n=n: SCENARIOS[key](n)) for key in sides}
+        runs = _alternate(plan, repeat)
+        results += _rows(n, runs) + _floor_rows(n, runs)
     for n in sync_sizes:
         plan = {key: (lambda key=key, n=n: SCENARIOS[key](n)) for key in ("roost-sync", "ref-c")}
         results += _rows(n, _alternate(plan, repeat))

@@ -32,7 +32,10 @@ fresh temporary data directory. Scenarios and their references:
 - ``starts``: workflow starts one after another, each awaited (``await process.spawn(echo)``:
   a start and its first activation, one commit), in chunks alternating with as many raw
   py-lmdb fsync'd commits of one put each (issue 21's serial target: >= 0.6x that rate).
-  The ``echo`` runs stay open, waiting for messages, as a service's workflows would.
+  The ``echo`` runs stay open, waiting for messages, as a service's workflows would. A
+  second row times roost's own parts of such a start with no host around them (the
+  driver's first activation, its row and run record in one fsync'd commit to two tables,
+  ``benchmarks._floor``): the most any host's serial starts can reach.
 - ``signal``: a workflow echoes every message back to its sender; a plain process sends,
   waits for the echo, repeats. Reference: as many dependent fsync'd raw commits as one
   round trip asked the store for (measured on a warm-up round trip; the signal's and the
@@ -53,6 +56,7 @@ from typing import Any
 
 import trio
 
+from benchmarks import _floor
 from benchmarks._harness import Result, Target, now
 from benchmarks._wf_common import (
     echo,
@@ -409,6 +413,7 @@ def _latency_results(size: dict[str, Any]) -> list[Result]:
 def _start_results(size: dict[str, Any]) -> list[Result]:
     n = size["starts"]
     roost_s, raw_s = serial_starts(n)
+    floor_s, floor_raw_s = _floor.serial_starts(n)
     return [
         Result(
             SUITE,
@@ -420,7 +425,18 @@ def _start_results(size: dict[str, Any]) -> list[Result]:
             target=Target("ratio>=", 0.6, ">= 0.6x"),
             note="a start and its first activation in one commit; alternating chunks of 50",
             params={"starts": n, "roost_seconds": roost_s, "raw_seconds": raw_s},
-        )
+        ),
+        Result(
+            SUITE,
+            "serial workflow starts: roost's driver, row and run record, no host (the floor)",
+            "starts/s",
+            n / floor_s,
+            n / floor_raw_s,
+            raw_label="raw lmdb, 1 fsync'd commit each",
+            note="the first activation's row and the run record in one fsync'd commit to two "
+            "tables (benchmarks._floor); no host's ratio to raw can be above this one",
+            params={"starts": n, "floor_seconds": floor_s, "raw_seconds": floor_raw_s},
+        ),
     ]
 
 

@@ -35,7 +35,7 @@ fresh temporary data directory. Scenarios and their references:
   The ``echo`` runs stay open, waiting for messages, as a service's workflows would. A
   second row times roost's own parts of such a start with no host around them (the
   driver's first activation, its row and run record in one fsync'd commit to two tables,
-  ``benchmarks._floor``): the most any host's serial starts can reach.
+  ``benchmarks._floor``): the most a host that writes those two rows per start can reach.
 - ``signal``: a workflow echoes every message back to its sender; a plain process sends,
   waits for the echo, repeats. Reference: as many dependent fsync'd raw commits as one
   round trip asked the store for (measured on a warm-up round trip; the signal's and the
@@ -434,7 +434,7 @@ def _start_results(size: dict[str, Any]) -> list[Result]:
             n / floor_raw_s,
             raw_label="raw lmdb, 1 fsync'd commit each",
             note="the first activation's row and the run record in one fsync'd commit to two "
-            "tables (benchmarks._floor); no host's ratio to raw can be above this one",
+            "tables (benchmarks._floor); a host that writes these rows cannot do better",
             params={"starts": n, "floor_seconds": floor_s, "raw_seconds": floor_raw_s},
         ),
     ]

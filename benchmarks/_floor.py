@@ -30,13 +30,14 @@ node's workflow runtime sets (``busy_collector``), as it does for roost's own si
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import functools
 import os
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import lmdb
@@ -161,14 +162,21 @@ class _Open:
         self.driver, self.events, self.index = driver, events, 1
 
 
+@contextlib.contextmanager
+def _busy_collector() -> Iterator[None]:
+    """The collector's thresholds as a node's workflow runtime sets them, meanwhile."""
+    busy_collector()
+    try:
+        yield
+    finally:
+        idle_collector()
+
+
 def workflows(n: int, records: Records = "both") -> dict[str, Any]:
     """N ``three_steps`` workflows through the driver, rows and ``records`` alone (see above)."""
     record = stored_record(three_steps, 1)
-    busy_collector()
-    try:
+    with _busy_collector():
         return _workflows(n, record, records)
-    finally:
-        idle_collector()
 
 
 def _workflows(n: int, record: RunRecord, records: Records) -> dict[str, Any]:
@@ -212,11 +220,8 @@ def _workflows(n: int, record: RunRecord, records: Records) -> dict[str, Any]:
 def serial_starts(n: int, chunk: int = 50) -> tuple[float, float]:
     """Seconds of ``n`` floor starts of ``echo`` and of ``n`` raw one-put commits (see above)."""
     record = stored_record(echo, finish=False)
-    busy_collector()
-    try:
+    with _busy_collector():
         return _serial_starts(n, chunk, record)
-    finally:
-        idle_collector()
 
 
 def _serial_starts(n: int, chunk: int, record: RunRecord) -> tuple[float, float]:
